@@ -1,0 +1,253 @@
+"""The local Kafka broker: one KRaft node started from the resolved jars, data in the workspace.
+
+`millrace up` calls `start_broker`, `millrace down` calls `stop_broker`, `millrace status`
+calls `broker_status`. The broker runs as a detached background process, so it outlives the
+command that started it; its pid, configuration, data and logs live in `<workspace>/kafka/`.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from millrace.config.jvm import jars, java_executable
+from millrace.config.workspace import Workspace
+from millrace.errors import BrokerError
+
+_STOP_GRACE_S = 30.0
+_LOG_EXCERPT_LINES = 25
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What `millrace status` shows about the bus."""
+
+    bootstrap_servers: str
+    running: bool
+    external: bool
+    pid: int | None = None
+    started_now: bool = False
+
+
+def start_broker(workspace: Workspace) -> BrokerStatus:
+    """Start the workspace's broker and wait until it accepts clients.
+
+    Starts nothing when `kafka.bootstrap` points at an existing cluster, or when the broker
+    already runs. Raises `BrokerError`, with an excerpt of the broker's log, when a port is
+    taken or the broker dies or does not become ready in `kafka.start_timeout_s`.
+
+    Example:
+        >>> start_broker(Workspace.locate()).bootstrap_servers  # doctest: +SKIP
+        '127.0.0.1:9092'
+    """
+    settings = workspace.settings
+    current = broker_status(workspace)
+    if current.external or current.running:
+        return current
+    for port in (settings.kafka_port, settings.kafka_controller_port):
+        _require_free_port(port)
+    classpath = os.pathsep.join(str(jar) for jar in jars(settings, "kafka"))
+    paths = _BrokerPaths(workspace.kafka_dir)
+    paths.write_config(settings.kafka_port, settings.kafka_controller_port)
+    if not (paths.data / "meta.properties").exists():
+        _format_storage(paths, classpath)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    with open(paths.console_log, "ab") as console:
+        process = subprocess.Popen(
+            [java_executable(), f"-Xmx{settings.kafka_heap}", f"-Xms{settings.kafka_heap}",
+             "-XX:+UseG1GC", "-Djava.awt.headless=true",
+             f"-Dlog4j2.configurationFile={paths.log_config}", f"-Dkafka.logs.dir={paths.logs}",
+             "-cp", classpath, "kafka.Kafka", str(paths.config)],
+            stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    paths.pid_file.write_text(str(process.pid))
+    _wait_until_ready(process, settings.bootstrap_servers, settings.kafka_start_timeout_s, paths)
+    return BrokerStatus(settings.bootstrap_servers, True, False, process.pid, started_now=True)
+
+
+def stop_broker(workspace: Workspace) -> BrokerStatus:
+    """Stop the workspace's broker cleanly (SIGTERM, then SIGKILL after 30 s); safe to repeat."""
+    status = broker_status(workspace)
+    if status.running and status.pid is not None:
+        os.kill(status.pid, signal.SIGTERM)
+        if not _wait_for_exit(status.pid, _STOP_GRACE_S):
+            os.kill(status.pid, signal.SIGKILL)
+            _wait_for_exit(status.pid, 5.0)
+    _BrokerPaths(workspace.kafka_dir).pid_file.unlink(missing_ok=True)
+    return BrokerStatus(status.bootstrap_servers, False, status.external)
+
+
+def broker_status(workspace: Workspace) -> BrokerStatus:
+    """Whether the workspace's broker runs, judged by its pid file and its process."""
+    settings = workspace.settings
+    if not settings.uses_local_broker:
+        return BrokerStatus(settings.bootstrap_servers, True, True)
+    paths = _BrokerPaths(workspace.kafka_dir)
+    pid = paths.running_pid()
+    return BrokerStatus(settings.bootstrap_servers, pid is not None, False, pid)
+
+
+class _BrokerPaths:
+    """The files of one local broker, all under `<workspace>/kafka/`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.logs = root / "logs"
+        self.config = root / "server.properties"
+        self.log_config = root / "log4j2.properties"
+        self.pid_file = root / "broker.pid"
+        self.server_log = self.logs / "server.log"
+        self.console_log = self.logs / "console.log"
+
+    def write_config(self, port: int, controller_port: int) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(_SERVER_PROPERTIES.format(
+            port=port, controller_port=controller_port, data=self.data))
+        self.log_config.write_text(_LOG4J2_PROPERTIES.format(server_log=self.server_log))
+
+    def running_pid(self) -> int | None:
+        """The broker's pid if its process is alive and is this workspace's broker."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+            command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None
+        if b"kafka.Kafka" in command_line and str(self.config).encode() in command_line:
+            return pid
+        return None
+
+    def log_excerpt(self) -> str:
+        lines: list[str] = []
+        for log in (self.console_log, self.server_log):
+            if log.exists():
+                lines += log.read_text(errors="replace").splitlines()[-_LOG_EXCERPT_LINES:]
+        return "\n".join(lines[-_LOG_EXCERPT_LINES:]) or "(the broker wrote no log)"
+
+
+def _require_free_port(port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise BrokerError(
+                f"port {port} on 127.0.0.1 is in use by another process, so the local Kafka "
+                "broker cannot listen there",
+                hint="stop that process, or choose free ports with kafka.port and "
+                "kafka.controller_port in millrace.toml (or MILLRACE_KAFKA_PORT and "
+                "MILLRACE_KAFKA_CONTROLLER_PORT)",
+            ) from None
+
+
+def _format_storage(paths: _BrokerPaths, classpath: str) -> None:
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    result = subprocess.run(
+        [java_executable(), f"-Dlog4j2.configurationFile={paths.log_config}", "-cp", classpath,
+         "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
+         "--config", str(paths.config), "--ignore-formatted"],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise BrokerError(
+            f"could not format the broker's storage in {paths.data}:\n"
+            f"{(result.stdout + result.stderr).strip()[-3000:]}",
+            hint=f"if the folder holds data of another Kafka version, move {paths.root} away",
+        )
+
+
+def _wait_until_ready(
+    process: subprocess.Popen[bytes], bootstrap: str, timeout_s: float, paths: _BrokerPaths
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
+                         "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200})
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            paths.pid_file.unlink(missing_ok=True)
+            raise BrokerError(
+                f"the Kafka broker exited with status {process.returncode} while starting; "
+                f"the end of its log ({paths.logs}):\n{paths.log_excerpt()}",
+                hint="fix what the log names, then run `millrace up` again",
+            )
+        try:
+            admin.list_topics(timeout=1.0)
+            return
+        except Exception:  # noqa: BLE001 - any failure here means "not ready yet"
+            time.sleep(0.2)
+    process.kill()
+    paths.pid_file.unlink(missing_ok=True)
+    raise BrokerError(
+        f"the Kafka broker did not accept connections on {bootstrap} within {timeout_s:.0f} s; "
+        f"the end of its log ({paths.logs}):\n{paths.log_excerpt()}",
+        hint="raise kafka.start_timeout_s if the machine is busy, or fix what the log names",
+    )
+
+
+def _wait_for_exit(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+            if finished == pid:
+                return True
+        except ChildProcessError:
+            pass
+        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+_SERVER_PROPERTIES = """\
+# Written by `millrace up`; rewritten at every start from millrace.toml.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+num.partitions=1
+# Streams are created explicitly (`millrace stream create`), so a typo never makes a new one.
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+"""
+
+_LOG4J2_PROPERTIES = """\
+# Written by `millrace up`: the broker logs to one file in the workspace.
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {server_log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+"""

@@ -1,0 +1,157 @@
+"""The record format of every stream: a JSON object value, a routing key, an `id` header and
+the event time in the Kafka timestamp.
+
+This module encodes events for publishing and decodes consumed messages into `Record`s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+
+from millrace.errors import PublishError
+
+ID_HEADER = "id"
+# Epoch values at or above this are milliseconds: as seconds they would be after year 5000.
+_EPOCH_MS_THRESHOLD = 100_000_000_000
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record of a stream, as a reader sees it.
+
+    Example:
+        >>> record = Record("clicks", 0, 41, "user-7", "3f2a", 1_700_000_000_000, {"page": "/"})
+        >>> record.value["page"]
+        '/'
+    """
+
+    stream: str
+    bucket: int
+    offset: int
+    key: str | None
+    id: str | None
+    time_ms: int | None
+    value: dict[str, Any]
+
+
+class RecordDecodeError(ValueError):
+    """A consumed message whose value is not a UTF-8 JSON object; the message says why."""
+
+
+def new_record_id() -> str:
+    """A fresh, unique record id (a random UUID in hex)."""
+    return uuid.uuid4().hex
+
+
+def encode_event(event: Any) -> bytes:
+    """The UTF-8 JSON bytes of `event`, which must be a JSON object (a mapping).
+
+    Datetimes and dates are written as ISO-8601 strings. Raises `PublishError` for anything
+    JSON cannot hold.
+    """
+    if not isinstance(event, Mapping):
+        raise PublishError(
+            f"an event must be a JSON object (a dict), got {type(event).__name__}: {event!r:.80}",
+            hint="wrap the value in an object, such as {\"value\": ...}",
+        )
+    try:
+        return json.dumps(event, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False, default=_json_default).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        raise PublishError(f"the event cannot be written as JSON: {error}",
+                           hint="use strings, numbers, booleans, lists and objects") from None
+
+
+def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:
+    """The event time of `event` in epoch milliseconds, read from `time_field`.
+
+    The field may hold an ISO-8601 string (a time without an offset is UTC) or an epoch
+    number in seconds or milliseconds. Returns None when the field is absent or null; raises
+    `PublishError` for any other value.
+
+    Example:
+        >>> event_time_ms({"time": "2026-01-01T00:00:00Z"}, "time")
+        1767225600000
+    """
+    value = event.get(time_field)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise _bad_time(time_field, value)
+    if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise _bad_time(time_field, value)
+        return int(value) if abs(value) >= _EPOCH_MS_THRESHOLD else int(value * 1000)
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise _bad_time(time_field, value) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return int(moment.timestamp() * 1000)
+    raise _bad_time(time_field, value)
+
+
+def decode_message(message: Message, time_field: str) -> Record:
+    """Turn a consumed Kafka message into a `Record`.
+
+    The event time comes from the value's `time_field`, else from the Kafka timestamp (Spark
+    cannot set that timestamp, so for records Spark wrote only the field is right). Raises
+    `RecordDecodeError` when the value is not a JSON object or its time cannot be read.
+    """
+    raw = message.value() or b""
+    try:
+        value = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RecordDecodeError(f"value is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise RecordDecodeError(f"value is JSON but not an object: {type(value).__name__}")
+    try:
+        time_ms = event_time_ms(value, time_field)
+    except PublishError as error:
+        raise RecordDecodeError(error.message) from None
+    if time_ms is None:
+        timestamp_type, timestamp = message.timestamp()
+        time_ms = None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp
+    key = message.key()
+    return Record(
+        stream=message.topic(),
+        bucket=message.partition(),
+        offset=message.offset(),
+        key=key.decode("utf-8", errors="replace") if key is not None else None,
+        id=header(message, ID_HEADER),
+        time_ms=time_ms,
+        value=value,
+    )
+
+
+def header(message: Message, name: str) -> str | None:
+    """The first value of header `name` of `message` as text, or None."""
+    for key, value in message.headers() or ():
+        if key == name and value is not None:
+            return value.decode("utf-8", errors="replace")
+    return None
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _bad_time(time_field: str, value: Any) -> PublishError:
+    return PublishError(
+        f"event time field {time_field!r} holds {value!r:.60}, which is neither an ISO-8601 "
+        "time nor an epoch number",
+        hint="write times like 2026-01-01T12:00:00Z or as epoch milliseconds, or name another "
+        "field with events.time_field (MILLRACE_TIME_FIELD)",
+    )

@@ -1,0 +1,244 @@
+"""Streams, the paper's Scribe categories: Kafka topics whose partitions are the buckets.
+
+Create, list, describe and delete streams. Every record of a stream is one JSON object;
+`<stream>.dlq` is the stream's dead-letter stream, created on first use by whoever routes a
+bad record there.
+
+Example:
+    >>> create_stream(settings, "page_views", buckets=4, retention="3d")  # doctest: +SKIP
+    >>> describe_stream(settings, "page_views").record_count  # doctest: +SKIP
+    0
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
+
+from millrace.config.durations import parse_duration_ms
+from millrace.config.settings import Settings
+from millrace.errors import BusError, StreamExistsError, StreamNameError, StreamNotFoundError
+
+DEAD_LETTER_SUFFIX = ".dlq"
+MAX_BUCKETS = 1024
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_TIMEOUT_S = 15.0
+_FOREVER = ("forever", "infinite", "-1")
+
+
+@dataclass(frozen=True)
+class BucketInfo:
+    """One bucket (Kafka partition) of a stream, with the offsets it holds."""
+
+    bucket: int
+    start_offset: int
+    end_offset: int
+
+    @property
+    def record_count(self) -> int:
+        """Records kept in the bucket: the end offset minus the first offset still retained."""
+        return self.end_offset - self.start_offset
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What `millrace stream describe` shows."""
+
+    name: str
+    buckets: tuple[BucketInfo, ...]
+    retention_ms: int
+
+    @property
+    def record_count(self) -> int:
+        """Records kept over all buckets."""
+        return sum(bucket.record_count for bucket in self.buckets)
+
+
+def dead_letter_stream(stream: str) -> str:
+    """The name of the stream that holds the records of `stream` no reader could decode."""
+    return stream + DEAD_LETTER_SUFFIX
+
+
+def validate_stream_name(name: str) -> str:
+    """Return `name` if it can name a stream; raise `StreamNameError` saying why not."""
+    if not _NAME.match(name):
+        raise StreamNameError(
+            f"{name!r} is not a valid stream name",
+            hint="use 1 to 200 letters, digits, '.', '_' or '-', starting with a letter or digit",
+        )
+    return name
+
+
+def create_stream(
+    settings: Settings, name: str, *, buckets: int = 1, retention: str = "7d",
+    exist_ok: bool = False,
+) -> None:
+    """Create stream `name` with `buckets` partitions that keep records for `retention`.
+
+    `retention` is a duration such as `3d` or `12h`, or `forever`. Raises `StreamExistsError`
+    when the stream exists (unless `exist_ok`), `StreamNameError` for a bad name or setting.
+    """
+    validate_stream_name(name)
+    if not 1 <= buckets <= MAX_BUCKETS:
+        raise StreamNameError(
+            f"stream {name!r}: {buckets} buckets is out of range",
+            hint=f"choose between 1 and {MAX_BUCKETS} buckets",
+        )
+    retention_ms = _retention_ms(retention)
+    topic = NewTopic(name, num_partitions=buckets, replication_factor=-1,
+                     config={"retention.ms": str(retention_ms)})
+    admin = _admin(settings)
+    future = admin.create_topics([topic], request_timeout=_TIMEOUT_S)[name]
+    try:
+        future.result(timeout=_TIMEOUT_S)
+        _wait_for_leaders(admin, name)
+    except KafkaException as error:
+        if error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            if exist_ok:
+                return
+            raise StreamExistsError(
+                f"stream {name!r} already exists",
+                hint=f"use it as it is, or delete it first (`millrace stream delete {name}`)",
+            ) from None
+        raise _bus_error(f"could not create stream {name!r}", error, settings) from None
+
+
+def list_streams(settings: Settings) -> list[str]:
+    """The names of all streams, sorted; Kafka's internal topics are left out."""
+    metadata = _call(settings, "could not list the streams",
+                     lambda admin: admin.list_topics(timeout=_TIMEOUT_S))
+    return sorted(name for name in metadata.topics if not name.startswith("__"))
+
+
+def describe_stream(settings: Settings, name: str) -> StreamInfo:
+    """Buckets with their start and end offsets, record count and retention of stream `name`."""
+    admin = _admin(settings)
+    metadata = _call(settings, f"could not describe stream {name!r}",
+                     lambda _: admin.list_topics(topic=name, timeout=_TIMEOUT_S))
+    topic = metadata.topics.get(name)
+    if topic is None or topic.error is not None:
+        raise _not_found(name)
+    partitions = sorted(topic.partitions)
+    starts = _offsets(admin, name, partitions, OffsetSpec.earliest())
+    ends = _offsets(admin, name, partitions, OffsetSpec.latest())
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    configs = admin.describe_configs([resource], request_timeout=_TIMEOUT_S)[resource]
+    retention_ms = int(configs.result(timeout=_TIMEOUT_S)["retention.ms"].value)
+    buckets = tuple(BucketInfo(p, starts[p], ends[p]) for p in partitions)
+    return StreamInfo(name, buckets, retention_ms)
+
+
+def delete_stream(settings: Settings, name: str) -> None:
+    """Delete stream `name` and every record in it; `StreamNotFoundError` if there is none."""
+    future = _admin(settings).delete_topics([name], request_timeout=_TIMEOUT_S)[name]
+    try:
+        future.result(timeout=_TIMEOUT_S)
+    except KafkaException as error:
+        if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise _not_found(name) from None
+        raise _bus_error(f"could not delete stream {name!r}", error, settings) from None
+
+
+def require_stream(settings: Settings, name: str) -> int:
+    """Return the bucket count of stream `name`; `StreamNotFoundError` when it does not exist."""
+    metadata = _call(settings, f"could not look up stream {name!r}",
+                     lambda admin: admin.list_topics(topic=name, timeout=_TIMEOUT_S))
+    topic = metadata.topics.get(name)
+    if topic is None or topic.error is not None:
+        raise _not_found(name)
+    return len(topic.partitions)
+
+
+def format_retention(retention_ms: int) -> str:
+    """`3d`, `12h`, `90m`... or `forever`: the shortest exact form of a retention."""
+    if retention_ms < 0:
+        return "forever"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+        if retention_ms % size == 0:
+            return f"{retention_ms // size}{unit}"
+    return f"{retention_ms}ms"
+
+
+def _retention_ms(retention: str) -> int:
+    if retention.strip().lower() in _FOREVER:
+        return -1
+    retention_ms = parse_duration_ms(retention, what="retention")
+    if retention_ms <= 0:
+        raise StreamNameError(f"retention {retention!r} must be longer than zero",
+                              hint="write a duration such as 3d, or 'forever'")
+    return retention_ms
+
+
+def _wait_for_leaders(admin: AdminClient, name: str) -> None:
+    """Block until every bucket of a new stream has a leader, so it is usable at once."""
+    deadline = time.monotonic() + _TIMEOUT_S
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(topic=name, timeout=_TIMEOUT_S).topics.get(name)
+        if topic and topic.partitions and all(
+            partition.leader >= 0 and partition.error is None
+            for partition in topic.partitions.values()
+        ):
+            return
+        time.sleep(0.05)
+
+
+def _offsets(
+    admin: AdminClient, name: str, partitions: list[int], spec: OffsetSpec
+) -> dict[int, int]:
+    request = {TopicPartition(name, partition): spec for partition in partitions}
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        futures = admin.list_offsets(request, request_timeout=_TIMEOUT_S)
+        try:
+            return {tp.partition: future.result(timeout=_TIMEOUT_S).offset
+                    for tp, future in futures.items()}
+        except KafkaException as error:
+            # A bucket whose leader just moved or was just created answers with a retriable
+            # error for a moment.
+            if not error.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _admin(settings: Settings) -> AdminClient:
+    return _admin_for(settings.bootstrap_servers)
+
+
+@functools.cache
+def _admin_for(bootstrap_servers: str) -> AdminClient:
+    # One client per cluster for the life of the process: a client that is garbage-collected
+    # while a request is pending fails that request.
+    return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+
+
+def _call(settings: Settings, what: str, request):  # noqa: ANN001, ANN202
+    try:
+        return request(_admin(settings))
+    except KafkaException as error:
+        raise _bus_error(what, error, settings) from None
+
+
+def _not_found(name: str) -> StreamNotFoundError:
+    return StreamNotFoundError(
+        f"stream {name!r} does not exist",
+        hint=f"create it with `millrace stream create {name}`, or list streams with "
+        "`millrace stream list`",
+    )
+
+
+def _bus_error(what: str, error: KafkaException, settings: Settings) -> BusError:
+    return BusError(
+        f"{what}: {error.args[0].str()} (bus at {settings.bootstrap_servers})",
+        hint="is the broker up? `millrace status` tells, `millrace up` starts it",
+    )

@@ -1,0 +1,209 @@
+"""millrace's settings: one typed object read from `millrace.toml` and the environment.
+
+Every setting has a key in the file (`kafka.port`), an environment variable
+(`MILLRACE_KAFKA_PORT`) that wins over the file, a default and a description. The table
+`SETTINGS` is the single source of them: the loader, the commented file that `millrace init`
+writes and the error messages all read it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from millrace.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: where it is read from, its type, its default and what it is for."""
+
+    key: str
+    env: str
+    doc: str
+
+    @property
+    def attribute(self) -> str:
+        """The attribute of `Settings` that holds this setting."""
+        return self.key.replace(".", "_")
+
+    @property
+    def default(self) -> Any:
+        """The value used when neither the file nor the environment sets it."""
+        return getattr(Settings(), self.attribute)
+
+    @property
+    def kind(self) -> type:
+        """The Python type of the value: str, int or float."""
+        return type(self.default)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "kafka.bootstrap", "MILLRACE_KAFKA",
+        "Bootstrap servers of an existing Kafka cluster (host:port,...). When set, "
+        "`millrace up` starts no broker and every client connects there.",
+    ),
+    Setting(
+        "kafka.port", "MILLRACE_KAFKA_PORT",
+        "Port on 127.0.0.1 where the local broker that `millrace up` starts listens.",
+    ),
+    Setting(
+        "kafka.controller_port", "MILLRACE_KAFKA_CONTROLLER_PORT",
+        "Port on 127.0.0.1 of the local broker's KRaft controller.",
+    ),
+    Setting(
+        "kafka.heap", "MILLRACE_KAFKA_HEAP",
+        "Java heap of the local broker (-Xmx).",
+    ),
+    Setting(
+        "kafka.start_timeout_s", "MILLRACE_KAFKA_START_TIMEOUT_S",
+        "Seconds `millrace up` waits for the local broker to accept connections.",
+    ),
+    Setting(
+        "spark.master", "MILLRACE_SPARK_MASTER",
+        "Spark master URL: local[*] runs in this process; spark://host:7077 runs on a cluster.",
+    ),
+    Setting(
+        "spark.shuffle_partitions", "MILLRACE_SPARK_SHUFFLE_PARTITIONS",
+        "Partitions of Spark's shuffles and of streaming state; 0 chooses twice the cores.",
+    ),
+    Setting(
+        "spark.driver_memory", "MILLRACE_SPARK_DRIVER_MEMORY",
+        "Memory of the Spark driver, which with local[*] also runs the executors.",
+    ),
+    Setting(
+        "events.time_field", "MILLRACE_TIME_FIELD",
+        "Field of a published event that holds its event time (ISO-8601, or epoch ms or s); "
+        "publishers copy it into the Kafka timestamp.",
+    ),
+    Setting(
+        "jvm.jars_dir", "MILLRACE_JARS_DIR",
+        "Folder of the JVM artifacts resolved by scripts/setup.sh; empty means "
+        "<virtualenv>/share/millrace/jars.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective settings of one workspace.
+
+    Example:
+        >>> Settings().kafka_port
+        9092
+    """
+
+    kafka_bootstrap: str = ""
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    kafka_heap: str = "1g"
+    kafka_start_timeout_s: float = 90.0
+    spark_master: str = "local[*]"
+    spark_shuffle_partitions: int = 0
+    spark_driver_memory: str = "2g"
+    events_time_field: str = "time"
+    jvm_jars_dir: str = ""
+
+    @property
+    def uses_local_broker(self) -> bool:
+        """True when millrace runs its own broker rather than using an existing cluster."""
+        return not self.kafka_bootstrap
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Where Kafka clients connect: the configured cluster or the local broker."""
+        return self.kafka_bootstrap or f"127.0.0.1:{self.kafka_port}"
+
+
+def load_settings(config_file: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read `config_file` (if it exists), then let `MILLRACE_*` variables override it.
+
+    Raises `ConfigError` naming the file and the key (or the variable) for an unknown key,
+    a value of the wrong type, or a file that is not valid TOML.
+
+    Example:
+        >>> load_settings(None, {"MILLRACE_KAFKA_PORT": "19092"}).kafka_port
+        19092
+    """
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    if config_file is not None and config_file.exists():
+        values.update(_read_file(config_file))
+    for setting in SETTINGS:
+        raw = environ.get(setting.env)
+        if raw is not None:
+            values[setting.attribute] = _convert(setting, raw, f"environment variable {setting.env}")
+    return Settings(**values)
+
+
+def _read_file(config_file: Path) -> dict[str, Any]:
+    text = config_file.read_text(encoding="utf-8")
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(
+            f"{config_file} is not valid TOML: {error}",
+            hint="fix the line named above; `millrace init --force` writes a fresh commented file",
+        ) from None
+    by_key = {setting.key: setting for setting in SETTINGS}
+    values: dict[str, Any] = {}
+    for key, value in _flatten(document):
+        setting = by_key.get(key)
+        if setting is None:
+            raise ConfigError(
+                f"unknown key {key!r} in {_where(config_file, text, key)}",
+                hint=_suggest(key, by_key),
+            )
+        values[setting.attribute] = _convert(setting, value, f"{_where(config_file, text, key)}")
+    return values
+
+
+def _flatten(document: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for name, value in document.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, Mapping):
+            items.extend(_flatten(value, key + "."))
+        else:
+            items.append((key, value))
+    return items
+
+
+def _where(config_file: Path, text: str, key: str) -> str:
+    """`file:line` of the line that sets `key`, or just the file when it cannot be found."""
+    name = re.escape(key.rsplit(".", 1)[-1])
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(rf"\s*{name}\s*=", line):
+            return f"{config_file}:{number}"
+    return str(config_file)
+
+
+def _suggest(key: str, by_key: Mapping[str, Setting]) -> str:
+    close = difflib.get_close_matches(key, list(by_key), n=1)
+    known = ", ".join(by_key)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return f"{guess}known keys: {known}"
+
+
+def _convert(setting: Setting, value: Any, where: str) -> Any:
+    if setting.kind is str and isinstance(value, str):
+        return value
+    if setting.kind in (int, float) and not isinstance(value, bool):
+        try:
+            return setting.kind(value)
+        except (TypeError, ValueError):
+            pass
+    raise ConfigError(
+        f"{setting.key} must be {_KIND_NAMES[setting.kind]}, got {value!r} ({where})",
+        hint=setting.doc,
+    )
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", float: "a number"}

@@ -1,0 +1,112 @@
+"""The SparkSession: the one place that knows Spark's configuration.
+
+`spark_session` builds (once per process) a session with the master from the settings, the
+Kafka connector and Delta jars on the classpath, RocksDB state, UTC time, quiet logs and a
+shuffle-partition count that fits the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+import pyspark
+from millrace.config.jvm import jars
+from millrace.config.settings import Settings
+from millrace.errors import EngineError
+
+_ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_LISTENERS: dict[int, list[StreamingQueryListener]] = {}
+_LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+)-(?P<version>\d+\.\d+[\w.\-]*)\.jar$")
+
+
+def spark_session(settings: Settings, app_name: str = "millrace") -> SparkSession:
+    """The process's SparkSession, built from `settings` on first use.
+
+    Spark reads its classpath only when the JVM starts, so a session that already runs is
+    returned as it is, whatever `settings` say.
+
+    Example:
+        >>> spark = spark_session(Settings())  # doctest: +SKIP
+        >>> spark.conf.get("spark.sql.session.timeZone")  # doctest: +SKIP
+        'UTC'
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    # Python workers must run this interpreter, or they miss the virtualenv's packages.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Spark's own servers (driver, block manager) listen on loopback unless told otherwise.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
+    for key, value in spark_config(settings).items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as error:
+        raise EngineError(
+            f"could not start Spark with master {settings.spark_master!r}: {error}",
+            hint="check spark.master (MILLRACE_SPARK_MASTER) and that Java 17+ is installed",
+        ) from error
+    return spark
+
+
+def stop_spark_session() -> None:
+    """Stop every streaming query, detach millrace's listeners, and stop the SparkSession."""
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        return
+    for query in spark.streams.active:
+        query.stop()
+    # A listener left attached would be called after this process stops answering Spark.
+    for listener in _LISTENERS.pop(id(spark), []):
+        spark.streams.removeListener(listener)
+    spark.stop()
+
+
+def add_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:
+    """Attach `listener` to `spark`'s streaming queries until `stop_spark_session`."""
+    spark.streams.addListener(listener)
+    _LISTENERS.setdefault(id(spark), []).append(listener)
+
+
+def spark_config(settings: Settings) -> dict[str, str]:
+    """The Spark configuration millrace sets, as key-value pairs."""
+    partitions = settings.spark_shuffle_partitions or 2 * (os.cpu_count() or 1)
+    quiet_logs = f"-Dlog4j2.configurationFile={_LOG_CONFIG.as_uri()}"
+    return {
+        "spark.driver.extraJavaOptions": quiet_logs,
+        "spark.executor.extraJavaOptions": quiet_logs,
+        "spark.jars": ",".join(str(jar) for jar in connector_jars(settings)),
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.sql.shuffle.partitions": str(partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stateStore.providerClass": _ROCKSDB_PROVIDER,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+    }
+
+
+def connector_jars(settings: Settings) -> list[Path]:
+    """The resolved Spark jars that PySpark does not ship itself.
+
+    Maven brings the connectors' dependencies too, some of which PySpark already has in
+    another version (Jackson, Hadoop, Scala...). Two versions of a class on one classpath
+    fail in odd ways, so PySpark's own copy always wins.
+    """
+    bundled = {_artifact(jar.name) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [jar for jar in jars(settings, "spark") if _artifact(jar.name) not in bundled]
+
+
+def _artifact(jar_name: str) -> str:
+    match = _VERSIONED_JAR.match(jar_name)
+    return match.group("artifact") if match else jar_name

@@ -1,0 +1,289 @@
+"""Streams as Spark DataFrames: decoding with dead-letter routing, and writing back to the bus.
+
+`read_stream` turns a stream into a streaming DataFrame of typed columns, the event time as a
+TIMESTAMP column, and the record's id, key, bucket and offset. Every record that is not a JSON
+object, does not fit the declared schema, or holds an unreadable time goes to `<stream>.dlq`
+with the reason, through a companion query that `read_stream` starts, and is counted.
+`write_stream` writes a DataFrame to a stream, or to a stream named per row.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
+from millrace.bus.records import ID_HEADER
+from millrace.bus.streams import create_stream, dead_letter_stream, require_stream
+from millrace.config.durations import parse_duration_ms
+from millrace.config.workspace import Workspace
+from millrace.engine.session import add_listener
+from millrace.errors import SchemaError
+
+RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
+"""Columns `read_stream` adds beside the declared ones; `write_stream` leaves them out."""
+
+_CORRUPT = "_millrace_corrupt"
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Epoch values at or above this are milliseconds (the same rule as the Python publisher).
+_EPOCH_MS_THRESHOLD = 100_000_000_000
+
+
+@dataclass(frozen=True)
+class StreamInput:
+    """A stream read by Spark: its good records, and the query routing its dead letters.
+
+    Example:
+        >>> source = read_stream(spark, workspace, "demo", "clicks",  # doctest: +SKIP
+        ...                      "page STRING, ms INT", time="time", lateness="30s")
+        >>> source.records.groupBy("page").count()  # doctest: +SKIP
+    """
+
+    stream: str
+    records: DataFrame
+    dead_letter_query: StreamingQuery
+
+    @property
+    def dead_letter_count(self) -> int:
+        """Records routed to the dead-letter stream by this run of the query so far."""
+        return _DeadLetterCounter.total(self.dead_letter_query.name)
+
+
+def read_stream(
+    spark: SparkSession, workspace: Workspace, app: str, stream: str,
+    schema: str | StructType, *, time: str, lateness: str | None = None,
+    starting_offsets: str = "earliest",
+) -> StreamInput:
+    """Decode `stream` into a streaming DataFrame, and start routing its dead letters.
+
+    `schema` declares the value's fields (a DDL string such as `"event STRING, score DOUBLE"`
+    or a StructType); `time` names the field holding the event time (ISO-8601 or epoch ms or
+    s; when a record lacks it, the Kafka timestamp is used). With `lateness`, the DataFrame
+    has a watermark of the largest event time seen minus `lateness`. The dead-letter query is
+    named `<app>.dead-letters.<stream>` and checkpoints under the app's checkpoint folder.
+    """
+    require_stream(workspace.settings, stream)
+    fields = _value_fields(schema, time)
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", stream)
+        .option("startingOffsets", starting_offsets)
+        .option("includeHeaders", "true")
+        .load()
+    )
+    decoded = _decode(raw, fields, time)
+    records = decoded.where(F.col("_error").isNull()).select(
+        *[F.col(f"_parsed.{field.name}").alias(field.name) for field in fields],
+        F.col("_event_time").alias(time),
+        *RECORD_COLUMNS,
+    )
+    if lateness is not None:
+        lateness_ms = parse_duration_ms(lateness, what="lateness")
+        records = records.withWatermark(time, f"{lateness_ms} milliseconds")
+    dead_letter_query = _start_dead_letters(spark, workspace, app, stream, decoded)
+    return StreamInput(stream, records, dead_letter_query)
+
+
+def write_stream(
+    records: DataFrame, workspace: Workspace, app: str, query: str, stream: str | Column, *,
+    key: str | None = None, output_mode: str = "append", available_now: bool = False,
+) -> StreamingQuery:
+    """Start a query named `<app>.<query>` that writes `records` to a stream as JSON.
+
+    `stream` is a stream name, or a column naming each row's stream (those streams must
+    exist). `key` names the column used as the routing key. The value holds every column but
+    the `RECORD_COLUMNS`; the `id` header is the `record_id` column when there is one.
+
+    Example:
+        >>> write_stream(source.records, workspace, "demo", "copy", "clicks_copy")  # doctest: +SKIP
+    """
+    settings = workspace.settings
+    if isinstance(stream, str):
+        require_stream(settings, stream)
+        target = F.lit(stream)
+    else:
+        target = stream
+    value_columns = [name for name in records.columns if name not in RECORD_COLUMNS]
+    record_id = F.col("record_id") if "record_id" in records.columns else F.expr("uuid()")
+    output = records.select(
+        target.alias("topic"),
+        (F.col(key).cast("string") if key else F.lit(None).cast("string")).alias("key"),
+        F.to_json(F.struct(*value_columns)).alias("value"),
+        F.array(F.struct(F.lit(ID_HEADER).alias("key"),
+                         record_id.cast("binary").alias("value"))).alias("headers"),
+    )
+    writer = (
+        output.writeStream.format("kafka")
+        .queryName(f"{app}.{query}")
+        .outputMode(output_mode)
+        .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+        .option("kafka.linger.ms", "5")
+        .option("checkpointLocation", str(workspace.checkpoint(app, query)))
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start()
+
+
+def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
+    if isinstance(schema, str):
+        try:
+            schema = StructType.fromDDL(schema) if schema.strip() else StructType([])
+        except Exception as error:
+            raise SchemaError(f"schema {schema!r} is not valid: {_first_line(error)}",
+                              hint="write it like 'event STRING, score DOUBLE'") from None
+    for field in schema.fields:
+        if field.name in RECORD_COLUMNS:
+            raise SchemaError(f"column {field.name!r} is reserved for the record's metadata",
+                              hint=f"rename the field; reserved names: {', '.join(RECORD_COLUMNS)}")
+        if not _FIELD_NAME.match(field.name):
+            raise SchemaError(f"column {field.name!r} is not a plain name",
+                              hint="use letters, digits and '_', starting with a letter or '_'")
+        if field.name == time and not isinstance(field.dataType, TimestampType):
+            raise SchemaError(
+                f"time column {time!r} is declared {field.dataType.simpleString().upper()}",
+                hint="declare it TIMESTAMP or leave it out: it is always read as a TIMESTAMP")
+    if not _FIELD_NAME.match(time):
+        raise SchemaError(f"time column {time!r} is not a plain name",
+                          hint="use letters, digits and '_', starting with a letter or '_'")
+    return [field for field in schema.fields if field.name != time]
+
+
+def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
+    """Every Kafka record with its parsed value, event time and, for a bad one, `_error`."""
+    json_schema = StructType([*fields, StructField(_CORRUPT, StringType())])
+    text = F.col("value").cast("string")
+    with_parts = raw.select(
+        F.col("value").alias("_bytes"),
+        text.alias("_text"),
+        F.col("key").cast("string").alias("record_key"),
+        F.col("partition").alias("record_bucket"),
+        F.col("offset").alias("record_offset"),
+        F.expr(f"try_element_at(filter(headers, h -> h.key = '{ID_HEADER}'), 1).value")
+        .cast("string").alias("record_id"),
+        F.from_json(text, json_schema, {"mode": "PERMISSIVE",
+                                        "columnNameOfCorruptRecord": _CORRUPT}).alias("_parsed"),
+        F.get_json_object(text, f"$.{time}").alias("_time_raw"),
+        F.col("timestamp").alias("_kafka_time"),
+    )
+    time_raw = F.col("_time_raw")
+    as_number = time_raw.cast("double")
+    event_time = (
+        F.when(time_raw.isNull(), F.col("_kafka_time"))
+        .when(time_raw.rlike(r"^-?[0-9]+(\.[0-9]+)?$"), F.timestamp_millis(
+            F.when(F.abs(as_number) >= _EPOCH_MS_THRESHOLD, as_number)
+            .otherwise(as_number * 1000).cast("long")))
+        .otherwise(F.expr("try_cast(_time_raw AS TIMESTAMP)"))
+    )
+    return with_parts.withColumn("_event_time", event_time).withColumn(
+        "_error", _error_reason(fields, time))
+
+
+def _error_reason(fields: list[StructField], time: str) -> Column:
+    variant = F.expr("try_parse_json(_text)")
+    field_reasons = [
+        F.when(F.get_json_object("_text", f"$.{field.name}").isNotNull()
+               & F.col(f"_parsed.{field.name}").isNull(),
+               F.concat(F.lit(f"field '{field.name}' should be "
+                              f"{field.dataType.simpleString().upper()} but holds "),
+                        F.get_json_object("_text", f"$.{field.name}")))
+        for field in fields
+    ]
+    mismatches = F.concat_ws("; ", *field_reasons) if field_reasons else F.lit("")
+    corrupt = F.col("_parsed").isNull() | F.col(f"_parsed.{_CORRUPT}").isNotNull()
+    return (
+        F.when(F.col("_bytes").isNull(), F.lit("value is empty"))
+        .when(corrupt & variant.isNull(), F.lit("value is not valid JSON"))
+        .when(corrupt & ~F.startswith(F.expr("schema_of_variant(try_parse_json(_text))"),
+                                       F.lit("OBJECT")),
+              F.lit("value is JSON but not an object"))
+        .when(corrupt, F.concat(F.lit("value does not fit the schema: "),
+                                F.coalesce(F.nullif(mismatches, F.lit("")),
+                                           F.lit("a field has the wrong type"))))
+        .when(F.col("_event_time").isNull(),
+              F.concat(F.lit(f"time field '{time}' holds "), F.col("_time_raw"),
+                       F.lit(", which is neither an ISO-8601 time nor an epoch number")))
+    )
+
+
+def _start_dead_letters(
+    spark: SparkSession, workspace: Workspace, app: str, stream: str, decoded: DataFrame,
+) -> StreamingQuery:
+    target = dead_letter_stream(stream)
+    create_stream(workspace.settings, target, buckets=1, retention=DEAD_LETTER_RETENTION,
+                  exist_ok=True)
+    _DeadLetterCounter.install(spark)
+    dead = decoded.where(F.col("_error").isNotNull()).observe(
+        _DeadLetterCounter.METRIC, F.count(F.lit(1)).alias("rows"))
+    letters = dead.select(
+        F.col("record_key").alias("key"),
+        F.to_json(F.struct(
+            F.col("_error").alias("error"), F.lit(stream).alias("stream"),
+            F.col("record_bucket").alias("bucket"), F.col("record_offset").alias("offset"),
+            F.col("_text").alias("original"), F.base64("_bytes").alias("original_base64"),
+        )).alias("value"),
+        F.array(F.struct(
+            F.lit(ID_HEADER).alias("key"),
+            F.concat_ws(":", F.lit("dlq"), F.lit(stream), F.col("record_bucket"),
+                        F.col("record_offset")).cast("binary").alias("value"),
+        )).alias("headers"),
+    )
+    query = f"dead-letters.{stream}"
+    return (
+        letters.writeStream.format("kafka")
+        .queryName(f"{app}.{query}")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("topic", target)
+        .option("checkpointLocation", str(workspace.checkpoint(app, query)))
+        .start()
+    )
+
+
+class _DeadLetterCounter(StreamingQueryListener):
+    """Adds up, per query name, the dead letters each micro-batch observed."""
+
+    METRIC = "millrace_dead_letters"
+    _totals: ClassVar[dict[str, int]] = {}
+    _lock = threading.Lock()
+    _installed_in: ClassVar[set[int]] = set()
+
+    @classmethod
+    def install(cls, spark: SparkSession) -> None:
+        with cls._lock:
+            if id(spark) not in cls._installed_in:
+                add_listener(spark, cls())
+                cls._installed_in.add(id(spark))
+
+    @classmethod
+    def total(cls, query_name: str | None) -> int:
+        with cls._lock:
+            return cls._totals.get(query_name or "", 0)
+
+    def onQueryStarted(self, event) -> None:  # noqa: ANN001, N802 - Spark's callback names
+        with self._lock:
+            self._totals[event.name or ""] = 0
+
+    def onQueryProgress(self, event) -> None:  # noqa: ANN001, N802
+        observed = event.progress.observedMetrics.get(self.METRIC)
+        if observed is not None:
+            with self._lock:
+                name = event.progress.name or ""
+                self._totals[name] = self._totals.get(name, 0) + observed["rows"]
+
+    def onQueryIdle(self, event) -> None:  # noqa: ANN001, N802
+        pass
+
+    def onQueryTerminated(self, event) -> None:  # noqa: ANN001, N802
+        pass
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -1,0 +1,92 @@
+"""The millrace error hierarchy: every failure a user can act on is a `MillraceError`.
+
+Each error carries a stable `code`, a message that says what was wrong and where, and a
+`hint` that says what to do. The CLI prints `error[code]: message` and the hint, with no
+traceback; later the HTTP API renders the same fields as JSON.
+"""
+
+from __future__ import annotations
+
+
+class MillraceError(Exception):
+    """Base class of every error millrace raises on purpose.
+
+    Example:
+        >>> error = ConfigError("unknown key 'kafka.prot'", hint="did you mean 'kafka.port'?")
+        >>> error.code, str(error)
+        ('config', "unknown key 'kafka.prot'")
+    """
+
+    code = "millrace"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        """The text the CLI prints: the message, then the hint on its own line."""
+        text = f"error[{self.code}]: {self.message}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class ConfigError(MillraceError):
+    """A setting in `millrace.toml` or the environment is unknown or has a bad value."""
+
+    code = "config"
+
+
+class SetupError(MillraceError):
+    """Something the setup step installs is missing: Java, the resolved jars, a package."""
+
+    code = "setup"
+
+
+class BrokerError(MillraceError):
+    """The local Kafka broker could not be started, reached or stopped."""
+
+    code = "broker"
+
+
+class BusError(MillraceError):
+    """A Kafka operation on the bus failed."""
+
+    code = "bus"
+
+
+class StreamNameError(BusError):
+    """A stream name or a stream setting is not valid."""
+
+    code = "stream-invalid"
+
+
+class StreamNotFoundError(BusError):
+    """The named stream does not exist on the bus."""
+
+    code = "stream-not-found"
+
+
+class StreamExistsError(BusError):
+    """A stream of that name already exists."""
+
+    code = "stream-exists"
+
+
+class PublishError(BusError):
+    """An event could not be encoded or was not acknowledged by the bus."""
+
+    code = "publish"
+
+
+class SchemaError(MillraceError):
+    """A declared schema or time column is not valid."""
+
+    code = "schema"
+
+
+class EngineError(MillraceError):
+    """Spark could not be started or a streaming query could not be built."""
+
+    code = "engine"
