@@ -128,11 +128,16 @@ class _BrokerPaths:
         return None
 
     def log_excerpt(self) -> str:
-        lines: list[str] = []
-        for log in (self.console_log, self.server_log):
-            if log.exists():
-                lines += log.read_text(errors="replace").splitlines()[-_LOG_EXCERPT_LINES:]
-        return "\n".join(lines[-_LOG_EXCERPT_LINES:]) or "(the broker wrote no log)"
+        """The end of the JVM's console output, then the errors of the broker's own log."""
+        console = _read_lines(self.console_log)[-_LOG_EXCERPT_LINES:]
+        server = _read_lines(self.server_log)
+        errors = [line for line in server if " ERROR " in line or " FATAL " in line]
+        lines = console + (errors or server)[-_LOG_EXCERPT_LINES:]
+        return "\n".join(lines) or "(the broker wrote no log)"
+
+
+def _read_lines(log: Path) -> list[str]:
+    return log.read_text(errors="replace").splitlines() if log.exists() else []
 
 
 def _require_free_port(port: int) -> None:

@@ -124,10 +124,15 @@ class Reader:
         self._records_since_checkpoint = 0
         self._bytes_since_checkpoint = 0
 
-    def close(self) -> None:
-        """Checkpoint everything processed, then leave the group."""
-        self._mark_processed()
-        self.checkpoint()
+    def close(self, *, checkpoint: bool = True) -> None:
+        """Checkpoint everything processed (unless `checkpoint` is off), then leave the group.
+
+        With `checkpoint=False` the records since the last checkpoint are read again by the
+        next reader of the group: the way out when their processing cannot be confirmed.
+        """
+        if checkpoint:
+            self._mark_processed()
+            self.checkpoint()
         self._consumer.close()
 
     def __enter__(self) -> Reader:

@@ -73,8 +73,8 @@ def encode_event(event: Any) -> bytes:
 def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:
     """The event time of `event` in epoch milliseconds, read from `time_field`.
 
-    The field may hold an ISO-8601 string (a time without an offset is UTC) or an epoch
-    number in seconds or milliseconds. Returns None when the field is absent or null; raises
+    The field may hold an ISO-8601 string or a datetime (without an offset, UTC), or an
+    epoch number in seconds or milliseconds. Returns None when the field is absent or null; raises
     `PublishError` for any other value.
 
     Example:
@@ -92,12 +92,13 @@ def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:
         return int(value) if abs(value) >= _EPOCH_MS_THRESHOLD else int(value * 1000)
     if isinstance(value, str):
         try:
-            moment = datetime.fromisoformat(value)
+            value = datetime.fromisoformat(value)
         except ValueError:
             raise _bad_time(time_field, value) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return int(moment.timestamp() * 1000)
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return int(value.timestamp() * 1000)
     raise _bad_time(time_field, value)
 
 

@@ -63,13 +63,14 @@ class Workspace:
         """The checkpoint folder of one streaming query of one app."""
         return self.checkpoints_dir / app / query
 
-    def require_initialized(self) -> None:
-        """Raise `ConfigError` when `millrace init` has not been run for this workspace."""
+    def require_initialized(self) -> Workspace:
+        """This workspace; `ConfigError` when `millrace init` has not been run for it."""
         if not self.config_file.exists():
             raise ConfigError(
                 f"no workspace at {self.root} ({CONFIG_FILE_NAME} is missing)",
                 hint="run `millrace init` here, or set MILLRACE_HOME to an existing workspace",
             )
+        return self
 
 
 def init_workspace(workspace: Workspace, *, force: bool = False) -> bool:

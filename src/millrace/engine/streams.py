@@ -59,7 +59,7 @@ class StreamInput:
 def read_stream(
     spark: SparkSession, workspace: Workspace, app: str, stream: str,
     schema: str | StructType, *, time: str, lateness: str | None = None,
-    starting_offsets: str = "earliest",
+    starting_offsets: str = "earliest", available_now: bool = False,
 ) -> StreamInput:
     """Decode `stream` into a streaming DataFrame, and start routing its dead letters.
 
@@ -67,7 +67,8 @@ def read_stream(
     or a StructType); `time` names the field holding the event time (ISO-8601 or epoch ms or
     s; when a record lacks it, the Kafka timestamp is used). With `lateness`, the DataFrame
     has a watermark of the largest event time seen minus `lateness`. The dead-letter query is
-    named `<app>.dead-letters.<stream>` and checkpoints under the app's checkpoint folder.
+    named `<app>.dead-letters.<stream>` and checkpoints under the app's checkpoint folder;
+    with `available_now` it reads what the stream holds now and stops, like the app's queries.
     """
     require_stream(workspace.settings, stream)
     fields = _value_fields(schema, time)
@@ -88,7 +89,7 @@ def read_stream(
     if lateness is not None:
         lateness_ms = parse_duration_ms(lateness, what="lateness")
         records = records.withWatermark(time, f"{lateness_ms} milliseconds")
-    dead_letter_query = _start_dead_letters(spark, workspace, app, stream, decoded)
+    dead_letter_query = _start_dead_letters(spark, workspace, app, stream, decoded, available_now)
     return StreamInput(stream, records, dead_letter_query)
 
 
@@ -216,6 +217,7 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
 
 def _start_dead_letters(
     spark: SparkSession, workspace: Workspace, app: str, stream: str, decoded: DataFrame,
+    available_now: bool,
 ) -> StreamingQuery:
     target = dead_letter_stream(stream)
     create_stream(workspace.settings, target, buckets=1, retention=DEAD_LETTER_RETENTION,
@@ -237,14 +239,16 @@ def _start_dead_letters(
         )).alias("headers"),
     )
     query = f"dead-letters.{stream}"
-    return (
+    writer = (
         letters.writeStream.format("kafka")
         .queryName(f"{app}.{query}")
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .option("topic", target)
         .option("checkpointLocation", str(workspace.checkpoint(app, query)))
-        .start()
     )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start()
 
 
 class _DeadLetterCounter(StreamingQueryListener):

@@ -1,0 +1,18 @@
+# The two commands of the README, and the setup step they share.
+.PHONY: setup demo test soak
+
+setup:
+	bash scripts/setup.sh
+
+# The main job: bus up, a stream, sample events, counts per bucket from Spark.
+demo: setup
+	.venv/bin/millrace init
+	.venv/bin/millrace demo
+
+# The test suite CI runs: real Kafka broker and real Spark, started once per run.
+test: setup
+	.venv/bin/python -m pytest
+
+# Long load and failure runs, left out of `make test`.
+soak: setup
+	.venv/bin/python -m pytest -m soak

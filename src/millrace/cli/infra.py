@@ -1,0 +1,85 @@
+"""CLI verbs for the workspace and local infrastructure: init, up, down, status, demo."""
+
+from __future__ import annotations
+
+import click
+
+from millrace.bus.broker import broker_status, start_broker, stop_broker
+from millrace.bus.streams import list_streams
+from millrace.config.workspace import Workspace, init_workspace
+from millrace.errors import BusError
+
+
+@click.command()
+@click.option("--force", is_flag=True, help="Overwrite an existing millrace.toml.")
+def init(force: bool) -> None:
+    """Create the workspace (.millrace/ or MILLRACE_HOME) with a commented millrace.toml."""
+    workspace = Workspace.locate()
+    if init_workspace(workspace, force=force):
+        click.echo(f"created workspace {workspace.root}; settings in {workspace.config_file}")
+    else:
+        click.echo(f"workspace {workspace.root} exists; kept {workspace.config_file} "
+                   "(--force writes a fresh one)")
+
+
+@click.command()
+def up() -> None:
+    """Start the local Kafka broker and wait until it accepts clients."""
+    workspace = Workspace.locate().require_initialized()
+    status = start_broker(workspace)
+    if status.external:
+        click.echo(f"bus: using the existing cluster at {status.bootstrap_servers} "
+                   "(kafka.bootstrap is set); no broker started")
+    elif status.started_now:
+        click.echo(f"bus: Kafka broker started, listening on {status.bootstrap_servers} "
+                   f"(pid {status.pid}, data in {workspace.kafka_dir})")
+    else:
+        click.echo(f"bus: Kafka broker already running on {status.bootstrap_servers} "
+                   f"(pid {status.pid})")
+
+
+@click.command()
+def down() -> None:
+    """Stop the local Kafka broker cleanly; its data stays in the workspace."""
+    workspace = Workspace.locate()
+    before = broker_status(workspace)
+    stop_broker(workspace)
+    if before.external:
+        click.echo("bus: an existing cluster is configured (kafka.bootstrap); nothing to stop")
+    elif before.running:
+        click.echo(f"bus: Kafka broker stopped (was pid {before.pid})")
+    else:
+        click.echo("bus: no local broker was running")
+
+
+@click.command()
+def status() -> None:
+    """Show the workspace and whether the bus runs."""
+    workspace = Workspace.locate()
+    click.echo(f"workspace: {workspace.root}"
+               + ("" if workspace.config_file.exists() else " (not created: run `millrace init`)"))
+    current = broker_status(workspace)
+    if current.external:
+        try:
+            count = len(list_streams(workspace.settings))
+            click.echo(f"bus: existing cluster at {current.bootstrap_servers}, reachable, "
+                       f"{count} streams")
+        except BusError:
+            click.echo(f"bus: existing cluster at {current.bootstrap_servers}, NOT reachable")
+    elif current.running:
+        click.echo(f"bus: local Kafka broker running on {current.bootstrap_servers} "
+                   f"(pid {current.pid})")
+    else:
+        click.echo("bus: local Kafka broker not running (start it with `millrace up`)")
+
+
+@click.command()
+@click.option("--events", default=10_000, show_default=True, help="Sample events to publish.")
+def demo(events: int) -> None:
+    """Run the short demo: bus up, a stream, sample events, counts per bucket from Spark."""
+    from millrace.runtime.demo import run_demo
+
+    workspace = Workspace.locate()
+    init_workspace(workspace)
+    run_demo(workspace, events=events, say=click.echo)
+

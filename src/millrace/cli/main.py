@@ -1,0 +1,57 @@
+"""The `millrace` command: the root group, and how errors reach the terminal.
+
+Each verb is a thin function in a sibling module that parses its options, calls one service
+function of the layer below, and renders the result. A `MillraceError` is printed as
+`error[code]: message` with its hint, never with a traceback, and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from millrace.cli import infra, records, streams
+from millrace.errors import MillraceError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="millrace")
+def cli() -> None:
+    """millrace: realtime data processing on Kafka and Spark.
+
+    Settings come from the workspace's millrace.toml (.millrace/ here, or MILLRACE_HOME) and
+    from MILLRACE_* environment variables.
+    """
+
+
+cli.add_command(infra.init)
+cli.add_command(infra.up)
+cli.add_command(infra.down)
+cli.add_command(infra.status)
+cli.add_command(infra.demo)
+cli.add_command(streams.stream)
+cli.add_command(records.publish)
+cli.add_command(records.tail)
+cli.add_command(records.pipe)
+
+
+def main() -> None:
+    """Run the CLI, rendering millrace's own errors without a traceback."""
+    try:
+        cli.main(standalone_mode=False)
+    except MillraceError as error:
+        click.echo(error.render(), err=True)
+        sys.exit(1)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

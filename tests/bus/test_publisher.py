@@ -1,0 +1,64 @@
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from millrace.bus.publisher import Publisher, publish
+from millrace.bus.reader import TailStart, tail
+from millrace.bus.streams import create_stream
+from millrace.config.settings import Settings
+from millrace.errors import PublishError, StreamNotFoundError
+
+JAN_1 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch milliseconds
+
+
+def test_published_events_come_back_with_their_ids_keys_and_event_times(
+    settings: Settings, stream_name: str,
+) -> None:
+    create_stream(settings, stream_name, buckets=2)
+    sent = {}
+    with Publisher(stream_name, settings=settings) as publisher:
+        sent[publisher.send({"time": "2026-01-01T00:00:00Z", "n": 1}, key="a")] = JAN_1
+        sent[publisher.send({"time": JAN_1 + 5, "n": 2}, key="b")] = JAN_1 + 5
+        sent[publisher.send({"time": JAN_1 / 1000 + 7, "n": 3})] = JAN_1 + 7000
+        sent[publisher.send({"time": "2026-01-01T01:00:00+01:00", "n": 4})] = JAN_1
+        sent[publisher.send({"time": datetime(2026, 1, 1, tzinfo=UTC), "n": 5})] = JAN_1
+        sent[publisher.send({"n": 6}, record_id="chosen-id")] = None
+    assert publisher.delivered == 6
+
+    records = list(tail(stream_name, TailStart(from_beginning=True), settings=settings))
+    assert {record.id for record in records} == set(sent)
+    by_id = {record.id: record for record in records}
+    for record_id, time_ms in sent.items():
+        if time_ms is not None:
+            assert by_id[record_id].time_ms == time_ms
+    assert abs(by_id["chosen-id"].time_ms - time.time() * 1000) < 60_000
+    assert {record.value["n"]: record.key for record in records}[1] == "a"
+
+
+def test_publish_sends_one_event_and_returns_its_id(settings: Settings, stream_name: str) -> None:
+    create_stream(settings, stream_name)
+    record_id = publish(stream_name, {"page": "/"}, key="user-7", settings=settings)
+    [record] = tail(stream_name, TailStart(from_beginning=True), settings=settings)
+    assert (record.id, record.key, record.value) == (record_id, "user-7", {"page": "/"})
+
+
+@pytest.mark.parametrize(("event", "complaint"), [
+    ([1, 2], "must be a JSON object"),
+    ({"time": "last tuesday"}, "neither an ISO-8601 time nor an epoch number"),
+    ({"time": True}, "neither an ISO-8601 time nor an epoch number"),
+    ({"payload": object()}, "cannot be written as JSON"),
+    ({"score": float("nan")}, "cannot be written as JSON"),
+])
+def test_events_that_cannot_be_stored_faithfully_are_refused(
+    settings: Settings, stream_name: str, event: object, complaint: str,
+) -> None:
+    create_stream(settings, stream_name)
+    with Publisher(stream_name, settings=settings) as publisher, \
+            pytest.raises(PublishError, match=complaint):
+        publisher.send(event)  # type: ignore[arg-type]
+
+
+def test_publishing_to_a_missing_stream_fails_at_once(settings: Settings) -> None:
+    with pytest.raises(StreamNotFoundError):
+        Publisher("no.such.stream", settings=settings)

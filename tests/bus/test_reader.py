@@ -1,0 +1,77 @@
+from confluent_kafka import Producer
+
+from millrace.bus.publisher import Publisher
+from millrace.bus.reader import Reader, TailStart, tail
+from millrace.bus.streams import create_stream, dead_letter_stream
+from millrace.config.settings import Settings
+
+
+def _publish_numbers(settings: Settings, stream: str, count: int) -> dict[str, int]:
+    with Publisher(stream, settings=settings) as publisher:
+        return {publisher.send({"n": number}, key=str(number)): number for number in range(count)}
+
+
+def test_a_restarted_reader_loses_nothing_and_repeats_only_since_its_last_checkpoint(
+    settings: Settings, stream_name: str,
+) -> None:
+    create_stream(settings, stream_name, buckets=3)
+    ids = _publish_numbers(settings, stream_name, 100)
+
+    first_run = []
+    crashed = Reader(stream_name, "counter", settings=settings, checkpoint_every=10)
+    for record in crashed:
+        first_run.append(record.id)
+        if len(first_run) == 35:
+            break
+    crashed.close(checkpoint=False)  # as if the script died while handling record 35
+    assert crashed.checkpoints == 3
+
+    with Reader(stream_name, "counter", settings=settings, follow=False) as restarted:
+        second_run = [record.id for record in restarted]
+
+    assert set(first_run) | set(second_run) == set(ids)
+    repeated = len(first_run) + len(second_run) - len(ids)
+    assert repeated == 5  # records 31 to 35 were handled after the third checkpoint
+
+    with Reader(stream_name, "counter", settings=settings, follow=False) as after_clean_close:
+        assert list(after_clean_close) == []
+
+
+def test_a_reader_checkpoints_by_bytes_as_well_as_by_count(
+    settings: Settings, stream_name: str,
+) -> None:
+    create_stream(settings, stream_name)
+    with Publisher(stream_name, settings=settings) as publisher:
+        for number in range(20):
+            publisher.send({"n": f"{number:03d}"})  # 11 bytes each: {"n":"007"}
+    reader = Reader(stream_name, "bytes", settings=settings, checkpoint_every=1000,
+                    checkpoint_bytes=30, follow=False)
+    assert len(list(reader)) == 20
+    assert reader.checkpoints == 6  # after every third record: 33 bytes
+    reader.close()
+    assert reader.checkpoints == 7  # the last two records
+
+
+def test_undecodable_records_go_to_the_dead_letter_stream_and_are_counted(
+    settings: Settings, stream_name: str,
+) -> None:
+    create_stream(settings, stream_name)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    for raw in (b'{"n": 1}', b"{broken", b'"just a string"', b'{"n": 2}', b'\xff\xfe'):
+        producer.produce(stream_name, raw, key=b"k")
+    producer.flush()
+
+    with Reader(stream_name, "dlq", settings=settings, follow=False) as reader:
+        good = [record.value["n"] for record in reader]
+    assert good == [1, 2]
+    assert reader.dead_letter_count == 3
+
+    letters = list(tail(dead_letter_stream(stream_name), TailStart(from_beginning=True),
+                        settings=settings))
+    assert [(letter.value["offset"], letter.value["stream"]) for letter in letters] == [
+        (1, stream_name), (2, stream_name), (4, stream_name)]
+    assert letters[0].value["original"] == "{broken"
+    assert "not valid JSON" in letters[0].value["error"]
+    assert "not an object" in letters[1].value["error"]
+    assert letters[2].value["original_base64"] == "//4="
+    assert letters[0].id == f"dlq:{stream_name}:0:1"

@@ -1,0 +1,72 @@
+import pytest
+
+from millrace.bus.publisher import Publisher
+from millrace.bus.streams import (
+    create_stream,
+    delete_stream,
+    describe_stream,
+    format_retention,
+    list_streams,
+)
+from millrace.config.settings import Settings
+from millrace.errors import MillraceError, StreamExistsError, StreamNotFoundError
+
+
+def test_a_stream_is_created_listed_described_and_deleted(
+    settings: Settings, stream_name: str,
+) -> None:
+    create_stream(settings, stream_name, buckets=4, retention="3d")
+    assert stream_name in list_streams(settings)
+
+    with Publisher(stream_name, settings=settings) as publisher:
+        for number in range(40):
+            publisher.send({"n": number}, key=str(number))
+    info = describe_stream(settings, stream_name)
+    assert [bucket.bucket for bucket in info.buckets] == [0, 1, 2, 3]
+    assert info.record_count == 40
+    assert all(bucket.start_offset == 0 for bucket in info.buckets)
+    assert sum(bucket.end_offset for bucket in info.buckets) == 40
+    assert format_retention(info.retention_ms) == "3d"
+
+    delete_stream(settings, stream_name)
+    assert stream_name not in list_streams(settings)
+
+
+def test_creating_an_existing_stream_is_refused_unless_asked_to_accept_it(
+    settings: Settings, stream_name: str,
+) -> None:
+    create_stream(settings, stream_name)
+    with pytest.raises(StreamExistsError, match="already exists"):
+        create_stream(settings, stream_name)
+    create_stream(settings, stream_name, exist_ok=True)
+
+
+def test_a_missing_stream_is_reported_with_how_to_create_it(settings: Settings) -> None:
+    with pytest.raises(StreamNotFoundError) as raised:
+        describe_stream(settings, "no.such.stream")
+    assert "millrace stream create no.such.stream" in raised.value.hint
+    with pytest.raises(StreamNotFoundError):
+        delete_stream(settings, "no.such.stream")
+
+
+@pytest.mark.parametrize(("name", "buckets", "retention", "complaint"), [
+    ("has space", 1, "1d", "not a valid stream name"),
+    ("_internal", 1, "1d", "not a valid stream name"),
+    ("x" * 201, 1, "1d", "not a valid stream name"),
+    ("fine", 0, "1d", "0 buckets is out of range"),
+    ("fine", 5000, "1d", "5000 buckets is out of range"),
+    ("fine", 1, "soon", "is not a duration"),
+    ("fine", 1, "0s", "must be longer than zero"),
+])
+def test_invalid_names_and_settings_are_refused_before_reaching_kafka(
+    settings: Settings, name: str, buckets: int, retention: str, complaint: str,
+) -> None:
+    with pytest.raises(MillraceError, match=complaint):
+        create_stream(settings, name, buckets=buckets, retention=retention)
+
+
+def test_retention_forever_keeps_records_without_a_time_limit(
+    settings: Settings, stream_name: str,
+) -> None:
+    create_stream(settings, stream_name, retention="forever")
+    assert format_retention(describe_stream(settings, stream_name).retention_ms) == "forever"

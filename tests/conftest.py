@@ -1,0 +1,82 @@
+"""Fixtures shared by the whole suite: one workspace, one real Kafka broker and one
+SparkSession per test run, all on loopback, all stopped at the end."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from millrace.bus.broker import start_broker, stop_broker
+from millrace.config.settings import Settings
+from millrace.config.workspace import Workspace, init_workspace
+from millrace.engine.session import spark_session, stop_spark_session
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    """The test run's workspace, with its broker up; MILLRACE_* point every client at it."""
+    root = tmp_path_factory.mktemp("workspace")
+    environment = {
+        "MILLRACE_HOME": str(root),
+        "MILLRACE_KAFKA_PORT": str(free_port()),
+        "MILLRACE_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "MILLRACE_SPARK_MASTER": "local[2]",
+        "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "2",
+    }
+    previous = {name: os.environ.get(name) for name in environment}
+    os.environ.pop("MILLRACE_KAFKA", None)
+    os.environ.update(environment)
+    located = Workspace.locate()
+    init_workspace(located)
+    start_broker(located)
+    yield located
+    stop_broker(located)
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def settings(workspace: Workspace) -> Settings:
+    return workspace.settings
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings) -> Iterator[SparkSession]:
+    session = spark_session(settings, app_name="millrace-tests")
+    yield session
+    stop_spark_session()
+
+
+@pytest.fixture
+def stream_name() -> str:
+    """A stream name no other test uses."""
+    return f"test.{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def fresh_workspace(tmp_path: Path) -> Workspace:
+    """An initialized workspace of its own, on free ports, with no broker running."""
+    environment = {
+        "MILLRACE_HOME": str(tmp_path / "workspace"),
+        "MILLRACE_KAFKA_PORT": str(free_port()),
+        "MILLRACE_KAFKA_CONTROLLER_PORT": str(free_port()),
+    }
+    located = Workspace.locate({**os.environ, **environment})
+    init_workspace(located)
+    return located
