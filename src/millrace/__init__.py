@@ -1,0 +1,13 @@
+"""millrace: realtime data processing on Kafka and Spark, for Python teams.
+
+Example:
+    >>> from millrace import publish
+    >>> publish("clicks", {"time": "2026-01-01T12:00:00Z", "page": "/"})  # doctest: +SKIP
+"""
+
+from millrace.bus.publisher import Publisher, publish
+from millrace.bus.reader import Reader
+from millrace.bus.records import Record
+from millrace.errors import MillraceError
+
+__all__ = ["MillraceError", "Publisher", "Reader", "Record", "publish"]

@@ -26,8 +26,9 @@ _MAX_REPORTED_FAILURES = 5
 class Publisher:
     """Sends events to one stream with an idempotent producer (acks=all).
 
-    Each event gets a unique `id` header (or the id you pass) and a Kafka timestamp taken
-    from its time field (`events.time_field`, default `time`; the publish time when absent).
+    Each event gets a unique `id` header (or the id you pass). Its time field
+    (`events.time_field`, default `time`) must hold an ISO-8601 time or an epoch number when
+    present; readers take the event time from it, and from the arrival time when it is absent.
     Use it as a context manager so that it flushes on exit.
 
     Example:
@@ -71,14 +72,13 @@ class Publisher:
         """
         self._raise_failures()
         value = encode_event(event)
-        timestamp = event_time_ms(event, self.time_field)
+        event_time_ms(event, self.time_field)  # a time no reader could read is refused here
         record_id = record_id or new_record_id()
-        extra = {"timestamp": timestamp} if timestamp is not None else {}
         while True:
             try:
                 self._producer.produce(
                     self.stream, value, key=key, headers=[(ID_HEADER, record_id.encode())],
-                    on_delivery=self._on_delivery, **extra,
+                    on_delivery=self._on_delivery,
                 )
                 break
             except BufferError:

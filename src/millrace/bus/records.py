@@ -1,5 +1,5 @@
-"""The record format of every stream: a JSON object value, a routing key, an `id` header and
-the event time in the Kafka timestamp.
+"""The record format of every stream: a JSON object value holding the event time in its time
+field, a routing key, and an `id` header. The Kafka timestamp is the arrival time.
 
 This module encodes events for publishing and decodes consumed messages into `Record`s.
 """
@@ -105,8 +105,8 @@ def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:
 def decode_message(message: Message, time_field: str) -> Record:
     """Turn a consumed Kafka message into a `Record`.
 
-    The event time comes from the value's `time_field`, else from the Kafka timestamp (Spark
-    cannot set that timestamp, so for records Spark wrote only the field is right). Raises
+    The event time comes from the value's `time_field`, else from the Kafka timestamp, the
+    record's arrival time. Raises
     `RecordDecodeError` when the value is not a JSON object or its time cannot be read.
     """
     raw = message.value() or b""

@@ -1,6 +1,8 @@
 """Streams, the paper's Scribe categories: Kafka topics whose partitions are the buckets.
 
-Create, list, describe and delete streams. Every record of a stream is one JSON object;
+Create, list, describe and delete streams. Every record of a stream is one JSON object
+holding its event time in a field; the Kafka timestamp is the time the record arrived, which
+is what retention counts from.
 `<stream>.dlq` is the stream's dead-letter stream, created on first use by whoever routes a
 bad record there.
 
@@ -96,8 +98,12 @@ def create_stream(
             hint=f"choose between 1 and {MAX_BUCKETS} buckets",
         )
     retention_ms = _retention_ms(retention)
+    # Kafka's timestamp is the arrival time, not the event time: retention then counts from
+    # arrival, so replayed or backfilled events dated in the past are not deleted at once.
+    # The event time travels in the value's time field, where every millrace reader looks.
     topic = NewTopic(name, num_partitions=buckets, replication_factor=-1,
-                     config={"retention.ms": str(retention_ms)})
+                     config={"retention.ms": str(retention_ms),
+                             "message.timestamp.type": "LogAppendTime"})
     admin = _admin(settings)
     future = admin.create_topics([topic], request_timeout=_TIMEOUT_S)[name]
     try:

@@ -65,7 +65,7 @@ def publish(stream: str, source: IO[bytes], key_field: str | None,
 @click.command()
 @click.argument("stream")
 @click.option("--from-beginning", is_flag=True, help="Start at the oldest kept record.")
-@click.option("--since", help="Start at records newer than this: 10m, 2h, 1d...")
+@click.option("--since", help="Start at records that arrived within this: 10m, 2h, 1d...")
 @click.option("--lines", "-n", default=10, show_default=True,
               help="Without --from-beginning or --since: the last N records of each bucket.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new records until Ctrl-C.")

@@ -65,7 +65,7 @@ def read_stream(
 
     `schema` declares the value's fields (a DDL string such as `"event STRING, score DOUBLE"`
     or a StructType); `time` names the field holding the event time (ISO-8601 or epoch ms or
-    s; when a record lacks it, the Kafka timestamp is used). With `lateness`, the DataFrame
+    s; when a record lacks it, its arrival time is used). With `lateness`, the DataFrame
     has a watermark of the largest event time seen minus `lateness`. The dead-letter query is
     named `<app>.dead-letters.<stream>` and checkpoints under the app's checkpoint folder;
     with `available_now` it reads what the stream holds now and stops, like the app's queries.
