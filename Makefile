@@ -9,8 +9,10 @@ demo: setup
 	.venv/bin/millrace init
 	.venv/bin/millrace demo
 
-# The test suite CI runs: real Kafka broker and real Spark, started once per run.
+# The test suite CI runs: lint, then real Kafka broker and real Spark, started once per run.
 test: setup
+	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/ruff format --check src tests benchmarks
 	.venv/bin/python -m pytest
 
 # Long load and failure runs, left out of `make test`.

@@ -32,8 +32,7 @@ def test_a_taken_port_is_reported_with_the_settings_that_move_it(
         squatter.listen()
         with pytest.raises(BrokerError) as raised:
             start_broker(fresh_workspace)
-    assert f"port {fresh_workspace.settings.kafka_port} on 127.0.0.1 is in use" in str(
-        raised.value)
+    assert f"port {fresh_workspace.settings.kafka_port} on 127.0.0.1 is in use" in str(raised.value)
     assert "MILLRACE_KAFKA_PORT" in raised.value.hint
     assert not broker_status(fresh_workspace).running
 

@@ -13,7 +13,9 @@ FAIL_AFTER_THREE = "import sys; [sys.stdin.readline() for _ in range(3)]; sys.ex
 
 
 def test_records_are_piped_as_json_lines_and_the_next_run_resumes(
-    settings: Settings, stream_name: str, tmp_path: Path,
+    settings: Settings,
+    stream_name: str,
+    tmp_path: Path,
 ) -> None:
     create_stream(settings, stream_name)
     output = tmp_path / "out.jsonl"
@@ -21,33 +23,47 @@ def test_records_are_piped_as_json_lines_and_the_next_run_resumes(
         for number in range(5):
             publisher.send({"n": number})
 
-    result = pipe_to_command(stream_name, "g", [sys.executable, "-c", APPEND, str(output)],
-                             settings=settings, checkpoint_every=2)
+    result = pipe_to_command(
+        stream_name,
+        "g",
+        [sys.executable, "-c", APPEND, str(output)],
+        settings=settings,
+        checkpoint_every=2,
+    )
     assert (result.records, result.exit_code) == (5, 0)
     assert output.read_text().splitlines() == [f'{{"n": {n}}}' for n in range(5)]
 
     with Publisher(stream_name, settings=settings) as publisher:
         publisher.send({"n": 5})
-    pipe_to_command(stream_name, "g", [sys.executable, "-c", APPEND, str(output)],
-                    settings=settings)
+    pipe_to_command(
+        stream_name, "g", [sys.executable, "-c", APPEND, str(output)], settings=settings
+    )
     assert output.read_text().splitlines()[-1] == '{"n": 5}'
     assert len(output.read_text().splitlines()) == 6
 
 
 def test_a_failing_command_gets_the_records_since_the_last_checkpoint_again(
-    settings: Settings, stream_name: str, tmp_path: Path,
+    settings: Settings,
+    stream_name: str,
+    tmp_path: Path,
 ) -> None:
     create_stream(settings, stream_name)
     with Publisher(stream_name, settings=settings) as publisher:
         for number in range(10):
             publisher.send({"n": number})
 
-    failed = pipe_to_command(stream_name, "g", [sys.executable, "-c", FAIL_AFTER_THREE],
-                             settings=settings, checkpoint_every=100)
+    failed = pipe_to_command(
+        stream_name,
+        "g",
+        [sys.executable, "-c", FAIL_AFTER_THREE],
+        settings=settings,
+        checkpoint_every=100,
+    )
     assert failed.exit_code == 3
 
     output = tmp_path / "out.jsonl"
-    retried = pipe_to_command(stream_name, "g", [sys.executable, "-c", APPEND, str(output)],
-                              settings=settings)
+    retried = pipe_to_command(
+        stream_name, "g", [sys.executable, "-c", APPEND, str(output)], settings=settings
+    )
     assert retried.exit_code == 0
     assert len(output.read_text().splitlines()) == 10

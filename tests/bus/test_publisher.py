@@ -13,7 +13,8 @@ JAN_1 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch milliseconds
 
 
 def test_published_events_come_back_with_their_ids_keys_and_event_times(
-    settings: Settings, stream_name: str,
+    settings: Settings,
+    stream_name: str,
 ) -> None:
     create_stream(settings, stream_name, buckets=2)
     sent = {}
@@ -43,19 +44,27 @@ def test_publish_sends_one_event_and_returns_its_id(settings: Settings, stream_n
     assert (record.id, record.key, record.value) == (record_id, "user-7", {"page": "/"})
 
 
-@pytest.mark.parametrize(("event", "complaint"), [
-    ([1, 2], "must be a JSON object"),
-    ({"time": "last tuesday"}, "neither an ISO-8601 time nor an epoch number"),
-    ({"time": True}, "neither an ISO-8601 time nor an epoch number"),
-    ({"payload": object()}, "cannot be written as JSON"),
-    ({"score": float("nan")}, "cannot be written as JSON"),
-])
+@pytest.mark.parametrize(
+    ("event", "complaint"),
+    [
+        ([1, 2], "must be a JSON object"),
+        ({"time": "last tuesday"}, "neither an ISO-8601 time nor an epoch number"),
+        ({"time": True}, "neither an ISO-8601 time nor an epoch number"),
+        ({"payload": object()}, "cannot be written as JSON"),
+        ({"score": float("nan")}, "cannot be written as JSON"),
+    ],
+)
 def test_events_that_cannot_be_stored_faithfully_are_refused(
-    settings: Settings, stream_name: str, event: object, complaint: str,
+    settings: Settings,
+    stream_name: str,
+    event: object,
+    complaint: str,
 ) -> None:
     create_stream(settings, stream_name)
-    with Publisher(stream_name, settings=settings) as publisher, \
-            pytest.raises(PublishError, match=complaint):
+    with (
+        Publisher(stream_name, settings=settings) as publisher,
+        pytest.raises(PublishError, match=complaint),
+    ):
         publisher.send(event)  # type: ignore[arg-type]
 
 

@@ -12,7 +12,8 @@ def _publish_numbers(settings: Settings, stream: str, count: int) -> dict[str, i
 
 
 def test_a_restarted_reader_loses_nothing_and_repeats_only_since_its_last_checkpoint(
-    settings: Settings, stream_name: str,
+    settings: Settings,
+    stream_name: str,
 ) -> None:
     create_stream(settings, stream_name, buckets=3)
     ids = _publish_numbers(settings, stream_name, 100)
@@ -38,14 +39,21 @@ def test_a_restarted_reader_loses_nothing_and_repeats_only_since_its_last_checkp
 
 
 def test_a_reader_checkpoints_by_bytes_as_well_as_by_count(
-    settings: Settings, stream_name: str,
+    settings: Settings,
+    stream_name: str,
 ) -> None:
     create_stream(settings, stream_name)
     with Publisher(stream_name, settings=settings) as publisher:
         for number in range(20):
             publisher.send({"n": f"{number:03d}"})  # 11 bytes each: {"n":"007"}
-    reader = Reader(stream_name, "bytes", settings=settings, checkpoint_every=1000,
-                    checkpoint_bytes=30, follow=False)
+    reader = Reader(
+        stream_name,
+        "bytes",
+        settings=settings,
+        checkpoint_every=1000,
+        checkpoint_bytes=30,
+        follow=False,
+    )
     assert len(list(reader)) == 20
     assert reader.checkpoints == 6  # after every third record: 33 bytes
     reader.close()
@@ -53,11 +61,12 @@ def test_a_reader_checkpoints_by_bytes_as_well_as_by_count(
 
 
 def test_undecodable_records_go_to_the_dead_letter_stream_and_are_counted(
-    settings: Settings, stream_name: str,
+    settings: Settings,
+    stream_name: str,
 ) -> None:
     create_stream(settings, stream_name)
     producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
-    for raw in (b'{"n": 1}', b"{broken", b'"just a string"', b'{"n": 2}', b'\xff\xfe'):
+    for raw in (b'{"n": 1}', b"{broken", b'"just a string"', b'{"n": 2}', b"\xff\xfe"):
         producer.produce(stream_name, raw, key=b"k")
     producer.flush()
 
@@ -66,10 +75,14 @@ def test_undecodable_records_go_to_the_dead_letter_stream_and_are_counted(
     assert good == [1, 2]
     assert reader.dead_letter_count == 3
 
-    letters = list(tail(dead_letter_stream(stream_name), TailStart(from_beginning=True),
-                        settings=settings))
+    letters = list(
+        tail(dead_letter_stream(stream_name), TailStart(from_beginning=True), settings=settings)
+    )
     assert [(letter.value["offset"], letter.value["stream"]) for letter in letters] == [
-        (1, stream_name), (2, stream_name), (4, stream_name)]
+        (1, stream_name),
+        (2, stream_name),
+        (4, stream_name),
+    ]
     assert letters[0].value["original"] == "{broken"
     assert "not valid JSON" in letters[0].value["error"]
     assert "not an object" in letters[1].value["error"]

@@ -13,7 +13,8 @@ from millrace.errors import MillraceError, StreamExistsError, StreamNotFoundErro
 
 
 def test_a_stream_is_created_listed_described_and_deleted(
-    settings: Settings, stream_name: str,
+    settings: Settings,
+    stream_name: str,
 ) -> None:
     create_stream(settings, stream_name, buckets=4, retention="3d")
     assert stream_name in list_streams(settings)
@@ -33,7 +34,8 @@ def test_a_stream_is_created_listed_described_and_deleted(
 
 
 def test_creating_an_existing_stream_is_refused_unless_asked_to_accept_it(
-    settings: Settings, stream_name: str,
+    settings: Settings,
+    stream_name: str,
 ) -> None:
     create_stream(settings, stream_name)
     with pytest.raises(StreamExistsError, match="already exists"):
@@ -49,24 +51,32 @@ def test_a_missing_stream_is_reported_with_how_to_create_it(settings: Settings) 
         delete_stream(settings, "no.such.stream")
 
 
-@pytest.mark.parametrize(("name", "buckets", "retention", "complaint"), [
-    ("has space", 1, "1d", "not a valid stream name"),
-    ("_internal", 1, "1d", "not a valid stream name"),
-    ("x" * 201, 1, "1d", "not a valid stream name"),
-    ("fine", 0, "1d", "0 buckets is out of range"),
-    ("fine", 5000, "1d", "5000 buckets is out of range"),
-    ("fine", 1, "soon", "is not a duration"),
-    ("fine", 1, "0s", "must be longer than zero"),
-])
+@pytest.mark.parametrize(
+    ("name", "buckets", "retention", "complaint"),
+    [
+        ("has space", 1, "1d", "not a valid stream name"),
+        ("_internal", 1, "1d", "not a valid stream name"),
+        ("x" * 201, 1, "1d", "not a valid stream name"),
+        ("fine", 0, "1d", "0 buckets is out of range"),
+        ("fine", 5000, "1d", "5000 buckets is out of range"),
+        ("fine", 1, "soon", "is not a duration"),
+        ("fine", 1, "0s", "must be longer than zero"),
+    ],
+)
 def test_invalid_names_and_settings_are_refused_before_reaching_kafka(
-    settings: Settings, name: str, buckets: int, retention: str, complaint: str,
+    settings: Settings,
+    name: str,
+    buckets: int,
+    retention: str,
+    complaint: str,
 ) -> None:
     with pytest.raises(MillraceError, match=complaint):
         create_stream(settings, name, buckets=buckets, retention=retention)
 
 
 def test_retention_forever_keeps_records_without_a_time_limit(
-    settings: Settings, stream_name: str,
+    settings: Settings,
+    stream_name: str,
 ) -> None:
     create_stream(settings, stream_name, retention="forever")
     assert format_retention(describe_stream(settings, stream_name).retention_ms) == "forever"

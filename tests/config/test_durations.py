@@ -4,11 +4,20 @@ from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError
 
 
-@pytest.mark.parametrize(("text", "milliseconds"), [
-    ("500ms", 500), ("30s", 30_000), ("30 seconds", 30_000), ("10m", 600_000),
-    ("2 minutes", 120_000), ("1 hour", 3_600_000), ("3d", 259_200_000), ("1.5s", 1_500),
-    ("2w", 1_209_600_000),
-])
+@pytest.mark.parametrize(
+    ("text", "milliseconds"),
+    [
+        ("500ms", 500),
+        ("30s", 30_000),
+        ("30 seconds", 30_000),
+        ("10m", 600_000),
+        ("2 minutes", 120_000),
+        ("1 hour", 3_600_000),
+        ("3d", 259_200_000),
+        ("1.5s", 1_500),
+        ("2w", 1_209_600_000),
+    ],
+)
 def test_durations_are_read_in_short_and_long_forms(text: str, milliseconds: int) -> None:
     assert parse_duration_ms(text) == milliseconds
 

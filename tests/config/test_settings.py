@@ -30,7 +30,7 @@ def test_millrace_kafka_points_every_client_at_an_existing_cluster() -> None:
 
 def test_an_unknown_key_names_the_key_the_file_and_the_line(tmp_path: Path) -> None:
     config = tmp_path / "millrace.toml"
-    config.write_text('[kafka]\nport = 9092\nprot = 9093\n')
+    config.write_text("[kafka]\nport = 9092\nprot = 9093\n")
     with pytest.raises(ConfigError) as raised:
         load_settings(config, {})
     assert "unknown key 'kafka.prot'" in raised.value.message
@@ -45,8 +45,8 @@ def test_a_value_of_the_wrong_type_names_the_setting_and_its_source(tmp_path: Pa
     assert "MILLRACE_KAFKA_PORT" in raised.value.message
 
     config = tmp_path / "millrace.toml"
-    config.write_text('[spark]\nmaster = 7\n')
-    with pytest.raises(ConfigError, match="spark.master must be a string"):
+    config.write_text("[spark]\nmaster = 7\n")
+    with pytest.raises(ConfigError, match=r"spark\.master must be a string"):
         load_settings(config, {})
 
 
@@ -70,6 +70,7 @@ def test_the_commented_file_lists_every_setting_and_uncommented_gives_the_defaul
     for setting in SETTINGS:
         assert setting.env in text
     config = tmp_path / "millrace.toml"
-    config.write_text("\n".join(line.removeprefix("# ") if " = " in line else line
-                                for line in text.splitlines()))
+    config.write_text(
+        "\n".join(line.removeprefix("# ") if " = " in line else line for line in text.splitlines())
+    )
     assert load_settings(config, {}) == Settings()

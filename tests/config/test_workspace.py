@@ -7,7 +7,8 @@ from millrace.errors import ConfigError
 
 
 def test_millrace_home_names_the_workspace_else_it_is_dot_millrace_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert Workspace.locate({"MILLRACE_HOME": str(tmp_path)}).root == tmp_path
     monkeypatch.chdir(tmp_path)

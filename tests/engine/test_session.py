@@ -9,24 +9,32 @@ def test_the_session_runs_in_utc_with_rocksdb_state_and_the_configured_partition
 ) -> None:
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     assert spark.conf.get("spark.sql.streaming.stateStore.providerClass").endswith(
-        "RocksDBStateStoreProvider")
+        "RocksDBStateStoreProvider"
+    )
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
 
 
 def test_the_kafka_connector_and_delta_are_on_the_classpath_without_pyspark_duplicates(
-    settings: Settings, spark: SparkSession,
+    settings: Settings,
+    spark: SparkSession,
 ) -> None:
     names = [jar.name for jar in connector_jars(settings)]
     assert any(name.startswith("spark-sql-kafka-0-10_2.13-4.2.0") for name in names)
     assert any(name.startswith("delta-spark_4.2_2.13") for name in names)
-    assert not any(name.startswith(("jackson-databind", "scala-library", "hadoop-client-api"))
-                   for name in names)
-    assert spark.conf.get("spark.jars").split(",") == [
-        str(jar) for jar in connector_jars(settings)]
+    assert not any(
+        name.startswith(("jackson-databind", "scala-library", "hadoop-client-api"))
+        for name in names
+    )
+    assert spark.conf.get("spark.jars").split(",") == [str(jar) for jar in connector_jars(settings)]
 
 
 def test_delta_tables_can_be_written_and_read(spark: SparkSession, tmp_path) -> None:
     path = str(tmp_path / "table")
     spark.range(5).write.format("delta").save(path)
     assert sorted(row.id for row in spark.read.format("delta").load(path).collect()) == [
-        0, 1, 2, 3, 4]
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]

@@ -21,23 +21,35 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 
 def _collect(records: DataFrame, workspace: Workspace, app: str) -> list:
     rows: list = []
-    query = (records.writeStream.foreachBatch(lambda batch, _: rows.extend(batch.collect()))
-             .option("checkpointLocation", str(workspace.checkpoint(app, "collect")))
-             .trigger(availableNow=True).start())
+    query = (
+        records.writeStream.foreachBatch(lambda batch, _: rows.extend(batch.collect()))
+        .option("checkpointLocation", str(workspace.checkpoint(app, "collect")))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     return rows
 
 
 def test_ten_thousand_published_events_are_read_by_spark_exactly_once_with_their_times(
-    spark: SparkSession, workspace: Workspace, stream_name: str, tmp_path: Path,
+    spark: SparkSession,
+    workspace: Workspace,
+    stream_name: str,
+    tmp_path: Path,
 ) -> None:
     create_stream(workspace.settings, stream_name, buckets=4)
     times = {n: START + timedelta(milliseconds=7 * n) for n in range(10_000)}
-    lines = [json.dumps({"time": times[n].isoformat(), "event": f"e{n}", "category": "c",
-                         "score": n / 10}) for n in range(10_000)]
+    lines = [
+        json.dumps(
+            {"time": times[n].isoformat(), "event": f"e{n}", "category": "c", "score": n / 10}
+        )
+        for n in range(10_000)
+    ]
     malformed = [f'{{"event": "cut short {n}"' for n in range(10)]
-    misfits = [json.dumps({"time": START.isoformat(), "event": f"bad{n}", "score": "high"})
-               for n in range(10)]
+    misfits = [
+        json.dumps({"time": START.isoformat(), "event": f"bad{n}", "score": "high"})
+        for n in range(10)
+    ]
     malformed_lines = set()
     for n, line in enumerate(malformed):  # spread the malformed lines through the file
         position = 1000 * n + 17
@@ -48,67 +60,119 @@ def test_ten_thousand_published_events_are_read_by_spark_exactly_once_with_their
     source.write_text("\n".join(lines) + "\n")
 
     published = subprocess.run(
-        [sys.executable, "-m", "millrace.cli.main", "publish", stream_name, str(source),
-         "--key", "event"],
-        capture_output=True, text=True, env=os.environ, check=False)
+        [
+            sys.executable,
+            "-m",
+            "millrace.cli.main",
+            "publish",
+            stream_name,
+            str(source),
+            "--key",
+            "event",
+        ],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        check=False,
+    )
     assert published.returncode == 1
-    reported = {int(line.split(":")[0].removeprefix("line "))
-                for line in published.stderr.splitlines() if line.startswith("line ")}
+    reported = {
+        int(line.split(":")[0].removeprefix("line "))
+        for line in published.stderr.splitlines()
+        if line.startswith("line ")
+    }
     assert reported == malformed_lines
     assert "published 10010 events" in published.stdout
     assert "10 lines failed" in published.stdout
 
-    source_records = read_stream(spark, workspace, "exactly-once", stream_name, SCHEMA,
-                                 time="time", available_now=True)
+    source_records = read_stream(
+        spark, workspace, "exactly-once", stream_name, SCHEMA, time="time", available_now=True
+    )
     rows = _collect(source_records.records, workspace, "exactly-once")
     source_records.dead_letter_query.awaitTermination()
 
-    published_ids = {record.id for record in tail(
-        stream_name, TailStart(from_beginning=True), settings=workspace.settings)}
+    published_ids = {
+        record.id
+        for record in tail(stream_name, TailStart(from_beginning=True), settings=workspace.settings)
+    }
     assert len(rows) == 10_000
     assert len({row.record_id for row in rows}) == 10_000
     assert {row.record_id for row in rows} <= published_ids
     # PySpark hands timestamps back as naive local datetimes: compare instants, not fields.
     assert {int(row.event[1:]): row.time.timestamp() for row in rows} == {
-        n: moment.timestamp() for n, moment in times.items()}
+        n: moment.timestamp() for n, moment in times.items()
+    }
     assert {row.record_bucket for row in rows} == {0, 1, 2, 3}
 
-    letters = list(tail(dead_letter_stream(stream_name), TailStart(from_beginning=True),
-                        settings=workspace.settings))
+    letters = list(
+        tail(
+            dead_letter_stream(stream_name),
+            TailStart(from_beginning=True),
+            settings=workspace.settings,
+        )
+    )
     assert len(letters) == 10
     assert {json.loads(letter.value["original"])["event"] for letter in letters} == {
-        f"bad{n}" for n in range(10)}
-    assert all(letter.value["error"] == "value does not fit the schema: field 'score' "
-               "should be DOUBLE but holds high" for letter in letters)
+        f"bad{n}" for n in range(10)
+    }
+    assert all(
+        letter.value["error"] == "value does not fit the schema: field 'score' "
+        "should be DOUBLE but holds high"
+        for letter in letters
+    )
     assert source_records.dead_letter_count == 10
 
 
 def test_written_records_keep_their_ids_and_may_name_their_stream_per_row(
-    spark: SparkSession, workspace: Workspace, stream_name: str,
+    spark: SparkSession,
+    workspace: Workspace,
+    stream_name: str,
 ) -> None:
     settings = workspace.settings
     for name in (stream_name, f"{stream_name}.sports", f"{stream_name}.music"):
         create_stream(settings, name, buckets=2)
     subprocess.run(
         [sys.executable, "-m", "millrace.cli.main", "publish", stream_name, "-"],
-        input="\n".join(json.dumps({"time": 1_767_225_600_000 + n, "event": f"e{n}",
-                                    "category": ("sports", "music")[n % 2], "score": n})
-                        for n in range(20)),
-        text=True, env=os.environ, check=True, capture_output=True)
+        input="\n".join(
+            json.dumps(
+                {
+                    "time": 1_767_225_600_000 + n,
+                    "event": f"e{n}",
+                    "category": ("sports", "music")[n % 2],
+                    "score": n,
+                }
+            )
+            for n in range(20)
+        ),
+        text=True,
+        env=os.environ,
+        check=True,
+        capture_output=True,
+    )
 
-    source = read_stream(spark, workspace, "router", stream_name, SCHEMA, time="time",
-                         available_now=True)
-    query = write_stream(source.records, workspace, "router", "by-category",
-                         F.concat(F.lit(f"{stream_name}."), F.col("category")),
-                         key="event", available_now=True)
+    source = read_stream(
+        spark, workspace, "router", stream_name, SCHEMA, time="time", available_now=True
+    )
+    query = write_stream(
+        source.records,
+        workspace,
+        "router",
+        "by-category",
+        F.concat(F.lit(f"{stream_name}."), F.col("category")),
+        key="event",
+        available_now=True,
+    )
     query.awaitTermination()
     source.dead_letter_query.awaitTermination()
 
-    originals = {record.id: record for record in tail(
-        stream_name, TailStart(from_beginning=True), settings=settings)}
+    originals = {
+        record.id: record
+        for record in tail(stream_name, TailStart(from_beginning=True), settings=settings)
+    }
     for category in ("sports", "music"):
-        routed = list(tail(f"{stream_name}.{category}", TailStart(from_beginning=True),
-                           settings=settings))
+        routed = list(
+            tail(f"{stream_name}.{category}", TailStart(from_beginning=True), settings=settings)
+        )
         assert len(routed) == 10
         for record in routed:
             original = originals[record.id]
@@ -119,20 +183,29 @@ def test_written_records_keep_their_ids_and_may_name_their_stream_per_row(
 
 
 def test_the_watermark_follows_the_largest_event_time_minus_the_lateness(
-    spark: SparkSession, workspace: Workspace, stream_name: str,
+    spark: SparkSession,
+    workspace: Workspace,
+    stream_name: str,
 ) -> None:
     create_stream(workspace.settings, stream_name)
-    source = read_stream(spark, workspace, "watermark", stream_name, SCHEMA, time="time",
-                         lateness="30 seconds")
-    query = (source.records.writeStream.format("noop")
-             .option("checkpointLocation", str(workspace.checkpoint("watermark", "noop")))
-             .start())
+    source = read_stream(
+        spark, workspace, "watermark", stream_name, SCHEMA, time="time", lateness="30 seconds"
+    )
+    query = (
+        source.records.writeStream.format("noop")
+        .option("checkpointLocation", str(workspace.checkpoint("watermark", "noop")))
+        .start()
+    )
     try:
         for event_time in ("2026-01-01T00:01:00Z", "2026-01-01T00:00:50Z"):
             subprocess.run(
                 [sys.executable, "-m", "millrace.cli.main", "publish", stream_name, "-"],
-                input=json.dumps({"time": event_time, "event": "e"}), text=True,
-                env=os.environ, check=True, capture_output=True)
+                input=json.dumps({"time": event_time, "event": "e"}),
+                text=True,
+                env=os.environ,
+                check=True,
+                capture_output=True,
+            )
             query.processAllAvailable()
         # A batch runs with the watermark that the batches before it set.
         assert query.lastProgress["eventTime"]["watermark"] == "2026-01-01T00:00:30.000Z"
@@ -141,14 +214,21 @@ def test_the_watermark_follows_the_largest_event_time_minus_the_lateness(
         source.dead_letter_query.stop()
 
 
-@pytest.mark.parametrize(("schema", "time", "complaint"), [
-    ("event STRING, record_id STRING", "time", "reserved for the record's metadata"),
-    ("event STRNG", "time", "is not valid"),
-    ("event STRING, time STRING", "time", "time column 'time' is declared STRING"),
-    ("`odd name` STRING", "time", "is not a plain name"),
-])
+@pytest.mark.parametrize(
+    ("schema", "time", "complaint"),
+    [
+        ("event STRING, record_id STRING", "time", "reserved for the record's metadata"),
+        ("event STRNG", "time", "is not valid"),
+        ("event STRING, time STRING", "time", "time column 'time' is declared STRING"),
+        ("`odd name` STRING", "time", "is not a plain name"),
+    ],
+)
 def test_bad_schemas_are_refused_with_what_to_change(
-    spark: SparkSession, workspace: Workspace, stream_name: str, schema: str, time: str,
+    spark: SparkSession,
+    workspace: Workspace,
+    stream_name: str,
+    schema: str,
+    time: str,
     complaint: str,
 ) -> None:
     create_stream(workspace.settings, stream_name)
@@ -157,7 +237,8 @@ def test_bad_schemas_are_refused_with_what_to_change(
 
 
 def test_reading_or_writing_a_missing_stream_fails_before_any_query_starts(
-    spark: SparkSession, workspace: Workspace,
+    spark: SparkSession,
+    workspace: Workspace,
 ) -> None:
     with pytest.raises(StreamNotFoundError):
         read_stream(spark, workspace, "missing", "no.such.stream", SCHEMA, time="time")

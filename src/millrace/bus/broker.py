@@ -63,11 +63,22 @@ def start_broker(workspace: Workspace) -> BrokerStatus:
     paths.logs.mkdir(parents=True, exist_ok=True)
     with open(paths.console_log, "ab") as console:
         process = subprocess.Popen(
-            [java_executable(), f"-Xmx{settings.kafka_heap}", f"-Xms{settings.kafka_heap}",
-             "-XX:+UseG1GC", "-Djava.awt.headless=true",
-             f"-Dlog4j2.configurationFile={paths.log_config}", f"-Dkafka.logs.dir={paths.logs}",
-             "-cp", classpath, "kafka.Kafka", str(paths.config)],
-            stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+            [
+                java_executable(),
+                f"-Xmx{settings.kafka_heap}",
+                f"-Xms{settings.kafka_heap}",
+                "-XX:+UseG1GC",
+                "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={paths.log_config}",
+                f"-Dkafka.logs.dir={paths.logs}",
+                "-cp",
+                classpath,
+                "kafka.Kafka",
+                str(paths.config),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     paths.pid_file.write_text(str(process.pid))
@@ -112,8 +123,9 @@ class _BrokerPaths:
 
     def write_config(self, port: int, controller_port: int) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(_SERVER_PROPERTIES.format(
-            port=port, controller_port=controller_port, data=self.data))
+        self.config.write_text(
+            _SERVER_PROPERTIES.format(port=port, controller_port=controller_port, data=self.data)
+        )
         self.log_config.write_text(_LOG4J2_PROPERTIES.format(server_log=self.server_log))
 
     def running_pid(self) -> int | None:
@@ -158,10 +170,22 @@ def _require_free_port(port: int) -> None:
 def _format_storage(paths: _BrokerPaths, classpath: str) -> None:
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     result = subprocess.run(
-        [java_executable(), f"-Dlog4j2.configurationFile={paths.log_config}", "-cp", classpath,
-         "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
-         "--config", str(paths.config), "--ignore-formatted"],
-        capture_output=True, text=True, check=False,
+        [
+            java_executable(),
+            f"-Dlog4j2.configurationFile={paths.log_config}",
+            "-cp",
+            classpath,
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            cluster_id,
+            "--config",
+            str(paths.config),
+            "--ignore-formatted",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode != 0:
         raise BrokerError(
@@ -175,8 +199,14 @@ def _wait_until_ready(
     process: subprocess.Popen[bytes], bootstrap: str, timeout_s: float, paths: _BrokerPaths
 ) -> None:
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
-                         "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200})
+    admin = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "log_level": 0,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 200,
+        }
+    )
     while time.monotonic() < deadline:
         if process.poll() is not None:
             paths.pid_file.unlink(missing_ok=True)
@@ -188,7 +218,7 @@ def _wait_until_ready(
         try:
             admin.list_topics(timeout=1.0)
             return
-        except Exception:  # noqa: BLE001 - any failure here means "not ready yet"
+        except Exception:
             time.sleep(0.2)
     process.kill()
     paths.pid_file.unlink(missing_ok=True)

@@ -44,23 +44,38 @@ class DeadLetterWriter:
         self._producer: Producer | None = None
         self._failures: list[str] = []
 
-    def write(self, error: str, bucket: int, offset: int, original: bytes,
-              key: bytes | None) -> None:
+    def write(
+        self, error: str, bucket: int, offset: int, original: bytes, key: bytes | None
+    ) -> None:
         """Queue the dead letter of one record; `flush` makes sure it arrived."""
         if self._producer is None:
-            create_stream(self._settings, self.target, buckets=1,
-                          retention=DEAD_LETTER_RETENTION, exist_ok=True)
-            self._producer = Producer({
-                "bootstrap.servers": self._settings.bootstrap_servers,
-                "enable.idempotence": True, "acks": "all", "log_level": 0,
-            })
+            create_stream(
+                self._settings,
+                self.target,
+                buckets=1,
+                retention=DEAD_LETTER_RETENTION,
+                exist_ok=True,
+            )
+            self._producer = Producer(
+                {
+                    "bootstrap.servers": self._settings.bootstrap_servers,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "log_level": 0,
+                }
+            )
         value = {
-            "error": error, "stream": self.stream, "bucket": bucket, "offset": offset,
+            "error": error,
+            "stream": self.stream,
+            "bucket": bucket,
+            "offset": offset,
             "original": original.decode("utf-8", errors="replace"),
             "original_base64": base64.b64encode(original).decode("ascii"),
         }
         self._producer.produce(
-            self.target, json.dumps(value).encode("utf-8"), key=key,
+            self.target,
+            json.dumps(value).encode("utf-8"),
+            key=key,
             headers=[(ID_HEADER, dead_letter_id(self.stream, bucket, offset).encode())],
             on_delivery=self._on_delivery,
         )
@@ -73,12 +88,11 @@ class DeadLetterWriter:
         if self._failures:
             failures, self._failures = self._failures, []
             raise PublishError(
-                f"{len(failures)} dead letters for {self.target!r} were not stored: "
-                f"{failures[0]}",
+                f"{len(failures)} dead letters for {self.target!r} were not stored: {failures[0]}",
                 hint="check the bus with `millrace status`; the records will be read again",
             )
 
-    def _on_delivery(self, error, _message) -> None:  # noqa: ANN001
+    def _on_delivery(self, error, _message) -> None:
         if error is not None:
             self._failures.append(error.str())
 

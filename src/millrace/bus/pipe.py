@@ -29,8 +29,13 @@ class PipeResult:
 
 
 def pipe_to_command(
-    stream: str, group: str, command: list[str], *, settings: Settings | None = None,
-    checkpoint_every: int = 1000, follow: bool = False,
+    stream: str,
+    group: str,
+    command: list[str],
+    *,
+    settings: Settings | None = None,
+    checkpoint_every: int = 1000,
+    follow: bool = False,
 ) -> PipeResult:
     """Write the records of `stream` to `command`'s stdin, one JSON line each.
 
@@ -41,14 +46,16 @@ def pipe_to_command(
         >>> pipe_to_command("page_views", "wc", ["wc", "-l"]).exit_code  # doctest: +SKIP
         0
     """
-    reader = Reader(stream, group, settings=settings, checkpoint_every=checkpoint_every,
-                    follow=follow)
+    reader = Reader(
+        stream, group, settings=settings, checkpoint_every=checkpoint_every, follow=follow
+    )
     try:
         process = subprocess.Popen(command, stdin=subprocess.PIPE)
     except OSError as error:
         reader.close(checkpoint=False)
-        raise BusError(f"cannot start {command[0]!r}: {error.strerror}",
-                       hint="check the command after `--`") from None
+        raise BusError(
+            f"cannot start {command[0]!r}: {error.strerror}", hint="check the command after `--`"
+        ) from None
     stdin = cast(IO[bytes], process.stdin)
     records = 0
     completed = False

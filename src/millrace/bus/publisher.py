@@ -7,7 +7,6 @@ until the bus has acknowledged every queued event and raise `PublishError` if an
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +36,11 @@ class Publisher:
     """
 
     def __init__(
-        self, stream: str, *, settings: Settings | None = None, time_field: str | None = None,
+        self,
+        stream: str,
+        *,
+        settings: Settings | None = None,
+        time_field: str | None = None,
         linger_ms: int = 5,
     ) -> None:
         self.stream = stream
@@ -48,21 +51,26 @@ class Publisher:
         require_stream(self.settings, stream)
         self._failures: list[str] = []
         self._failure_count = 0
-        self._producer = Producer({
-            "bootstrap.servers": self.settings.bootstrap_servers,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": linger_ms,
-            "compression.type": "lz4",
-            # The Java client's partitioner, so that Spark's Kafka sink and this publisher
-            # route a key to the same bucket.
-            "partitioner": "murmur2_random",
-            "message.timeout.ms": _DELIVERY_TIMEOUT_MS,
-            "log_level": 0,
-        })
+        self._producer = Producer(
+            {
+                "bootstrap.servers": self.settings.bootstrap_servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": linger_ms,
+                "compression.type": "lz4",
+                # The Java client's partitioner, so that Spark's Kafka sink and this publisher
+                # route a key to the same bucket.
+                "partitioner": "murmur2_random",
+                "message.timeout.ms": _DELIVERY_TIMEOUT_MS,
+                "log_level": 0,
+            }
+        )
 
     def send(
-        self, event: Mapping[str, Any], *, key: str | bytes | None = None,
+        self,
+        event: Mapping[str, Any],
+        *,
+        key: str | bytes | None = None,
         record_id: str | None = None,
     ) -> str:
         """Queue one event and return its record id.
@@ -77,7 +85,10 @@ class Publisher:
         while True:
             try:
                 self._producer.produce(
-                    self.stream, value, key=key, headers=[(ID_HEADER, record_id.encode())],
+                    self.stream,
+                    value,
+                    key=key,
+                    headers=[(ID_HEADER, record_id.encode())],
                     on_delivery=self._on_delivery,
                 )
                 break
@@ -93,8 +104,9 @@ class Publisher:
         remaining = self._producer.flush(_DELIVERY_TIMEOUT_MS / 1000 + 5)
         if remaining:
             self._failure_count += remaining
-            self._failures.append(f"{remaining} events still unacknowledged after "
-                                  f"{_DELIVERY_TIMEOUT_MS // 1000} s")
+            self._failures.append(
+                f"{remaining} events still unacknowledged after {_DELIVERY_TIMEOUT_MS // 1000} s"
+            )
         self._raise_failures()
 
     def close(self) -> None:
@@ -131,7 +143,10 @@ class Publisher:
 
 
 def publish(
-    stream: str, event: Mapping[str, Any], key: str | bytes | None = None, *,
+    stream: str,
+    event: Mapping[str, Any],
+    key: str | bytes | None = None,
+    *,
     settings: Settings | None = None,
 ) -> str:
     """Send one event to `stream`, wait until it is stored, and return its record id.

@@ -39,8 +39,14 @@ class Reader:
     """
 
     def __init__(
-        self, stream: str, group: str, *, settings: Settings | None = None,
-        checkpoint_every: int = 1000, checkpoint_bytes: int = 1 << 20, follow: bool = True,
+        self,
+        stream: str,
+        group: str,
+        *,
+        settings: Settings | None = None,
+        checkpoint_every: int = 1000,
+        checkpoint_bytes: int = 1 << 20,
+        follow: bool = True,
     ) -> None:
         if checkpoint_every < 1 or checkpoint_bytes < 1:
             raise BusError(
@@ -57,14 +63,16 @@ class Reader:
         self.checkpoints = 0
         require_stream(self.settings, stream)
         self._dead_letters = DeadLetterWriter(self.settings, stream)
-        self._consumer = Consumer({
-            "bootstrap.servers": self.settings.bootstrap_servers,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-            "log_level": 0,
-        })
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": self.settings.bootstrap_servers,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+                "log_level": 0,
+            }
+        )
         self._consumer.subscribe([stream])
         self._end_offsets: dict[int, tuple[int, int]] | None = None  # bucket -> (start, end)
         self._positions: dict[int, int] = {}  # bucket -> next offset this reader will see
@@ -98,14 +106,21 @@ class Reader:
                 if message.error().code() == KafkaError._PARTITION_EOF:
                     self._positions[message.partition()] = message.offset()
                     continue
-                raise BusError(f"reading stream {self.stream!r} failed: {message.error().str()}",
-                               hint="check the bus with `millrace status`")
+                raise BusError(
+                    f"reading stream {self.stream!r} failed: {message.error().str()}",
+                    hint="check the bus with `millrace status`",
+                )
             self._positions[message.partition()] = message.offset() + 1
             try:
                 record = decode_message(message, self.settings.events_time_field)
             except RecordDecodeError as error:
-                self._dead_letters.write(str(error), message.partition(), message.offset(),
-                                         message.value() or b"", message.key())
+                self._dead_letters.write(
+                    str(error),
+                    message.partition(),
+                    message.offset(),
+                    message.value() or b"",
+                    message.key(),
+                )
                 self._in_hand = message
                 self._mark_processed()
                 continue
@@ -116,8 +131,10 @@ class Reader:
         """Commit the position after every processed record, now."""
         self._dead_letters.flush()
         if self._pending:
-            offsets = [TopicPartition(self.stream, bucket, offset)
-                       for bucket, offset in self._pending.items()]
+            offsets = [
+                TopicPartition(self.stream, bucket, offset)
+                for bucket, offset in self._pending.items()
+            ]
             self._consumer.commit(offsets=offsets, asynchronous=False)
             self.checkpoints += 1
         self._pending.clear()
@@ -154,8 +171,10 @@ class Reader:
         self._pending[message.partition()] = message.offset() + 1
         self._records_since_checkpoint += 1
         self._bytes_since_checkpoint += len(message.value() or b"")
-        if (self._records_since_checkpoint >= self.checkpoint_every
-                or self._bytes_since_checkpoint >= self.checkpoint_bytes):
+        if (
+            self._records_since_checkpoint >= self.checkpoint_every
+            or self._bytes_since_checkpoint >= self.checkpoint_bytes
+        ):
             self.checkpoint()
 
     def _at_end(self) -> bool:
@@ -183,7 +202,11 @@ class TailStart:
 
 
 def tail(
-    stream: str, start: TailStart, *, follow: bool = False, settings: Settings | None = None,
+    stream: str,
+    start: TailStart,
+    *,
+    follow: bool = False,
+    settings: Settings | None = None,
 ) -> Iterator[Record]:
     """Records of `stream` from `start` on, without a consumer group and without checkpoints.
 
@@ -197,20 +220,25 @@ def tail(
     """
     settings = settings or Workspace.locate().settings
     buckets = require_stream(settings, stream)
-    consumer = Consumer({
-        "bootstrap.servers": settings.bootstrap_servers,
-        "group.id": "millrace-tail",
-        "enable.auto.commit": False,
-        "log_level": 0,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": "millrace-tail",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
     try:
         ends: dict[int, int] = {}
         assignment = []
         for bucket in range(buckets):
             low, high = consumer.get_watermark_offsets(TopicPartition(stream, bucket), timeout=10)
             ends[bucket] = high
-            assignment.append(TopicPartition(stream, bucket, _start_offset(
-                consumer, stream, bucket, low, high, start)))
+            assignment.append(
+                TopicPartition(
+                    stream, bucket, _start_offset(consumer, stream, bucket, low, high, start)
+                )
+            )
         consumer.assign(assignment)
         position = {tp.partition: tp.offset for tp in assignment}
         while True:
@@ -229,12 +257,18 @@ def tail(
 
 
 def _start_offset(
-    consumer: Consumer, stream: str, bucket: int, low: int, high: int, start: TailStart,
+    consumer: Consumer,
+    stream: str,
+    bucket: int,
+    low: int,
+    high: int,
+    start: TailStart,
 ) -> int:
     if start.from_beginning:
         return low
     if start.since_ms is not None:
-        found = consumer.offsets_for_times([TopicPartition(stream, bucket, start.since_ms)],
-                                           timeout=10)[0]
+        found = consumer.offsets_for_times(
+            [TopicPartition(stream, bucket, start.since_ms)], timeout=10
+        )[0]
         return found.offset if found.offset >= 0 else high
     return max(low, high - start.lines)

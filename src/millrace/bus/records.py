@@ -1,5 +1,7 @@
-"""The record format of every stream: a JSON object value holding the event time in its time
-field, a routing key, and an `id` header. The Kafka timestamp is the arrival time.
+"""The record format of every stream, and encoding and decoding records.
+
+A record is a JSON object value holding the event time in its time field, a routing key, and
+an `id` header. The Kafka timestamp is the arrival time.
 
 This module encodes events for publishing and decodes consumed messages into `Record`s.
 """
@@ -60,14 +62,17 @@ def encode_event(event: Any) -> bytes:
     if not isinstance(event, Mapping):
         raise PublishError(
             f"an event must be a JSON object (a dict), got {type(event).__name__}: {event!r:.80}",
-            hint="wrap the value in an object, such as {\"value\": ...}",
+            hint='wrap the value in an object, such as {"value": ...}',
         )
     try:
-        return json.dumps(event, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False, default=_json_default).encode("utf-8")
+        return json.dumps(
+            event, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_json_default
+        ).encode("utf-8")
     except (TypeError, ValueError) as error:
-        raise PublishError(f"the event cannot be written as JSON: {error}",
-                           hint="use strings, numbers, booleans, lists and objects") from None
+        raise PublishError(
+            f"the event cannot be written as JSON: {error}",
+            hint="use strings, numbers, booleans, lists and objects",
+        ) from None
 
 
 def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:

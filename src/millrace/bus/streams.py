@@ -83,7 +83,11 @@ def validate_stream_name(name: str) -> str:
 
 
 def create_stream(
-    settings: Settings, name: str, *, buckets: int = 1, retention: str = "7d",
+    settings: Settings,
+    name: str,
+    *,
+    buckets: int = 1,
+    retention: str = "7d",
     exist_ok: bool = False,
 ) -> None:
     """Create stream `name` with `buckets` partitions that keep records for `retention`.
@@ -101,9 +105,12 @@ def create_stream(
     # Kafka's timestamp is the arrival time, not the event time: retention then counts from
     # arrival, so replayed or backfilled events dated in the past are not deleted at once.
     # The event time travels in the value's time field, where every millrace reader looks.
-    topic = NewTopic(name, num_partitions=buckets, replication_factor=-1,
-                     config={"retention.ms": str(retention_ms),
-                             "message.timestamp.type": "LogAppendTime"})
+    topic = NewTopic(
+        name,
+        num_partitions=buckets,
+        replication_factor=-1,
+        config={"retention.ms": str(retention_ms), "message.timestamp.type": "LogAppendTime"},
+    )
     admin = _admin(settings)
     future = admin.create_topics([topic], request_timeout=_TIMEOUT_S)[name]
     try:
@@ -122,16 +129,20 @@ def create_stream(
 
 def list_streams(settings: Settings) -> list[str]:
     """The names of all streams, sorted; Kafka's internal topics are left out."""
-    metadata = _call(settings, "could not list the streams",
-                     lambda admin: admin.list_topics(timeout=_TIMEOUT_S))
+    metadata = _call(
+        settings, "could not list the streams", lambda admin: admin.list_topics(timeout=_TIMEOUT_S)
+    )
     return sorted(name for name in metadata.topics if not name.startswith("__"))
 
 
 def describe_stream(settings: Settings, name: str) -> StreamInfo:
     """Buckets with their start and end offsets, record count and retention of stream `name`."""
     admin = _admin(settings)
-    metadata = _call(settings, f"could not describe stream {name!r}",
-                     lambda _: admin.list_topics(topic=name, timeout=_TIMEOUT_S))
+    metadata = _call(
+        settings,
+        f"could not describe stream {name!r}",
+        lambda _: admin.list_topics(topic=name, timeout=_TIMEOUT_S),
+    )
     topic = metadata.topics.get(name)
     if topic is None or topic.error is not None:
         raise _not_found(name)
@@ -158,8 +169,11 @@ def delete_stream(settings: Settings, name: str) -> None:
 
 def require_stream(settings: Settings, name: str) -> int:
     """Return the bucket count of stream `name`; `StreamNotFoundError` when it does not exist."""
-    metadata = _call(settings, f"could not look up stream {name!r}",
-                     lambda admin: admin.list_topics(topic=name, timeout=_TIMEOUT_S))
+    metadata = _call(
+        settings,
+        f"could not look up stream {name!r}",
+        lambda admin: admin.list_topics(topic=name, timeout=_TIMEOUT_S),
+    )
     topic = metadata.topics.get(name)
     if topic is None or topic.error is not None:
         raise _not_found(name)
@@ -181,8 +195,10 @@ def _retention_ms(retention: str) -> int:
         return -1
     retention_ms = parse_duration_ms(retention, what="retention")
     if retention_ms <= 0:
-        raise StreamNameError(f"retention {retention!r} must be longer than zero",
-                              hint="write a duration such as 3d, or 'forever'")
+        raise StreamNameError(
+            f"retention {retention!r} must be longer than zero",
+            hint="write a duration such as 3d, or 'forever'",
+        )
     return retention_ms
 
 
@@ -191,9 +207,13 @@ def _wait_for_leaders(admin: AdminClient, name: str) -> None:
     deadline = time.monotonic() + _TIMEOUT_S
     while time.monotonic() < deadline:
         topic = admin.list_topics(topic=name, timeout=_TIMEOUT_S).topics.get(name)
-        if topic and topic.partitions and all(
-            partition.leader >= 0 and partition.error is None
-            for partition in topic.partitions.values()
+        if (
+            topic
+            and topic.partitions
+            and all(
+                partition.leader >= 0 and partition.error is None
+                for partition in topic.partitions.values()
+            )
         ):
             return
         time.sleep(0.05)
@@ -207,8 +227,10 @@ def _offsets(
     while True:
         futures = admin.list_offsets(request, request_timeout=_TIMEOUT_S)
         try:
-            return {tp.partition: future.result(timeout=_TIMEOUT_S).offset
-                    for tp, future in futures.items()}
+            return {
+                tp.partition: future.result(timeout=_TIMEOUT_S).offset
+                for tp, future in futures.items()
+            }
         except KafkaException as error:
             # A bucket whose leader just moved or was just created answers with a retriable
             # error for a moment.
@@ -228,7 +250,7 @@ def _admin_for(bootstrap_servers: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
 
 
-def _call(settings: Settings, what: str, request):  # noqa: ANN001, ANN202
+def _call(settings: Settings, what: str, request):
     try:
         return request(_admin(settings))
     except KafkaException as error:

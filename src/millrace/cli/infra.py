@@ -18,8 +18,10 @@ def init(force: bool) -> None:
     if init_workspace(workspace, force=force):
         click.echo(f"created workspace {workspace.root}; settings in {workspace.config_file}")
     else:
-        click.echo(f"workspace {workspace.root} exists; kept {workspace.config_file} "
-                   "(--force writes a fresh one)")
+        click.echo(
+            f"workspace {workspace.root} exists; kept {workspace.config_file} "
+            "(--force writes a fresh one)"
+        )
 
 
 @click.command()
@@ -28,14 +30,19 @@ def up() -> None:
     workspace = Workspace.locate().require_initialized()
     status = start_broker(workspace)
     if status.external:
-        click.echo(f"bus: using the existing cluster at {status.bootstrap_servers} "
-                   "(kafka.bootstrap is set); no broker started")
+        click.echo(
+            f"bus: using the existing cluster at {status.bootstrap_servers} "
+            "(kafka.bootstrap is set); no broker started"
+        )
     elif status.started_now:
-        click.echo(f"bus: Kafka broker started, listening on {status.bootstrap_servers} "
-                   f"(pid {status.pid}, data in {workspace.kafka_dir})")
+        click.echo(
+            f"bus: Kafka broker started, listening on {status.bootstrap_servers} "
+            f"(pid {status.pid}, data in {workspace.kafka_dir})"
+        )
     else:
-        click.echo(f"bus: Kafka broker already running on {status.bootstrap_servers} "
-                   f"(pid {status.pid})")
+        click.echo(
+            f"bus: Kafka broker already running on {status.bootstrap_servers} (pid {status.pid})"
+        )
 
 
 @click.command()
@@ -56,19 +63,23 @@ def down() -> None:
 def status() -> None:
     """Show the workspace and whether the bus runs."""
     workspace = Workspace.locate()
-    click.echo(f"workspace: {workspace.root}"
-               + ("" if workspace.config_file.exists() else " (not created: run `millrace init`)"))
+    click.echo(
+        f"workspace: {workspace.root}"
+        + ("" if workspace.config_file.exists() else " (not created: run `millrace init`)")
+    )
     current = broker_status(workspace)
     if current.external:
         try:
             count = len(list_streams(workspace.settings))
-            click.echo(f"bus: existing cluster at {current.bootstrap_servers}, reachable, "
-                       f"{count} streams")
+            click.echo(
+                f"bus: existing cluster at {current.bootstrap_servers}, reachable, {count} streams"
+            )
         except BusError:
             click.echo(f"bus: existing cluster at {current.bootstrap_servers}, NOT reachable")
     elif current.running:
-        click.echo(f"bus: local Kafka broker running on {current.bootstrap_servers} "
-                   f"(pid {current.pid})")
+        click.echo(
+            f"bus: local Kafka broker running on {current.bootstrap_servers} (pid {current.pid})"
+        )
     else:
         click.echo("bus: local Kafka broker not running (start it with `millrace up`)")
 
@@ -82,4 +93,3 @@ def demo(events: int) -> None:
     workspace = Workspace.locate()
     init_workspace(workspace)
     run_demo(workspace, events=events, say=click.echo)
-

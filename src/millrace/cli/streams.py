@@ -17,8 +17,12 @@ def stream() -> None:
 @stream.command()
 @click.argument("name")
 @click.option("--buckets", default=1, show_default=True, help="Partitions of the stream.")
-@click.option("--retention", default="7d", show_default=True,
-              help="How long records are kept: 12h, 3d, 2w... or 'forever'.")
+@click.option(
+    "--retention",
+    default="7d",
+    show_default=True,
+    help="How long records are kept: 12h, 3d, 2w... or 'forever'.",
+)
 def create(name: str, buckets: int, retention: str) -> None:
     """Create stream NAME."""
     bus_streams.create_stream(_settings(), name, buckets=buckets, retention=retention)
@@ -43,8 +47,10 @@ def describe(name: str) -> None:
     click.echo(f"retention: {bus_streams.format_retention(info.retention_ms)}")
     click.echo(f"{'bucket':>8} {'start offset':>14} {'end offset':>14} {'records':>10}")
     for bucket in info.buckets:
-        click.echo(f"{bucket.bucket:>8} {bucket.start_offset:>14} {bucket.end_offset:>14} "
-                   f"{bucket.record_count:>10}")
+        click.echo(
+            f"{bucket.bucket:>8} {bucket.start_offset:>14} {bucket.end_offset:>14} "
+            f"{bucket.record_count:>10}"
+        )
 
 
 @stream.command()

@@ -46,45 +46,55 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
-        "kafka.bootstrap", "MILLRACE_KAFKA",
+        "kafka.bootstrap",
+        "MILLRACE_KAFKA",
         "Bootstrap servers of an existing Kafka cluster (host:port,...). When set, "
         "`millrace up` starts no broker and every client connects there.",
     ),
     Setting(
-        "kafka.port", "MILLRACE_KAFKA_PORT",
+        "kafka.port",
+        "MILLRACE_KAFKA_PORT",
         "Port on 127.0.0.1 where the local broker that `millrace up` starts listens.",
     ),
     Setting(
-        "kafka.controller_port", "MILLRACE_KAFKA_CONTROLLER_PORT",
+        "kafka.controller_port",
+        "MILLRACE_KAFKA_CONTROLLER_PORT",
         "Port on 127.0.0.1 of the local broker's KRaft controller.",
     ),
     Setting(
-        "kafka.heap", "MILLRACE_KAFKA_HEAP",
+        "kafka.heap",
+        "MILLRACE_KAFKA_HEAP",
         "Java heap of the local broker (-Xmx).",
     ),
     Setting(
-        "kafka.start_timeout_s", "MILLRACE_KAFKA_START_TIMEOUT_S",
+        "kafka.start_timeout_s",
+        "MILLRACE_KAFKA_START_TIMEOUT_S",
         "Seconds `millrace up` waits for the local broker to accept connections.",
     ),
     Setting(
-        "spark.master", "MILLRACE_SPARK_MASTER",
+        "spark.master",
+        "MILLRACE_SPARK_MASTER",
         "Spark master URL: local[*] runs in this process; spark://host:7077 runs on a cluster.",
     ),
     Setting(
-        "spark.shuffle_partitions", "MILLRACE_SPARK_SHUFFLE_PARTITIONS",
+        "spark.shuffle_partitions",
+        "MILLRACE_SPARK_SHUFFLE_PARTITIONS",
         "Partitions of Spark's shuffles and of streaming state; 0 chooses twice the cores.",
     ),
     Setting(
-        "spark.driver_memory", "MILLRACE_SPARK_DRIVER_MEMORY",
+        "spark.driver_memory",
+        "MILLRACE_SPARK_DRIVER_MEMORY",
         "Memory of the Spark driver, which with local[*] also runs the executors.",
     ),
     Setting(
-        "events.time_field", "MILLRACE_TIME_FIELD",
+        "events.time_field",
+        "MILLRACE_TIME_FIELD",
         "Field of a published event that holds its event time (ISO-8601, or epoch ms or s); "
         "publishers copy it into the Kafka timestamp.",
     ),
     Setting(
-        "jvm.jars_dir", "MILLRACE_JARS_DIR",
+        "jvm.jars_dir",
+        "MILLRACE_JARS_DIR",
         "Folder of the JVM artifacts resolved by scripts/setup.sh; empty means "
         "<virtualenv>/share/millrace/jars.",
     ),
@@ -139,7 +149,8 @@ def load_settings(config_file: Path | None, environ: Mapping[str, str] | None = 
     for setting in SETTINGS:
         raw = environ.get(setting.env)
         if raw is not None:
-            values[setting.attribute] = _convert(setting, raw, f"environment variable {setting.env}")
+            source = f"environment variable {setting.env}"
+            values[setting.attribute] = _convert(setting, raw, source)
     return Settings(**values)
 
 

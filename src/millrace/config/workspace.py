@@ -1,7 +1,8 @@
 """The workspace: the one folder that holds a millrace installation's settings and data.
 
 It is `.millrace/` in the working directory, or the folder `MILLRACE_HOME` names. Inside:
-`millrace.toml`, the local broker's data and logs under `kafka/`, Spark checkpoints under `checkpoints/<app>/`, and logs under `logs/`.
+`millrace.toml`, the local broker's data and logs under `kafka/`, Spark checkpoints under
+`checkpoints/<app>/`, and logs under `logs/`.
 """
 
 from __future__ import annotations
@@ -83,7 +84,12 @@ def init_workspace(workspace: Workspace, *, force: bool = False) -> bool:
         >>> init_workspace(Workspace.locate({"MILLRACE_HOME": "/tmp/demo-workspace"}))
         True
     """
-    for folder in (workspace.root, workspace.kafka_dir, workspace.checkpoints_dir, workspace.logs_dir):
+    for folder in (
+        workspace.root,
+        workspace.kafka_dir,
+        workspace.checkpoints_dir,
+        workspace.logs_dir,
+    ):
         folder.mkdir(parents=True, exist_ok=True)
     if workspace.config_file.exists() and not force:
         return False

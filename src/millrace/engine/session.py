@@ -12,10 +12,10 @@ import re
 import sys
 from pathlib import Path
 
+import pyspark
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-import pyspark
 from millrace.config.jvm import jars
 from millrace.config.settings import Settings
 from millrace.errors import EngineError
@@ -103,7 +103,8 @@ def connector_jars(settings: Settings) -> list[Path]:
     another version (Jackson, Hadoop, Scala...). Two versions of a class on one classpath
     fail in odd ways, so PySpark's own copy always wins.
     """
-    bundled = {_artifact(jar.name) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    pyspark_jars = (Path(pyspark.__file__).parent / "jars").glob("*.jar")
+    bundled = {_artifact(jar.name) for jar in pyspark_jars}
     return [jar for jar in jars(settings, "spark") if _artifact(jar.name) not in bundled]
 
 

@@ -57,9 +57,16 @@ class StreamInput:
 
 
 def read_stream(
-    spark: SparkSession, workspace: Workspace, app: str, stream: str,
-    schema: str | StructType, *, time: str, lateness: str | None = None,
-    starting_offsets: str = "earliest", available_now: bool = False,
+    spark: SparkSession,
+    workspace: Workspace,
+    app: str,
+    stream: str,
+    schema: str | StructType,
+    *,
+    time: str,
+    lateness: str | None = None,
+    starting_offsets: str = "earliest",
+    available_now: bool = False,
 ) -> StreamInput:
     """Decode `stream` into a streaming DataFrame, and start routing its dead letters.
 
@@ -94,8 +101,15 @@ def read_stream(
 
 
 def write_stream(
-    records: DataFrame, workspace: Workspace, app: str, query: str, stream: str | Column, *,
-    key: str | None = None, output_mode: str = "append", available_now: bool = False,
+    records: DataFrame,
+    workspace: Workspace,
+    app: str,
+    query: str,
+    stream: str | Column,
+    *,
+    key: str | None = None,
+    output_mode: str = "append",
+    available_now: bool = False,
 ) -> StreamingQuery:
     """Start a query named `<app>.<query>` that writes `records` to a stream as JSON.
 
@@ -118,8 +132,9 @@ def write_stream(
         target.alias("topic"),
         (F.col(key).cast("string") if key else F.lit(None).cast("string")).alias("key"),
         F.to_json(F.struct(*value_columns)).alias("value"),
-        F.array(F.struct(F.lit(ID_HEADER).alias("key"),
-                         record_id.cast("binary").alias("value"))).alias("headers"),
+        F.array(
+            F.struct(F.lit(ID_HEADER).alias("key"), record_id.cast("binary").alias("value"))
+        ).alias("headers"),
     )
     writer = (
         output.writeStream.format("kafka")
@@ -139,22 +154,31 @@ def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
         try:
             schema = StructType.fromDDL(schema) if schema.strip() else StructType([])
         except Exception as error:
-            raise SchemaError(f"schema {schema!r} is not valid: {_first_line(error)}",
-                              hint="write it like 'event STRING, score DOUBLE'") from None
+            raise SchemaError(
+                f"schema {schema!r} is not valid: {_first_line(error)}",
+                hint="write it like 'event STRING, score DOUBLE'",
+            ) from None
     for field in schema.fields:
         if field.name in RECORD_COLUMNS:
-            raise SchemaError(f"column {field.name!r} is reserved for the record's metadata",
-                              hint=f"rename the field; reserved names: {', '.join(RECORD_COLUMNS)}")
+            raise SchemaError(
+                f"column {field.name!r} is reserved for the record's metadata",
+                hint=f"rename the field; reserved names: {', '.join(RECORD_COLUMNS)}",
+            )
         if not _FIELD_NAME.match(field.name):
-            raise SchemaError(f"column {field.name!r} is not a plain name",
-                              hint="use letters, digits and '_', starting with a letter or '_'")
+            raise SchemaError(
+                f"column {field.name!r} is not a plain name",
+                hint="use letters, digits and '_', starting with a letter or '_'",
+            )
         if field.name == time and not isinstance(field.dataType, TimestampType):
             raise SchemaError(
                 f"time column {time!r} is declared {field.dataType.simpleString().upper()}",
-                hint="declare it TIMESTAMP or leave it out: it is always read as a TIMESTAMP")
+                hint="declare it TIMESTAMP or leave it out: it is always read as a TIMESTAMP",
+            )
     if not _FIELD_NAME.match(time):
-        raise SchemaError(f"time column {time!r} is not a plain name",
-                          hint="use letters, digits and '_', starting with a letter or '_'")
+        raise SchemaError(
+            f"time column {time!r} is not a plain name",
+            hint="use letters, digits and '_', starting with a letter or '_'",
+        )
     return [field for field in schema.fields if field.name != time]
 
 
@@ -169,9 +193,11 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
         F.expr(f"try_element_at(filter(headers, h -> h.key = '{ID_HEADER}'), 1).value")
-        .cast("string").alias("record_id"),
-        F.from_json(text, json_schema, {"mode": "PERMISSIVE",
-                                        "columnNameOfCorruptRecord": _CORRUPT}).alias("_parsed"),
+        .cast("string")
+        .alias("record_id"),
+        F.from_json(
+            text, json_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        ).alias("_parsed"),
         F.get_json_object(text, f"$.{time}").alias("_time_raw"),
         F.col("timestamp").alias("_kafka_time"),
     )
@@ -179,23 +205,35 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
     as_number = time_raw.cast("double")
     event_time = (
         F.when(time_raw.isNull(), F.col("_kafka_time"))
-        .when(time_raw.rlike(r"^-?[0-9]+(\.[0-9]+)?$"), F.timestamp_millis(
-            F.when(F.abs(as_number) >= _EPOCH_MS_THRESHOLD, as_number)
-            .otherwise(as_number * 1000).cast("long")))
+        .when(
+            time_raw.rlike(r"^-?[0-9]+(\.[0-9]+)?$"),
+            F.timestamp_millis(
+                F.when(F.abs(as_number) >= _EPOCH_MS_THRESHOLD, as_number)
+                .otherwise(as_number * 1000)
+                .cast("long")
+            ),
+        )
         .otherwise(F.expr("try_cast(_time_raw AS TIMESTAMP)"))
     )
     return with_parts.withColumn("_event_time", event_time).withColumn(
-        "_error", _error_reason(fields, time))
+        "_error", _error_reason(fields, time)
+    )
 
 
 def _error_reason(fields: list[StructField], time: str) -> Column:
     variant = F.expr("try_parse_json(_text)")
     field_reasons = [
-        F.when(F.get_json_object("_text", f"$.{field.name}").isNotNull()
-               & F.col(f"_parsed.{field.name}").isNull(),
-               F.concat(F.lit(f"field '{field.name}' should be "
-                              f"{field.dataType.simpleString().upper()} but holds "),
-                        F.get_json_object("_text", f"$.{field.name}")))
+        F.when(
+            F.get_json_object("_text", f"$.{field.name}").isNotNull()
+            & F.col(f"_parsed.{field.name}").isNull(),
+            F.concat(
+                F.lit(
+                    f"field '{field.name}' should be "
+                    f"{field.dataType.simpleString().upper()} but holds "
+                ),
+                F.get_json_object("_text", f"$.{field.name}"),
+            ),
+        )
         for field in fields
     ]
     mismatches = F.concat_ws("; ", *field_reasons) if field_reasons else F.lit("")
@@ -203,40 +241,67 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
     return (
         F.when(F.col("_bytes").isNull(), F.lit("value is empty"))
         .when(corrupt & variant.isNull(), F.lit("value is not valid JSON"))
-        .when(corrupt & ~F.startswith(F.expr("schema_of_variant(try_parse_json(_text))"),
-                                       F.lit("OBJECT")),
-              F.lit("value is JSON but not an object"))
-        .when(corrupt, F.concat(F.lit("value does not fit the schema: "),
-                                F.coalesce(F.nullif(mismatches, F.lit("")),
-                                           F.lit("a field has the wrong type"))))
-        .when(F.col("_event_time").isNull(),
-              F.concat(F.lit(f"time field '{time}' holds "), F.col("_time_raw"),
-                       F.lit(", which is neither an ISO-8601 time nor an epoch number")))
+        .when(
+            corrupt
+            & ~F.startswith(F.expr("schema_of_variant(try_parse_json(_text))"), F.lit("OBJECT")),
+            F.lit("value is JSON but not an object"),
+        )
+        .when(
+            corrupt,
+            F.concat(
+                F.lit("value does not fit the schema: "),
+                F.coalesce(F.nullif(mismatches, F.lit("")), F.lit("a field has the wrong type")),
+            ),
+        )
+        .when(
+            F.col("_event_time").isNull(),
+            F.concat(
+                F.lit(f"time field '{time}' holds "),
+                F.col("_time_raw"),
+                F.lit(", which is neither an ISO-8601 time nor an epoch number"),
+            ),
+        )
     )
 
 
 def _start_dead_letters(
-    spark: SparkSession, workspace: Workspace, app: str, stream: str, decoded: DataFrame,
+    spark: SparkSession,
+    workspace: Workspace,
+    app: str,
+    stream: str,
+    decoded: DataFrame,
     available_now: bool,
 ) -> StreamingQuery:
     target = dead_letter_stream(stream)
-    create_stream(workspace.settings, target, buckets=1, retention=DEAD_LETTER_RETENTION,
-                  exist_ok=True)
+    create_stream(
+        workspace.settings, target, buckets=1, retention=DEAD_LETTER_RETENTION, exist_ok=True
+    )
     _DeadLetterCounter.install(spark)
     dead = decoded.where(F.col("_error").isNotNull()).observe(
-        _DeadLetterCounter.METRIC, F.count(F.lit(1)).alias("rows"))
+        _DeadLetterCounter.METRIC, F.count(F.lit(1)).alias("rows")
+    )
     letters = dead.select(
         F.col("record_key").alias("key"),
-        F.to_json(F.struct(
-            F.col("_error").alias("error"), F.lit(stream).alias("stream"),
-            F.col("record_bucket").alias("bucket"), F.col("record_offset").alias("offset"),
-            F.col("_text").alias("original"), F.base64("_bytes").alias("original_base64"),
-        )).alias("value"),
-        F.array(F.struct(
-            F.lit(ID_HEADER).alias("key"),
-            F.concat_ws(":", F.lit("dlq"), F.lit(stream), F.col("record_bucket"),
-                        F.col("record_offset")).cast("binary").alias("value"),
-        )).alias("headers"),
+        F.to_json(
+            F.struct(
+                F.col("_error").alias("error"),
+                F.lit(stream).alias("stream"),
+                F.col("record_bucket").alias("bucket"),
+                F.col("record_offset").alias("offset"),
+                F.col("_text").alias("original"),
+                F.base64("_bytes").alias("original_base64"),
+            )
+        ).alias("value"),
+        F.array(
+            F.struct(
+                F.lit(ID_HEADER).alias("key"),
+                F.concat_ws(
+                    ":", F.lit("dlq"), F.lit(stream), F.col("record_bucket"), F.col("record_offset")
+                )
+                .cast("binary")
+                .alias("value"),
+            )
+        ).alias("headers"),
     )
     query = f"dead-letters.{stream}"
     writer = (
@@ -271,21 +336,21 @@ class _DeadLetterCounter(StreamingQueryListener):
         with cls._lock:
             return cls._totals.get(query_name or "", 0)
 
-    def onQueryStarted(self, event) -> None:  # noqa: ANN001, N802 - Spark's callback names
+    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
         with self._lock:
             self._totals[event.name or ""] = 0
 
-    def onQueryProgress(self, event) -> None:  # noqa: ANN001, N802
+    def onQueryProgress(self, event) -> None:  # noqa: N802
         observed = event.progress.observedMetrics.get(self.METRIC)
         if observed is not None:
             with self._lock:
                 name = event.progress.name or ""
                 self._totals[name] = self._totals.get(name, 0) + observed["rows"]
 
-    def onQueryIdle(self, event) -> None:  # noqa: ANN001, N802
+    def onQueryIdle(self, event) -> None:  # noqa: N802
         pass
 
-    def onQueryTerminated(self, event) -> None:  # noqa: ANN001, N802
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
         pass
 
 

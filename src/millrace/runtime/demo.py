@@ -49,22 +49,34 @@ def run_demo(workspace: Workspace, *, events: int, say: Callable[[str], None]) -
 
     started = time.monotonic()
     _publish_sample(workspace, events)
-    say(f"3. published {events} events and {len(_MALFORMED)} malformed records "
-        f"in {time.monotonic() - started:.1f} s")
+    say(
+        f"3. published {events} events and {len(_MALFORMED)} malformed records "
+        f"in {time.monotonic() - started:.1f} s"
+    )
 
     say("4. reading them through Spark (the first batch takes a few seconds)...")
     shutil.rmtree(workspace.checkpoints_dir / DEMO_APP, ignore_errors=True)
     spark = spark_session(settings, app_name="millrace-demo")
     try:
-        source = read_stream(spark, workspace, DEMO_APP, DEMO_STREAM,
-                             "event STRING, category STRING, score DOUBLE", time="time",
-                             available_now=True)
+        source = read_stream(
+            spark,
+            workspace,
+            DEMO_APP,
+            DEMO_STREAM,
+            "event STRING, category STRING, score DOUBLE",
+            time="time",
+            available_now=True,
+        )
         counts: dict[int, int] = {}
         query = (
-            source.records.groupBy("record_bucket").agg(F.count("*").alias("records"))
+            source.records.groupBy("record_bucket")
+            .agg(F.count("*").alias("records"))
             .writeStream.outputMode("complete")
-            .foreachBatch(lambda batch, _: counts.update(
-                {row.record_bucket: row.records for row in batch.collect()}))
+            .foreachBatch(
+                lambda batch, _: counts.update(
+                    {row.record_bucket: row.records for row in batch.collect()}
+                )
+            )
             .option("checkpointLocation", str(workspace.checkpoint(DEMO_APP, "counts")))
             .trigger(availableNow=True)
             .start()
@@ -76,9 +88,11 @@ def run_demo(workspace: Workspace, *, events: int, say: Callable[[str], None]) -
     say("5. records per bucket, counted by Spark:")
     for bucket in sorted(counts):
         say(f"     bucket {bucket}: {counts[bucket]}")
-    say(f"   total {sum(counts.values())}; {len(_MALFORMED)} malformed records are in "
+    say(
+        f"   total {sum(counts.values())}; {len(_MALFORMED)} malformed records are in "
         f"{dead_letter_stream(DEMO_STREAM)!r} (see `millrace tail "
-        f"{dead_letter_stream(DEMO_STREAM)} --from-beginning`)")
+        f"{dead_letter_stream(DEMO_STREAM)} --from-beginning`)"
+    )
     say("the bus stays up: `millrace down` stops it")
     return counts
 
@@ -89,12 +103,15 @@ def _publish_sample(workspace: Workspace, events: int) -> None:
     with Publisher(DEMO_STREAM, settings=workspace.settings) as publisher:
         for number in range(events):
             category = generator.choice(_CATEGORIES)
-            publisher.send({
-                "time": (now - timedelta(milliseconds=generator.randrange(60_000))).isoformat(),
-                "event": f"{category}-{generator.randrange(100)}",
-                "category": category,
-                "score": round(generator.random(), 3),
-            }, key=str(number))
+            publisher.send(
+                {
+                    "time": (now - timedelta(milliseconds=generator.randrange(60_000))).isoformat(),
+                    "event": f"{category}-{generator.randrange(100)}",
+                    "category": category,
+                    "score": round(generator.random(), 3),
+                },
+                key=str(number),
+            )
     # Bytes no millrace publisher would send, to show dead-letter routing.
     producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
     for raw in _MALFORMED:
