@@ -1,7 +1,15 @@
+import os
 import time
 from datetime import UTC, datetime
 
 import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from millrace.bus.publisher import Publisher, publish
 from millrace.bus.reader import TailStart, tail
@@ -9,6 +17,7 @@ from millrace.bus.streams import create_stream
 from millrace.config.settings import Settings
 from millrace.errors import PublishError, StreamNotFoundError
 
+SET = AlterConfigOpType.SET
 JAN_1 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch milliseconds
 
 
@@ -66,6 +75,32 @@ def test_events_that_cannot_be_stored_faithfully_are_refused(
         pytest.raises(PublishError, match=complaint),
     ):
         publisher.send(event)  # type: ignore[arg-type]
+
+
+def test_events_the_bus_refuses_are_raised_to_the_caller_not_logged_and_lost(
+    settings: Settings,
+    stream_name: str,
+) -> None:
+    create_stream(settings, stream_name)
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    limit = ConfigResource(
+        ResourceType.TOPIC,
+        stream_name,
+        incremental_configs=[ConfigEntry("max.message.bytes", "300", incremental_operation=SET)],
+    )
+    admin.incremental_alter_configs([limit])[limit].result(timeout=10)
+
+    publisher = Publisher(stream_name, settings=settings)
+    publisher.send({"small": 1})
+    publisher.flush()  # events batched with the large one would be refused along with it
+    publisher.send({"large": os.urandom(1000).hex()})  # random: compression cannot shrink it
+    with pytest.raises(PublishError, match="1 events were not stored") as raised:
+        publisher.flush()
+    assert "too large" in raised.value.message.lower()
+    assert publisher.delivered == 1
+
+    with pytest.raises(PublishError, match="refused the event"):
+        publisher.send({"huge": "x" * 2_000_000})
 
 
 def test_publishing_to_a_missing_stream_fails_at_once(settings: Settings) -> None:

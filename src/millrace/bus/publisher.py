@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from millrace.bus.records import ID_HEADER, encode_event, event_time_ms, new_record_id
 from millrace.bus.streams import require_stream
@@ -47,10 +47,10 @@ class Publisher:
         self.settings = settings or Workspace.locate().settings
         self.time_field = time_field or self.settings.events_time_field
         self.sent = 0
-        self.delivered = 0
         require_stream(self.settings, stream)
-        self._failures: list[str] = []
-        self._failure_count = 0
+        self._failures: list[str] = []  # the first few failure messages not yet raised
+        self._unraised_failures = 0
+        self._failed_total = 0
         self._producer = Producer(
             {
                 "bootstrap.servers": self.settings.bootstrap_servers,
@@ -62,9 +62,18 @@ class Publisher:
                 # route a key to the same bucket.
                 "partitioner": "murmur2_random",
                 "message.timeout.ms": _DELIVERY_TIMEOUT_MS,
+                # Only failures call back into Python: a callback for every event would cost
+                # more than the rest of `send`. Successes are the events sent minus the failed.
+                "delivery.report.only.error": True,
+                "on_delivery": self._on_delivery,
                 "log_level": 0,
             }
         )
+
+    @property
+    def delivered(self) -> int:
+        """Events the bus has acknowledged, once `flush` or `close` has returned."""
+        return self.sent - self._failed_total
 
     def send(
         self,
@@ -82,19 +91,19 @@ class Publisher:
         value = encode_event(event)
         event_time_ms(event, self.time_field)  # a time no reader could read is refused here
         record_id = record_id or new_record_id()
+        headers = [(ID_HEADER, record_id.encode())]
         while True:
             try:
-                self._producer.produce(
-                    self.stream,
-                    value,
-                    key=key,
-                    headers=[(ID_HEADER, record_id.encode())],
-                    on_delivery=self._on_delivery,
-                )
+                self._producer.produce(self.stream, value, key=key, headers=headers)
                 break
             except BufferError:
                 # The local queue is full: let deliveries drain it, then try again.
                 self._producer.poll(0.1)
+            except KafkaException as error:
+                raise PublishError(
+                    f"stream {self.stream!r} refused the event: {error.args[0].str()}",
+                    hint="events must be under 1 MB of JSON; split larger ones",
+                ) from None
         self.sent += 1
         self._producer.poll(0)
         return record_id
@@ -103,10 +112,8 @@ class Publisher:
         """Wait for every queued event; `PublishError` if the bus refused any of them."""
         remaining = self._producer.flush(_DELIVERY_TIMEOUT_MS / 1000 + 5)
         if remaining:
-            self._failure_count += remaining
-            self._failures.append(
-                f"{remaining} events still unacknowledged after {_DELIVERY_TIMEOUT_MS // 1000} s"
-            )
+            seconds = _DELIVERY_TIMEOUT_MS // 1000
+            self._count_failures(remaining, f"{remaining} events unacknowledged after {seconds} s")
         self._raise_failures()
 
     def close(self) -> None:
@@ -114,18 +121,20 @@ class Publisher:
         self.flush()
 
     def _on_delivery(self, error: KafkaError | None, _message: Message) -> None:
-        if error is None:
-            self.delivered += 1
-            return
-        self._failure_count += 1
+        if error is not None:
+            self._count_failures(1, error.str())
+
+    def _count_failures(self, count: int, message: str) -> None:
+        self._unraised_failures += count
+        self._failed_total += count
         if len(self._failures) < _MAX_REPORTED_FAILURES:
-            self._failures.append(error.str())
+            self._failures.append(message)
 
     def _raise_failures(self) -> None:
-        if not self._failure_count:
+        if not self._unraised_failures:
             return
-        count, failures = self._failure_count, self._failures
-        self._failure_count, self._failures = 0, []
+        count, failures = self._unraised_failures, self._failures
+        self._unraised_failures, self._failures = 0, []
         raise PublishError(
             f"{count} events were not stored in stream {self.stream!r}: {'; '.join(failures)}",
             hint="check the bus with `millrace status`, then send those events again",

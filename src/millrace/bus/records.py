@@ -8,9 +8,10 @@ This module encodes events for publishing and decodes consumed messages into `Re
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-import uuid
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -49,8 +50,24 @@ class RecordDecodeError(ValueError):
 
 
 def new_record_id() -> str:
-    """A fresh, unique record id (a random UUID in hex)."""
-    return uuid.uuid4().hex
+    """A fresh, unique record id: 32 hex digits, 80 random bits then a 48-bit counter.
+
+    The random part is drawn once per process (again after a fork), which makes ids several
+    times cheaper than a random UUID each, on the publisher's hot path.
+    """
+    return f"{_id_prefix}{next(_id_counter):012x}"
+
+
+def _new_id_prefix() -> None:
+    global _id_prefix, _id_counter  # per-process state, drawn again after a fork
+    _id_prefix = os.urandom(10).hex()
+    _id_counter = itertools.count()
+
+
+_id_prefix = ""
+_id_counter = itertools.count()
+_new_id_prefix()
+os.register_at_fork(after_in_child=_new_id_prefix)
 
 
 def encode_event(event: Any) -> bytes:
