@@ -22,8 +22,8 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 from millrace.errors import PublishError
 
 ID_HEADER = "id"
-# Epoch values at or above this are milliseconds: as seconds they would be after year 5000.
-_EPOCH_MS_THRESHOLD = 100_000_000_000
+EPOCH_MS_THRESHOLD = 100_000_000_000
+"""Epoch times at or above this are milliseconds: as seconds they would be after year 5000."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise _bad_time(time_field, value)
-        return int(value) if abs(value) >= _EPOCH_MS_THRESHOLD else int(value * 1000)
+        return int(value) if abs(value) >= EPOCH_MS_THRESHOLD else int(value * 1000)
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)

@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
     NewTopic,
     OffsetSpec,
     ResourceType,
+    TopicMetadata,
 )
 
 from millrace.config.durations import parse_duration_ms
@@ -129,24 +130,17 @@ def create_stream(
 
 def list_streams(settings: Settings) -> list[str]:
     """The names of all streams, sorted; Kafka's internal topics are left out."""
-    metadata = _call(
-        settings, "could not list the streams", lambda admin: admin.list_topics(timeout=_TIMEOUT_S)
-    )
+    try:
+        metadata = _admin(settings).list_topics(timeout=_TIMEOUT_S)
+    except KafkaException as error:
+        raise _bus_error("could not list the streams", error, settings) from None
     return sorted(name for name in metadata.topics if not name.startswith("__"))
 
 
 def describe_stream(settings: Settings, name: str) -> StreamInfo:
     """Buckets with their start and end offsets, record count and retention of stream `name`."""
+    partitions = sorted(_topic(settings, name).partitions)
     admin = _admin(settings)
-    metadata = _call(
-        settings,
-        f"could not describe stream {name!r}",
-        lambda _: admin.list_topics(topic=name, timeout=_TIMEOUT_S),
-    )
-    topic = metadata.topics.get(name)
-    if topic is None or topic.error is not None:
-        raise _not_found(name)
-    partitions = sorted(topic.partitions)
     starts = _offsets(admin, name, partitions, OffsetSpec.earliest())
     ends = _offsets(admin, name, partitions, OffsetSpec.latest())
     resource = ConfigResource(ResourceType.TOPIC, name)
@@ -169,15 +163,7 @@ def delete_stream(settings: Settings, name: str) -> None:
 
 def require_stream(settings: Settings, name: str) -> int:
     """Return the bucket count of stream `name`; `StreamNotFoundError` when it does not exist."""
-    metadata = _call(
-        settings,
-        f"could not look up stream {name!r}",
-        lambda admin: admin.list_topics(topic=name, timeout=_TIMEOUT_S),
-    )
-    topic = metadata.topics.get(name)
-    if topic is None or topic.error is not None:
-        raise _not_found(name)
-    return len(topic.partitions)
+    return len(_topic(settings, name).partitions)
 
 
 def format_retention(retention_ms: int) -> str:
@@ -250,11 +236,15 @@ def _admin_for(bootstrap_servers: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
 
 
-def _call(settings: Settings, what: str, request):
+def _topic(settings: Settings, name: str) -> TopicMetadata:
     try:
-        return request(_admin(settings))
+        metadata = _admin(settings).list_topics(topic=name, timeout=_TIMEOUT_S)
     except KafkaException as error:
-        raise _bus_error(what, error, settings) from None
+        raise _bus_error(f"could not look up stream {name!r}", error, settings) from None
+    topic = metadata.topics.get(name)
+    if topic is None or topic.error is not None:
+        raise _not_found(name)
+    return topic
 
 
 def _not_found(name: str) -> StreamNotFoundError:

@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
-from millrace.bus.records import ID_HEADER
+from millrace.bus.records import EPOCH_MS_THRESHOLD, ID_HEADER
 from millrace.bus.streams import create_stream, dead_letter_stream, require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
@@ -32,8 +32,6 @@ RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
 
 _CORRUPT = "_millrace_corrupt"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Epoch values at or above this are milliseconds (the same rule as the Python publisher).
-_EPOCH_MS_THRESHOLD = 100_000_000_000
 
 
 @dataclass(frozen=True)
@@ -208,7 +206,7 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
         .when(
             time_raw.rlike(r"^-?[0-9]+(\.[0-9]+)?$"),
             F.timestamp_millis(
-                F.when(F.abs(as_number) >= _EPOCH_MS_THRESHOLD, as_number)
+                F.when(F.abs(as_number) >= EPOCH_MS_THRESHOLD, as_number)
                 .otherwise(as_number * 1000)
                 .cast("long")
             ),
