@@ -86,6 +86,12 @@ class SchemaError(MillraceError):
     code = "schema"
 
 
+class SqlError(MillraceError):
+    """A SQL app is not valid; the message starts with `file:line:column`."""
+
+    code = "sql"
+
+
 class EngineError(MillraceError):
     """Spark could not be started or a streaming query could not be built."""
 

@@ -1,0 +1,5 @@
+"""The SQL layer: Puma-style apps, a small DDL around Spark SQL, compiled to Spark queries.
+
+`parser` reads a `.sql` app file into statements with their positions; `compiler` turns them
+into DataFrames on the engine. The DDL grammar is documented in docs/sql.md.
+"""

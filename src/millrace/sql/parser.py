@@ -1,0 +1,488 @@
+"""Reading a SQL app file: statements, their positions, and the checks that need no Spark.
+
+An app file holds `CREATE APPLICATION`, then input tables, views, functions, result tables
+and stream inserts, each ending with `;`. The DDL around the queries is parsed here; each
+SELECT is parsed by sqlglot (Spark dialect) after its window brackets (`FROM t [5 minutes]`)
+are noted and blanked out, so every position in an error still points into the file.
+
+Example:
+    >>> app = parse_app("CREATE APPLICATION a; CREATE INPUT TABLE t (x) FROM STREAM('s') TIME ts;")
+    >>> app.name, app.inputs[0].columns
+    ('a', (('x', 'STRING'), ('ts', 'TIMESTAMP')))
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import sqlglot
+from sqlglot import exp
+
+from millrace.config.durations import parse_duration_ms
+from millrace.errors import ConfigError, SqlError
+
+EmitMode = Literal["final", "updates"]
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_STATEMENT_KINDS = (
+    "CREATE APPLICATION, CREATE INPUT TABLE, CREATE VIEW, CREATE FUNCTION, CREATE TABLE "
+    "or INSERT INTO STREAM"
+)
+_APPLICATION = re.compile(rf"CREATE\s+APPLICATION\s+(?P<name>{_IDENT})\s*$", re.I | re.S)
+_INPUT = re.compile(
+    rf"CREATE\s+INPUT\s+TABLE\s+(?P<name>{_IDENT})\s*\((?P<columns>.*)\)\s*"
+    r"FROM\s+(?:STREAM|SCRIBE)\s*\(\s*'(?P<stream>[^']*)'\s*\)\s*"
+    rf"TIME\s+(?P<time>{_IDENT})(?:\s+LATENESS\s+'(?P<lateness>[^']*)')?\s*$",
+    re.I | re.S,
+)
+_VIEW = re.compile(rf"CREATE\s+VIEW\s+(?P<name>{_IDENT})\s+AS\s+(?P<query>.*)$", re.I | re.S)
+_FUNCTION = re.compile(
+    rf"CREATE\s+FUNCTION\s+(?P<name>{_IDENT})\s+AS\s+'(?P<target>[^']*)'\s*$", re.I | re.S
+)
+_TABLE = re.compile(
+    rf"CREATE\s+TABLE\s+(?P<name>{_IDENT})\s*(?:WITH\s*\((?P<options>[^)]*)\)\s*)?"
+    r"AS\s+(?P<query>.*)$",
+    re.I | re.S,
+)
+_INSERT = re.compile(
+    r"INSERT\s+INTO\s+(?:STREAM|SCRIBE)\s*\(\s*'(?P<stream>[^']*)'\s*\)\s*(?P<query>.*)$",
+    re.I | re.S,
+)
+_OPTION = re.compile(rf"\s*(?P<key>{_IDENT})\s*=\s*'(?P<value>[^']*)'\s*")
+_WINDOWED_TABLE = re.compile(
+    rf"\b(?:FROM|JOIN)\s+(?P<table>{_IDENT})\s*(?P<window>\[[^\]]*\])", re.I
+)
+_WINDOW = re.compile(r"^\s*(?P<size>.+?)(?:\s+SLIDE\s+(?P<slide>.+?))?\s*$", re.I | re.S)
+
+
+@dataclass(frozen=True)
+class Position:
+    """A place in an app file, 1-based, as editors show it."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True)
+class Window:
+    """An event-time window: tumbling when `slide_ms` is None, else sliding."""
+
+    size_ms: int
+    slide_ms: int | None = None
+
+    @property
+    def is_sliding(self) -> bool:
+        """True for `[size SLIDE slide]` with a slide shorter than the size."""
+        return self.slide_ms is not None and self.slide_ms != self.size_ms
+
+
+@dataclass(frozen=True)
+class Query:
+    """A SELECT of the app: its text with window brackets blanked, and what sqlglot made of it."""
+
+    text: str
+    offset: int
+    windows: dict[str, Window]
+    tree: exp.Query
+
+    @property
+    def is_aggregation(self) -> bool:
+        """True when the query groups or aggregates at its top level."""
+        if not isinstance(self.tree, exp.Select):
+            return False
+        return bool(self.tree.args.get("group")) or any(
+            expression.find(exp.AggFunc) for expression in self.tree.expressions
+        )
+
+
+@dataclass(frozen=True)
+class InputTable:
+    """`CREATE INPUT TABLE name (columns) FROM STREAM('s') TIME col [LATENESS 'd']`."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    stream: str
+    time: str
+    lateness: str | None
+    position: Position
+
+    @property
+    def schema(self) -> str:
+        """The value's columns as a Spark DDL string, without the time column."""
+        return ", ".join(f"`{name}` {kind}" for name, kind in self.columns if name != self.time)
+
+
+@dataclass(frozen=True)
+class View:
+    """`CREATE VIEW name AS SELECT ...`: a query reused inside the app."""
+
+    name: str
+    query: Query
+    position: Position
+
+
+@dataclass(frozen=True)
+class Function:
+    """`CREATE FUNCTION name AS 'module.function'`: a Python UDF."""
+
+    name: str
+    target: str
+    position: Position
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    """`CREATE TABLE name [WITH (emit = 's', mode = 'final')] AS SELECT ...`."""
+
+    name: str
+    query: Query
+    emit: str | None
+    mode: EmitMode
+    position: Position
+
+
+@dataclass(frozen=True)
+class StreamInsert:
+    """`INSERT INTO STREAM('s') SELECT ...`: a stateless app writing a derived stream."""
+
+    stream: str
+    query: Query
+    position: Position
+
+
+@dataclass(frozen=True)
+class SqlApp:
+    """A parsed app file, its statements grouped by kind in file order."""
+
+    name: str
+    file: str
+    inputs: tuple[InputTable, ...]
+    views: tuple[View, ...]
+    functions: tuple[Function, ...]
+    tables: tuple[ResultTable, ...]
+    inserts: tuple[StreamInsert, ...]
+
+    def input(self, name: str) -> InputTable | None:
+        """The input table called `name`, if there is one."""
+        return next((table for table in self.inputs if table.name == name), None)
+
+
+def load_app(path: Path) -> SqlApp:
+    """Read and parse the app file at `path`; `SqlError` says what is wrong and where."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise SqlError(
+            f"cannot read {path}: {error.strerror}", hint="check the path of the .sql file"
+        ) from None
+    return parse_app(text, str(path))
+
+
+def parse_app(text: str, file: str = "<string>") -> SqlApp:
+    """Parse the text of an app file; `SqlError` with `file:line:column` when it is not valid."""
+    return _AppParser(text, file).parse()
+
+
+class _AppParser:
+    def __init__(self, text: str, file: str) -> None:
+        self.text = text
+        self.file = file
+        self.name: str | None = None
+        self.inputs: list[InputTable] = []
+        self.views: list[View] = []
+        self.functions: list[Function] = []
+        self.tables: list[ResultTable] = []
+        self.inserts: list[StreamInsert] = []
+        self.defined: dict[str, Position] = {}
+
+    def parse(self) -> SqlApp:
+        for offset, statement in _split_statements(self.text):
+            self._statement(offset, statement)
+        if self.name is None:
+            raise self.error(
+                0,
+                "the app has no CREATE APPLICATION statement",
+                "start the file with `CREATE APPLICATION name;`",
+            )
+        return SqlApp(
+            self.name,
+            self.file,
+            tuple(self.inputs),
+            tuple(self.views),
+            tuple(self.functions),
+            tuple(self.tables),
+            tuple(self.inserts),
+        )
+
+    def _statement(self, offset: int, statement: str) -> None:
+        if match := _APPLICATION.match(statement):
+            if self.name is not None:
+                raise self.error(offset, "a second CREATE APPLICATION", "an app file holds one app")
+            self.name = match["name"]
+            return
+        if self.name is None:
+            raise self.error(
+                offset,
+                "the app must start with CREATE APPLICATION",
+                "put `CREATE APPLICATION name;` before the other statements",
+            )
+        position = self.position(offset)
+        if match := _INPUT.match(statement):
+            self._define(match["name"], offset)
+            time = match["time"]
+            declared = self._columns(match["columns"], offset + match.start("columns"))
+            if time not in dict(declared):
+                declared = (*declared, (time, "TIMESTAMP"))
+            # An untyped column is a STRING, except the time column, which is a TIMESTAMP.
+            columns = tuple(
+                (name, kind or ("TIMESTAMP" if name == time else "STRING"))
+                for name, kind in declared
+            )
+            if dict(columns)[time] != "TIMESTAMP":
+                raise self.error(
+                    offset + match.start("time"),
+                    f"time column {time!r} is declared {dict(columns)[time]}",
+                    "declare it TIMESTAMP, or leave its type out of the column list",
+                )
+            lateness = match["lateness"]
+            if lateness is not None:
+                self._duration(lateness, offset + match.start("lateness"), "LATENESS")
+            self.inputs.append(
+                InputTable(match["name"], columns, match["stream"], time, lateness, position)
+            )
+        elif match := _VIEW.match(statement):
+            self._define(match["name"], offset)
+            query = self._query(match["query"], offset + match.start("query"))
+            self.views.append(View(match["name"], query, position))
+        elif match := _FUNCTION.match(statement):
+            self._define(match["name"], offset)
+            if not re.fullmatch(rf"{_IDENT}(\.{_IDENT})+", match["target"]):
+                raise self.error(
+                    offset + match.start("target"),
+                    f"function target {match['target']!r} is not 'module.function'",
+                    "name the Python function with its module, such as 'my_udfs.normalize'",
+                )
+            self.functions.append(Function(match["name"], match["target"], position))
+        elif match := _TABLE.match(statement):
+            self._define(match["name"], offset)
+            emit, mode = self._table_options(match["options"], offset + (match.start("options")))
+            query = self._query(match["query"], offset + match.start("query"))
+            table = ResultTable(match["name"], query, emit, mode, position)
+            self._check_result_table(table, offset)
+            self.tables.append(table)
+        elif match := _INSERT.match(statement):
+            query = self._query(match["query"], offset + match.start("query"))
+            if query.is_aggregation:
+                raise self.error(
+                    offset,
+                    "INSERT INTO STREAM is for stateless apps, and this query aggregates",
+                    "write aggregations as CREATE TABLE name WITH (emit = 'stream') AS SELECT ...",
+                )
+            self.inserts.append(StreamInsert(match["stream"], query, position))
+        else:
+            raise self.error(
+                offset, "unknown or malformed statement", f"expected {_STATEMENT_KINDS}"
+            )
+
+    def _define(self, name: str, offset: int) -> None:
+        earlier = self.defined.get(name.lower())
+        if earlier is not None:
+            raise self.error(
+                offset,
+                f"{name!r} is already defined at line {earlier.line}",
+                "give each table, view and function its own name",
+            )
+        self.defined[name.lower()] = self.position(offset)
+
+    def _columns(self, text: str, offset: int) -> tuple[tuple[str, str | None], ...]:
+        columns: list[tuple[str, str | None]] = []
+        # Types such as STRUCT<a: INT, b: INT> hold commas inside angle brackets.
+        for start, part in _split_top_level(text, ",", "([<", ")]>"):
+            match = re.fullmatch(rf"\s*({_IDENT})(?:\s+(.+?))?\s*", part, re.S)
+            if match is None:
+                raise self.error(
+                    offset + start,
+                    f"column {part.strip()!r} is not `name` or `name TYPE`",
+                    "write columns like `score DOUBLE`; a column without a type is a STRING",
+                )
+            kind = match[2].upper() if match[2] else None
+            if kind is not None:
+                try:
+                    exp.DataType.build(kind, dialect="spark")
+                except (sqlglot.errors.ParseError, ValueError):
+                    raise self.error(
+                        offset + start + match.start(2),
+                        f"{match[2]!r} is not a Spark SQL type",
+                        "use STRING, BIGINT, DOUBLE, BOOLEAN, TIMESTAMP, DECIMAL(p, s), ARRAY<...>",
+                    ) from None
+            columns.append((match[1], kind))
+        return tuple(columns)
+
+    def _table_options(self, text: str | None, offset: int) -> tuple[str | None, EmitMode]:
+        options: dict[str, str] = {}
+        for start, part in _split_top_level(text or "", ","):
+            match = _OPTION.fullmatch(part)
+            if match is None or match["key"].lower() not in ("emit", "mode"):
+                raise self.error(
+                    offset + start,
+                    f"table option {part.strip()!r} is not known",
+                    "the options are emit = 'stream_name' and mode = 'final' or 'updates'",
+                )
+            options[match["key"].lower()] = match["value"]
+        mode = options.get("mode", "final").lower()
+        if mode not in ("final", "updates"):
+            raise self.error(offset, f"mode {mode!r} is not known", "use 'final' or 'updates'")
+        return options.get("emit"), "final" if mode == "final" else "updates"
+
+    def _query(self, text: str, offset: int) -> Query:
+        windows: dict[str, Window] = {}
+        blanked = text
+        for match in _WINDOWED_TABLE.finditer(text):
+            bracket = match["window"]
+            windows[match["table"]] = self._window(bracket[1:-1], offset + match.start("window"))
+            start, end = match.span("window")
+            blanked = blanked[:start] + " " * (end - start) + blanked[end:]
+        try:
+            tree = sqlglot.parse_one(blanked, read="spark")
+        except sqlglot.errors.ParseError as error:
+            detail = error.errors[0] if error.errors else {}
+            inner = _offset_of(blanked, detail.get("line", 1), detail.get("col", 1))
+            raise self.error(
+                offset + inner,
+                f"the query is not valid SQL: {detail.get('description', error)}",
+                "queries are Spark SQL; check the syntax near this position",
+            ) from None
+        if not isinstance(tree, exp.Query):
+            raise self.error(offset, "expected a SELECT query here", "write `AS SELECT ...`")
+        known = {name for name in self.defined} | {
+            cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)
+        }
+        for table in tree.find_all(exp.Table):
+            if table.name.lower() not in known:
+                start = table.this.meta.get("start", 0) if table.this else 0
+                raise self.error(
+                    offset + start,
+                    f"unknown table {table.name!r}",
+                    "define it before this statement with CREATE INPUT TABLE or CREATE VIEW"
+                    + (
+                        f"; defined so far: {', '.join(sorted(self.defined))}"
+                        if self.defined
+                        else ""
+                    ),
+                )
+        return Query(blanked, offset, windows, tree)
+
+    def _window(self, text: str, offset: int) -> Window:
+        match = _WINDOW.match(text)
+        if match is None or not match["size"]:
+            raise self.error(
+                offset, f"window [{text}] is empty", "write [5 minutes] or [1 hour SLIDE 5 minutes]"
+            )
+        size_ms = self._duration(match["size"], offset, "window size")
+        slide_ms = (
+            self._duration(match["slide"], offset, "window slide") if match["slide"] else None
+        )
+        if slide_ms is not None and (slide_ms > size_ms or size_ms % slide_ms):
+            raise self.error(
+                offset,
+                f"window [{text.strip()}]: the slide must divide the size",
+                "choose a slide such as 1 minute for a 5 minute window",
+            )
+        return Window(size_ms, slide_ms)
+
+    def _duration(self, text: str, offset: int, what: str) -> int:
+        try:
+            return parse_duration_ms(text, what=what)
+        except ConfigError as error:
+            raise self.error(offset, error.message, error.hint or "") from None
+
+    def _check_result_table(self, table: ResultTable, offset: int) -> None:
+        if not table.query.is_aggregation:
+            raise self.error(
+                offset,
+                f"CREATE TABLE {table.name} does not aggregate",
+                "a result table needs GROUP BY or an aggregate; "
+                "stateless apps use INSERT INTO STREAM",
+            )
+        if table.mode == "final":
+            if not table.query.windows:
+                raise self.error(
+                    offset,
+                    f"CREATE TABLE {table.name}: mode 'final' needs a window, "
+                    "and the query has none",
+                    "add a window such as FROM t [5 minutes], or use mode = 'updates'",
+                )
+            for name in table.query.windows:
+                source = self._input_named(name)
+                if source is not None and source.lateness is None:
+                    raise self.error(
+                        offset,
+                        f"CREATE TABLE {table.name}: mode 'final' closes a window when the "
+                        f"watermark passes it, and input {name!r} declares no LATENESS",
+                        f"add LATENESS '30 seconds' (or what fits) to input table {name}",
+                    )
+
+    def _input_named(self, name: str) -> InputTable | None:
+        return next((table for table in self.inputs if table.name.lower() == name.lower()), None)
+
+    def position(self, offset: int) -> Position:
+        line = self.text.count("\n", 0, offset) + 1
+        column = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
+        return Position(self.file, line, column)
+
+    def error(self, offset: int, message: str, hint: str) -> SqlError:
+        return SqlError(f"{self.position(offset)}: {message}", hint=hint)
+
+
+def _split_statements(text: str) -> list[tuple[int, str]]:
+    """The statements of `text` with the offsets where their first keyword starts."""
+    return [
+        (start + len(part) - len(part.lstrip()), part.strip())
+        for start, part in _split_top_level(_blank_comments(text), ";")
+        if part.strip()
+    ]
+
+
+def _split_top_level(
+    text: str, separator: str, opening: str = "([", closing: str = ")]"
+) -> list[tuple[int, str]]:
+    """Split on `separator` outside quotes and brackets, keeping each part's offset."""
+    parts: list[tuple[int, str]] = []
+    depth, quote, start = 0, "", 0
+    for index, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"`":
+            quote = char
+        elif char in opening:
+            depth += 1
+        elif char in closing:
+            depth -= 1
+        elif char == separator and depth == 0:
+            parts.append((start, text[start:index]))
+            start = index + 1
+    if text[start:].strip():
+        parts.append((start, text[start:]))
+    return parts
+
+
+def _blank_comments(text: str) -> str:
+    """`text` with `--` and `/* */` comments replaced by spaces, so offsets stay the same."""
+    return re.sub(
+        r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/",
+        lambda match: match[0] if match[0].startswith("'") else re.sub(r"[^\n]", " ", match[0]),
+        text,
+        flags=re.S,
+    )
+
+
+def _offset_of(text: str, line: int, column: int) -> int:
+    lines = text.split("\n")
+    return sum(len(earlier) + 1 for earlier in lines[: line - 1]) + max(column - 1, 0)
