@@ -2,7 +2,7 @@
 
 It is `.millrace/` in the working directory, or the folder `MILLRACE_HOME` names. Inside:
 `millrace.toml`, the local broker's data and logs under `kafka/`, Spark checkpoints under
-`checkpoints/<app>/`, and logs under `logs/`.
+`checkpoints/<app>/`, SQL apps' result tables under `tables/<app>/`, and logs under `logs/`.
 """
 
 from __future__ import annotations
@@ -59,6 +59,11 @@ class Workspace:
     def logs_dir(self) -> Path:
         """Logs of the processes that millrace starts."""
         return self.root / "logs"
+
+    @property
+    def tables_dir(self) -> Path:
+        """Result tables of SQL apps, as Delta tables: `tables/<app>/<table>`."""
+        return self.root / "tables"
 
     def checkpoint(self, app: str, query: str) -> Path:
         """The checkpoint folder of one streaming query of one app."""

@@ -118,33 +118,64 @@ def write_stream(
     Example:
         >>> write_stream(source.records, workspace, "demo", "copy", "clicks_copy")  # doctest: +SKIP
     """
-    settings = workspace.settings
     if isinstance(stream, str):
-        require_stream(settings, stream)
-        target = F.lit(stream)
-    else:
-        target = stream
-    value_columns = [name for name in records.columns if name not in RECORD_COLUMNS]
-    record_id = F.col("record_id") if "record_id" in records.columns else F.expr("uuid()")
-    output = records.select(
-        target.alias("topic"),
-        (F.col(key).cast("string") if key else F.lit(None).cast("string")).alias("key"),
-        F.to_json(F.struct(*value_columns)).alias("value"),
-        F.array(
-            F.struct(F.lit(ID_HEADER).alias("key"), record_id.cast("binary").alias("value"))
-        ).alias("headers"),
-    )
+        require_stream(workspace.settings, stream)
+        stream = F.lit(stream)
+    output = _as_kafka_records(records, stream, key, None)
     writer = (
         output.writeStream.format("kafka")
         .queryName(f"{app}.{query}")
         .outputMode(output_mode)
-        .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .option("kafka.linger.ms", "5")
         .option("checkpointLocation", str(workspace.checkpoint(app, query)))
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
     return writer.start()
+
+
+def write_batch(
+    records: DataFrame,
+    workspace: Workspace,
+    stream: str,
+    *,
+    key: Column | None = None,
+    record_id: Column | None = None,
+) -> None:
+    """Write a DataFrame that is not streaming, such as one micro-batch, to `stream`.
+
+    `record_id` gives each record's id (default: the `record_id` column, else a random one);
+    a deterministic id lets readers drop a batch written twice.
+
+    Example:
+        >>> write_batch(batch, workspace, "alerts", record_id=F.col("alert_id"))  # doctest: +SKIP
+    """
+    (
+        _as_kafka_records(records, F.lit(stream), key, record_id)
+        .write.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .save()
+    )
+
+
+def _as_kafka_records(
+    records: DataFrame, stream: Column, key: str | Column | None, record_id: Column | None
+) -> DataFrame:
+    """The columns Spark's Kafka sink writes: topic, key, the JSON value and the id header."""
+    if record_id is None:
+        record_id = F.col("record_id") if "record_id" in records.columns else F.expr("uuid()")
+    if isinstance(key, str):
+        key = F.col(key)
+    value_columns = [name for name in records.columns if name not in RECORD_COLUMNS]
+    return records.select(
+        stream.alias("topic"),
+        (key.cast("string") if key is not None else F.lit(None).cast("string")).alias("key"),
+        F.to_json(F.struct(*value_columns)).alias("value"),
+        F.array(
+            F.struct(F.lit(ID_HEADER).alias("key"), record_id.cast("binary").alias("value"))
+        ).alias("headers"),
+    )
 
 
 def _value_fields(schema: str | StructType, time: str) -> list[StructField]:

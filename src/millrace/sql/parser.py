@@ -163,6 +163,7 @@ class SqlApp:
 
     name: str
     file: str
+    text: str
     inputs: tuple[InputTable, ...]
     views: tuple[View, ...]
     functions: tuple[Function, ...]
@@ -171,7 +172,11 @@ class SqlApp:
 
     def input(self, name: str) -> InputTable | None:
         """The input table called `name`, if there is one."""
-        return next((table for table in self.inputs if table.name == name), None)
+        return next((table for table in self.inputs if table.name.lower() == name.lower()), None)
+
+    def position(self, offset: int) -> Position:
+        """The line and column of character `offset` of the app file."""
+        return _position(self.text, self.file, offset)
 
 
 def load_app(path: Path) -> SqlApp:
@@ -214,6 +219,7 @@ class _AppParser:
         return SqlApp(
             self.name,
             self.file,
+            self.text,
             tuple(self.inputs),
             tuple(self.views),
             tuple(self.functions),
@@ -420,7 +426,7 @@ class _AppParser:
                     "add a window such as FROM t [5 minutes], or use mode = 'updates'",
                 )
             for name in table.query.windows:
-                source = self._input_named(name)
+                source = next((i for i in self.inputs if i.name.lower() == name.lower()), None)
                 if source is not None and source.lateness is None:
                     raise self.error(
                         offset,
@@ -429,16 +435,16 @@ class _AppParser:
                         f"add LATENESS '30 seconds' (or what fits) to input table {name}",
                     )
 
-    def _input_named(self, name: str) -> InputTable | None:
-        return next((table for table in self.inputs if table.name.lower() == name.lower()), None)
-
     def position(self, offset: int) -> Position:
-        line = self.text.count("\n", 0, offset) + 1
-        column = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
-        return Position(self.file, line, column)
+        return _position(self.text, self.file, offset)
 
     def error(self, offset: int, message: str, hint: str) -> SqlError:
         return SqlError(f"{self.position(offset)}: {message}", hint=hint)
+
+
+def _position(text: str, file: str, offset: int) -> Position:
+    line = text.count("\n", 0, offset) + 1
+    return Position(file, line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
 
 
 def _split_statements(text: str) -> list[tuple[int, str]]:

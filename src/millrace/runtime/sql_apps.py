@@ -1,0 +1,205 @@
+"""Running a SQL app: its streaming queries, its result tables, and reading those tables.
+
+Each `INSERT INTO STREAM` becomes a query writing the derived stream. Each `CREATE TABLE`
+becomes a query that keeps the results in a Delta table under `<workspace>/tables/<app>/`,
+where `millrace query` (and later the serving layer) reads them, and that also writes them to
+the `emit` stream when the table names one. Mode `final` appends each window once, when the
+watermark closes it; mode `updates` merges every change by the table's key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.streaming import StreamingQuery
+
+from millrace.bus.streams import require_stream
+from millrace.config.workspace import Workspace
+from millrace.engine.streams import write_batch, write_stream
+from millrace.errors import SqlError, StreamNotFoundError
+from millrace.sql.compiler import compile_app, group_key_columns
+from millrace.sql.parser import Position, ResultTable, SqlApp
+
+
+@dataclass
+class RunningApp:
+    """The queries of a started SQL app: its outputs, then its inputs' dead-letter queries."""
+
+    app: SqlApp
+    queries: list[StreamingQuery] = field(default_factory=list)
+
+    def process_all_available(self) -> None:
+        """Block until every query has processed all the data available now."""
+        for query in self.queries:
+            query.processAllAvailable()
+
+    def await_termination(self) -> None:
+        """Block until every query has stopped; with `available_now` they stop by themselves."""
+        for query in self.queries:
+            query.awaitTermination()
+
+    def stop(self) -> None:
+        """Stop every query of the app."""
+        for query in self.queries:
+            query.stop()
+
+
+def start_sql_app(
+    spark: SparkSession, workspace: Workspace, app: SqlApp, *, available_now: bool = False
+) -> RunningApp:
+    """Compile `app` and start its queries; with `available_now` they stop at the end of input.
+
+    Example:
+        >>> running = start_sql_app(spark, workspace, load_app(Path("app.sql")))  # doctest: +SKIP
+        >>> running.await_termination()  # doctest: +SKIP
+    """
+    for insert in app.inserts:
+        _require_output_stream(workspace, insert.stream, insert.position)
+    for table in app.tables:
+        if table.emit is not None:
+            _require_output_stream(workspace, table.emit, table.position)
+    compiled = compile_app(spark, workspace, app, available_now=available_now)
+    running = RunningApp(app)
+    for stream, records in compiled.inserts.items():
+        running.queries.append(
+            write_stream(
+                records,
+                workspace,
+                app.name,
+                f"insert.{stream}",
+                stream,
+                available_now=available_now,
+            )
+        )
+    for table in app.tables:
+        writer = _ResultTableWriter(workspace, app.name, table)
+        query = (
+            compiled.tables[table.name]
+            .writeStream.queryName(f"{app.name}.table.{table.name}")
+            .outputMode("append" if table.mode == "final" else "update")
+            .foreachBatch(writer.write_batch)
+            .option(
+                "checkpointLocation", str(workspace.checkpoint(app.name, f"table.{table.name}"))
+            )
+        )
+        if available_now:
+            query = query.trigger(availableNow=True)
+        running.queries.append(query.start())
+    running.queries += [source.dead_letter_query for source in compiled.inputs.values()]
+    return running
+
+
+def result_table_path(workspace: Workspace, app: str, table: str) -> Path:
+    """Where the Delta table of result table `table` of app `app` lives."""
+    return workspace.tables_dir / app / table
+
+
+def query_result_table(
+    spark: SparkSession,
+    workspace: Workspace,
+    app: str,
+    table: str,
+    *,
+    where: dict[str, str] | None = None,
+    last: int | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of a result table, filtered by column equality, from its `last` windows.
+
+    Filter values are compared as values (never pasted into SQL). Raises `SqlError` for an
+    unknown table or column.
+
+    Example:
+        >>> query_result_table(spark, workspace, "top_events", "top_events_5min",  # doctest: +SKIP
+        ...                    where={"category": "movies"}, last=3)
+    """
+    path = result_table_path(workspace, app, table)
+    if not DeltaTable.isDeltaTable(spark, str(path)):
+        raise SqlError(
+            f"no result table {app}.{table} (nothing at {path})",
+            hint="check the names; the table appears once the app has written its first results",
+        )
+    rows = spark.read.format("delta").load(str(path))
+    for column, value in (where or {}).items():
+        if column not in rows.columns:
+            raise SqlError(
+                f"result table {app}.{table} has no column {column!r}",
+                hint=f"its columns: {', '.join(rows.columns)}",
+            )
+        rows = rows.where(F.col(column).cast("string") == F.lit(value))
+    if last is not None and "window_start" in rows.columns:
+        latest = rows.select("window_start").distinct().orderBy(F.desc("window_start")).limit(last)
+        rows = rows.join(latest, "window_start")
+    order = [name for name in ("window_start", "window_end") if name in rows.columns]
+    return [row.asDict(recursive=True) for row in rows.orderBy(*order).collect()]
+
+
+class _ResultTableWriter:
+    """Writes each micro-batch of a result table to its Delta table and its emit stream."""
+
+    def __init__(self, workspace: Workspace, app: str, table: ResultTable) -> None:
+        self.workspace = workspace
+        self.app = app
+        self.table = table
+        self.path = str(result_table_path(workspace, app, table.name))
+        self.keys = group_key_columns(table.query)
+
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        batch.persist()
+        try:
+            if self.table.mode == "final":
+                # Delta skips a (txnAppId, txnVersion) it has already committed: a batch that
+                # is run again after a crash is not appended twice.
+                (
+                    batch.write.format("delta")
+                    .mode("append")
+                    .option("txnAppId", f"{self.app}.{self.table.name}")
+                    .option("txnVersion", batch_id)
+                    .save(self.path)
+                )
+            else:
+                self._merge(batch)
+            if self.table.emit is not None:
+                self._emit(batch, batch_id, self.table.emit)
+        finally:
+            batch.unpersist()
+
+    def _merge(self, batch: DataFrame) -> None:
+        spark = batch.sparkSession
+        if not DeltaTable.isDeltaTable(spark, self.path):
+            batch.limit(0).write.format("delta").save(self.path)
+        matches = " AND ".join(f"t.`{key}` <=> u.`{key}`" for key in self.keys) or "false"
+        (
+            DeltaTable.forPath(spark, self.path)
+            .alias("t")
+            .merge(batch.alias("u"), matches)
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    def _emit(self, batch: DataFrame, batch_id: int, stream: str) -> None:
+        # The id names what the row is the result of, so a re-run batch gives the same ids;
+        # in 'updates' mode the batch is part of it, as each batch may revise a result.
+        keys = [F.col(key).cast("string") for key in self.keys]
+        parts: list[Column] = [F.lit(self.app), F.lit(self.table.name), *keys]
+        if self.table.mode == "updates":
+            parts.append(F.lit(str(batch_id)))
+        write_batch(
+            batch,
+            self.workspace,
+            stream,
+            key=F.concat_ws("|", *keys) if keys else None,
+            record_id=F.concat_ws(":", *parts),
+        )
+
+
+def _require_output_stream(workspace: Workspace, stream: str, position: Position) -> None:
+    try:
+        require_stream(workspace.settings, stream)
+    except StreamNotFoundError as error:
+        raise SqlError(f"{position}: output {error.message}", hint=error.hint) from None

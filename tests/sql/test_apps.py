@@ -1,0 +1,68 @@
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from millrace.config.workspace import Workspace
+from millrace.errors import SqlError
+from millrace.testing import SqlAppTester
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "top_events.sql"
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _event(second: float, event: str, category: str, score: float) -> dict:
+    return {
+        "event_time": (START + timedelta(seconds=second)).isoformat(),
+        "event": event,
+        "category": category,
+        "score": score,
+    }
+
+
+def test_the_example_app_counts_per_window_and_filters_a_derived_stream(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    events = [
+        _event(10, "kickoff #superbowl", "sports", 2.0),
+        _event(20, "new trailer", "movies", 1.0),
+        _event(290, "touchdown #superbowl", "sports", 5.0),
+        _event(310, "halftime", "sports", 3.0),
+        _event(320, "premiere", "movies", 4.0),
+    ]
+    result = SqlAppTester(EXAMPLE, spark=spark, workspace=workspace).run({"events_score": events})
+
+    rows = {
+        (row["window_start"].timestamp(), row["category"]): (row["n"], row["total_score"])
+        for row in result.tables["top_events_5min"]
+    }
+    first, second = START.timestamp(), (START + timedelta(minutes=5)).timestamp()
+    assert rows == {
+        (first, "sports"): (2, 7.0),
+        (first, "movies"): (1, 1.0),
+        (second, "sports"): (1, 3.0),
+        (second, "movies"): (1, 4.0),
+    }
+    assert [post["event"] for post in result.streams["superbowl_posts"]] == [
+        "kickoff #superbowl",
+        "touchdown #superbowl",
+    ]
+    assert result.dead_letters == {"events_score": 0}
+
+
+def test_an_unknown_column_is_reported_at_its_place_in_the_file(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    app = tmp_path / "broken.sql"
+    app.write_text(
+        "CREATE APPLICATION broken;\n"
+        "CREATE INPUT TABLE events (event_time, event) FROM STREAM('events') TIME event_time;\n"
+        "INSERT INTO STREAM('out')\n"
+        "SELECT event, scroe FROM events;\n"
+    )
+    with pytest.raises(SqlError) as raised:
+        SqlAppTester(app, spark=spark, workspace=workspace).run({"events": []})
+    assert raised.value.message.startswith(f"{app}:4:15: ")
+    assert "scroe" in raised.value.message
