@@ -1,4 +1,3 @@
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from millrace.cli import infra, records, streams
+from millrace.cli import apps, infra, records, streams
 from millrace.errors import MillraceError
 
 
@@ -34,6 +34,9 @@ cli.add_command(streams.stream)
 cli.add_command(records.publish)
 cli.add_command(records.tail)
 cli.add_command(records.pipe)
+cli.add_command(apps.check)
+cli.add_command(apps.run)
+cli.add_command(apps.query)
 
 
 def main() -> None:

@@ -46,11 +46,13 @@ class StreamInput:
 
     stream: str
     records: DataFrame
-    dead_letter_query: StreamingQuery
+    dead_letter_query: StreamingQuery | None
 
     @property
     def dead_letter_count(self) -> int:
         """Records routed to the dead-letter stream by this run of the query so far."""
+        if self.dead_letter_query is None:
+            return 0
         return _DeadLetterCounter.total(self.dead_letter_query.name)
 
 
@@ -65,6 +67,7 @@ def read_stream(
     lateness: str | None = None,
     starting_offsets: str = "earliest",
     available_now: bool = False,
+    route_dead_letters: bool = True,
 ) -> StreamInput:
     """Decode `stream` into a streaming DataFrame, and start routing its dead letters.
 
@@ -74,6 +77,7 @@ def read_stream(
     has a watermark of the largest event time seen minus `lateness`. The dead-letter query is
     named `<app>.dead-letters.<stream>` and checkpoints under the app's checkpoint folder;
     with `available_now` it reads what the stream holds now and stops, like the app's queries.
+    `route_dead_letters=False` starts no query at all, for looking at the plan only.
     """
     require_stream(workspace.settings, stream)
     fields = _value_fields(schema, time)
@@ -94,6 +98,8 @@ def read_stream(
     if lateness is not None:
         lateness_ms = parse_duration_ms(lateness, what="lateness")
         records = records.withWatermark(time, f"{lateness_ms} milliseconds")
+    if not route_dead_letters:
+        return StreamInput(stream, records, None)
     dead_letter_query = _start_dead_letters(spark, workspace, app, stream, decoded, available_now)
     return StreamInput(stream, records, dead_letter_query)
 

@@ -9,6 +9,8 @@ watermark closes it; mode `updates` merges every change by the table's key.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,8 +92,31 @@ def start_sql_app(
         if available_now:
             query = query.trigger(availableNow=True)
         running.queries.append(query.start())
-    running.queries += [source.dead_letter_query for source in compiled.inputs.values()]
+    running.queries += [
+        source.dead_letter_query
+        for source in compiled.inputs.values()
+        if source.dead_letter_query is not None
+    ]
     return running
+
+
+def explain_sql_app(spark: SparkSession, workspace: Workspace, app: SqlApp) -> dict[str, str]:
+    """The Spark plan of each output of `app` (result tables and inserts), without running it.
+
+    Compiling checks everything a run would: input and output streams, functions, columns.
+    """
+    for insert in app.inserts:
+        _require_output_stream(workspace, insert.stream, insert.position)
+    compiled = compile_app(spark, workspace, app, route_dead_letters=False)
+    outputs = {f"table {name}": frame for name, frame in compiled.tables.items()}
+    outputs |= {f"insert into stream {name}": frame for name, frame in compiled.inserts.items()}
+    plans = {}
+    for name, frame in outputs.items():
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            frame.explain(mode="extended")
+        plans[name] = printed.getvalue()
+    return plans
 
 
 def result_table_path(workspace: Workspace, app: str, table: str) -> Path:

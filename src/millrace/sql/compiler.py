@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from millrace.config.workspace import Workspace
 from millrace.engine.streams import StreamInput, read_stream
-from millrace.errors import SqlError
+from millrace.errors import SqlError, StreamNotFoundError
 from millrace.sql.parser import Function, Position, Query, SqlApp, Window
 
 WINDOW_COLUMN = "_window"
@@ -40,12 +40,18 @@ class CompiledApp:
 
 
 def compile_app(
-    spark: SparkSession, workspace: Workspace, app: SqlApp, *, available_now: bool = False
+    spark: SparkSession,
+    workspace: Workspace,
+    app: SqlApp,
+    *,
+    available_now: bool = False,
+    route_dead_letters: bool = True,
 ) -> CompiledApp:
-    """Build the DataFrames of `app`; starts only the inputs' dead-letter queries.
+    """Build the DataFrames of `app`; starts only the inputs' dead-letter queries, if any.
 
-    Raises `SqlError` pointing into the app file for a function that cannot be imported, or a
-    column, table or type error that Spark's analysis finds.
+    Raises `SqlError` pointing into the app file for an input stream that does not exist, a
+    function that cannot be imported, or a column, table or type error that Spark's analysis
+    finds.
 
     Example:
         >>> app = load_app(Path("examples/top_events.sql"))  # doctest: +SKIP
@@ -56,16 +62,20 @@ def compile_app(
         spark.udf.register(function.name, _load_function(function))
     inputs = {}
     for source in app.inputs:
-        inputs[source.name] = read_stream(
-            spark,
-            workspace,
-            app.name,
-            source.stream,
-            source.schema,
-            time=source.time,
-            lateness=source.lateness,
-            available_now=available_now,
-        )
+        try:
+            inputs[source.name] = read_stream(
+                spark,
+                workspace,
+                app.name,
+                source.stream,
+                source.schema,
+                time=source.time,
+                lateness=source.lateness,
+                available_now=available_now,
+                route_dead_letters=route_dead_letters,
+            )
+        except StreamNotFoundError as error:
+            raise SqlError(f"{source.position}: input {error.message}", hint=error.hint) from None
         inputs[source.name].records.createOrReplaceTempView(source.name)
     compiler = _QueryCompiler(spark, app)
     for view in app.views:
