@@ -1,5 +1,5 @@
 # The two commands of the README, and the setup step they share.
-.PHONY: setup demo test soak
+.PHONY: setup demo test
 
 setup:
 	bash scripts/setup.sh
@@ -14,7 +14,3 @@ test: setup
 	.venv/bin/ruff check src tests benchmarks
 	.venv/bin/ruff format --check src tests benchmarks
 	.venv/bin/python -m pytest
-
-# Long load and failure runs, left out of `make test`.
-soak: setup
-	.venv/bin/python -m pytest -m soak
