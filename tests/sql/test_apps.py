@@ -65,3 +65,31 @@ def test_an_unknown_column_is_reported_at_its_place_in_the_file(
         SqlAppTester(app, spark=spark, workspace=workspace).run({"events": []})
     assert raised.value.message.startswith(f"{app}:4:15: ")
     assert "scroe" in raised.value.message
+
+
+def test_an_updates_table_merges_each_change_and_emits_it(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    app = (
+        "CREATE APPLICATION running_totals;\n"
+        "CREATE INPUT TABLE events (event_time, category, score DOUBLE)\n"
+        "  FROM STREAM('scores') TIME event_time;\n"
+        "CREATE TABLE totals WITH (emit = 'totals_stream', mode = 'updates') AS\n"
+        "SELECT category, COUNT(*) AS n, SUM(score) AS total FROM events GROUP BY category;\n"
+    )
+    events = [
+        _event(1, "e", "sports", 1.0),
+        _event(2, "e", "sports", 2.0),
+        _event(3, "e", "music", 5.0),
+    ]
+    result = SqlAppTester(app, spark=spark, workspace=workspace).run(
+        {"events": events}, close_windows=False
+    )
+    assert sorted((row["category"], row["n"], row["total"]) for row in result.tables["totals"]) == [
+        ("music", 1, 5.0),
+        ("sports", 2, 3.0),
+    ]
+    assert sorted((row["category"], row["n"]) for row in result.streams["totals_stream"]) == [
+        ("music", 1),
+        ("sports", 2),
+    ]

@@ -160,7 +160,9 @@ def query_result_table(
         latest = rows.select("window_start").distinct().orderBy(F.desc("window_start")).limit(last)
         rows = rows.join(latest, "window_start")
     order = [name for name in ("window_start", "window_end") if name in rows.columns]
-    return [row.asDict(recursive=True) for row in rows.orderBy(*order).collect()]
+    if order:
+        rows = rows.orderBy(*order)
+    return [row.asDict(recursive=True) for row in rows.collect()]
 
 
 class _ResultTableWriter:
