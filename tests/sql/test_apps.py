@@ -44,7 +44,8 @@ def test_the_example_app_counts_per_window_and_filters_a_derived_stream(
         (second, "sports"): (1, 3.0),
         (second, "movies"): (1, 4.0),
     }
-    assert [post["event"] for post in result.streams["superbowl_posts"]] == [
+    # Records without a key spread over the buckets, which keep no order between them.
+    assert sorted(post["event"] for post in result.streams["superbowl_posts"]) == [
         "kickoff #superbowl",
         "touchdown #superbowl",
     ]
