@@ -27,10 +27,10 @@ from pyspark.sql import SparkSession
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.records import event_time_ms
-from millrace.bus.streams import create_stream
+from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.runtime.sql_apps import query_result_table, start_sql_app
+from millrace.runtime.sql_apps import query_result_table, result_table_path, start_sql_app
 from millrace.sql.parser import SqlApp, load_app, parse_app
 
 CLOSING_RECORD_ID = "millrace-testing-close-windows"
@@ -94,7 +94,7 @@ class SqlAppTester:
         running.await_termination()
         tables = {
             table.name: query_result_table(self.spark, self.workspace, app.name, table.name)
-            if _has_results(self.workspace, app.name, table.name)
+            if (result_table_path(self.workspace, app.name, table.name) / "_delta_log").is_dir()
             else []
             for table in app.tables
         }
@@ -116,7 +116,9 @@ class SqlAppTester:
             original.name: sum(
                 1
                 for _ in tail(
-                    f"{source.stream}.dlq", TailStart(from_beginning=True), settings=settings
+                    dead_letter_stream(source.stream),
+                    TailStart(from_beginning=True),
+                    settings=settings,
                 )
             )
             for original, source in inputs
@@ -157,7 +159,3 @@ def _closing_time(
     lateness_ms = parse_duration_ms(lateness, what="lateness") if lateness else 0
     closing = latest + widest + lateness_ms + 1
     return datetime.fromtimestamp(closing / 1000, UTC).isoformat()
-
-
-def _has_results(workspace: Workspace, app: str, table: str) -> bool:
-    return (workspace.tables_dir / app / table / "_delta_log").is_dir()

@@ -163,3 +163,12 @@ def test_invalid_apps_are_refused_with_file_line_column_and_what_to_do(
     assert raised.value.message.startswith(f"app.sql:{where}: ")
     assert complaint in raised.value.message
     assert advice in (raised.value.hint or "")
+
+
+def test_the_app_shown_in_the_sql_docs_is_the_example_app() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "sql.md").read_text()
+    shown = docs.split("```sql\n", 1)[1].split("```", 1)[0]
+    example = EXAMPLE.read_text()
+    statements = example[example.index("CREATE APPLICATION") :]
+    assert shown == statements
+    assert parse_app(shown).tables[0].name == "top_events_5min"

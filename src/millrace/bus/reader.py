@@ -95,17 +95,20 @@ class Reader:
         self._mark_processed()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            if not self.follow and self._at_end():
-                return None
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             message = self._consumer.poll(_POLL_S)
-            if message is None:
+            at_bucket_end = message is not None and (
+                message.error() is not None and message.error().code() == KafkaError._PARTITION_EOF
+            )
+            if message is None or at_bucket_end:
+                # Only when nothing came or a bucket ran out can the end have been reached.
+                if at_bucket_end:
+                    self._positions[message.partition()] = message.offset()
+                if not self.follow and self._at_end():
+                    return None
                 continue
             if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    self._positions[message.partition()] = message.offset()
-                    continue
                 raise BusError(
                     f"reading stream {self.stream!r} failed: {message.error().str()}",
                     hint="check the bus with `millrace status`",
@@ -156,13 +159,10 @@ class Reader:
         return self
 
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
+        if exc_type is not None:
             # The record in hand may not have been handled: leave it to be read again.
             self._in_hand = None
-            self.checkpoint()
-            self._consumer.close()
+        self.close()
 
     def _mark_processed(self) -> None:
         message, self._in_hand = self._in_hand, None
@@ -240,14 +240,13 @@ def tail(
                 )
             )
         consumer.assign(assignment)
-        position = {tp.partition: tp.offset for tp in assignment}
-        while True:
-            if not follow and all(position[b] >= ends[b] for b in ends):
-                return
+        unfinished = {tp.partition for tp in assignment if tp.offset < ends[tp.partition]}
+        while follow or unfinished:
             message = consumer.poll(_POLL_S)
             if message is None or message.error() is not None:
                 continue
-            position[message.partition()] = message.offset() + 1
+            if message.offset() + 1 >= ends[message.partition()]:
+                unfinished.discard(message.partition())
             try:
                 yield decode_message(message, settings.events_time_field)
             except RecordDecodeError:

@@ -151,10 +151,19 @@ def describe_stream(settings: Settings, name: str) -> StreamInfo:
 
 
 def delete_stream(settings: Settings, name: str) -> None:
-    """Delete stream `name` and every record in it; `StreamNotFoundError` if there is none."""
-    future = _admin(settings).delete_topics([name], request_timeout=_TIMEOUT_S)[name]
+    """Delete stream `name` and every record in it; `StreamNotFoundError` if there is none.
+
+    Returns once the bus no longer lists the stream, so it can be created again at once.
+    """
+    admin = _admin(settings)
+    future = admin.delete_topics([name], request_timeout=_TIMEOUT_S)[name]
     try:
         future.result(timeout=_TIMEOUT_S)
+        deadline = time.monotonic() + _TIMEOUT_S
+        while name in admin.list_topics(timeout=_TIMEOUT_S).topics:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     except KafkaException as error:
         if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise _not_found(name) from None

@@ -25,18 +25,21 @@ def cli() -> None:
     """
 
 
-cli.add_command(infra.init)
-cli.add_command(infra.up)
-cli.add_command(infra.down)
-cli.add_command(infra.status)
-cli.add_command(infra.demo)
-cli.add_command(streams.stream)
-cli.add_command(records.publish)
-cli.add_command(records.tail)
-cli.add_command(records.pipe)
-cli.add_command(apps.check)
-cli.add_command(apps.run)
-cli.add_command(apps.query)
+for command in (
+    infra.init,
+    infra.up,
+    infra.down,
+    infra.status,
+    infra.demo,
+    streams.stream,
+    records.publish,
+    records.tail,
+    records.pipe,
+    apps.check,
+    apps.run,
+    apps.query,
+):
+    cli.add_command(command)
 
 
 def main() -> None:

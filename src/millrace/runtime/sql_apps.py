@@ -25,7 +25,7 @@ from millrace.config.workspace import Workspace
 from millrace.engine.streams import write_batch, write_stream
 from millrace.errors import SqlError, StreamNotFoundError
 from millrace.sql.compiler import compile_app, group_key_columns
-from millrace.sql.parser import Position, ResultTable, SqlApp
+from millrace.sql.parser import ResultTable, SqlApp
 
 
 @dataclass
@@ -60,11 +60,7 @@ def start_sql_app(
         >>> running = start_sql_app(spark, workspace, load_app(Path("app.sql")))  # doctest: +SKIP
         >>> running.await_termination()  # doctest: +SKIP
     """
-    for insert in app.inserts:
-        _require_output_stream(workspace, insert.stream, insert.position)
-    for table in app.tables:
-        if table.emit is not None:
-            _require_output_stream(workspace, table.emit, table.position)
+    _require_output_streams(workspace, app)
     compiled = compile_app(spark, workspace, app, available_now=available_now)
     running = RunningApp(app)
     for stream, records in compiled.inserts.items():
@@ -105,8 +101,7 @@ def explain_sql_app(spark: SparkSession, workspace: Workspace, app: SqlApp) -> d
 
     Compiling checks everything a run would: input and output streams, functions, columns.
     """
-    for insert in app.inserts:
-        _require_output_stream(workspace, insert.stream, insert.position)
+    _require_output_streams(workspace, app)
     compiled = compile_app(spark, workspace, app, route_dead_letters=False)
     outputs = {f"table {name}": frame for name, frame in compiled.tables.items()}
     outputs |= {f"insert into stream {name}": frame for name, frame in compiled.inserts.items()}
@@ -225,8 +220,11 @@ class _ResultTableWriter:
         )
 
 
-def _require_output_stream(workspace: Workspace, stream: str, position: Position) -> None:
-    try:
-        require_stream(workspace.settings, stream)
-    except StreamNotFoundError as error:
-        raise SqlError(f"{position}: output {error.message}", hint=error.hint) from None
+def _require_output_streams(workspace: Workspace, app: SqlApp) -> None:
+    outputs = [(insert.stream, insert.position) for insert in app.inserts]
+    outputs += [(table.emit, table.position) for table in app.tables if table.emit is not None]
+    for stream, position in outputs:
+        try:
+            require_stream(workspace.settings, stream)
+        except StreamNotFoundError as error:
+            raise SqlError(f"{position}: output {error.message}", hint=error.hint) from None
