@@ -10,18 +10,12 @@ shows what millrace's encoding, ids and checks cost.
 from __future__ import annotations
 
 import json
-import os
-import platform
-import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
+from _harness import cli, isolated_workspace, write_results
 from confluent_kafka import Producer
 
 EVENTS = 100_000
@@ -29,40 +23,21 @@ UP_RUNS = 3
 
 
 def main() -> None:
-    home = Path(tempfile.mkdtemp(prefix="millrace-bench-"))
-    os.environ.update(
-        {
-            "MILLRACE_HOME": str(home),
-            "MILLRACE_KAFKA_PORT": str(_free_port()),
-            "MILLRACE_KAFKA_CONTROLLER_PORT": str(_free_port()),
-        }
-    )
-    os.environ.pop("MILLRACE_KAFKA", None)
-    _cli("init")
-    results: dict[str, object] = {"machine": _machine(), "command": " ".join(sys.argv)}
-    try:
+    results: dict[str, object] = {}
+    with isolated_workspace():
         up_seconds = []
         for _ in range(UP_RUNS):
+            cli("down")
             started = time.perf_counter()
-            _cli("up")
+            cli("up")
             up_seconds.append(time.perf_counter() - started)
-            _cli("down")
         results["up_to_ready_broker_s"] = {
             "runs": up_seconds,
             "median": statistics.median(up_seconds),
         }
-        _cli("up")
         results["publish"] = _publish_rates()
         results["spark"] = _first_micro_batch()
-    finally:
-        _cli("down")
-        shutil.rmtree(home, ignore_errors=True)
-    output = (
-        Path(__file__).parent / "results" / (f"foundation-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json")
-    )
-    output.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
-    print(f"written to {output}")
+    write_results("foundation", results)
 
 
 def _publish_rates() -> dict[str, float]:
@@ -122,7 +97,7 @@ def _publish_rates() -> dict[str, float]:
     source.write_text("\n".join(json.dumps(event) for event in events) + "\n")
     create_stream(settings, "bench.cli", buckets=4)
     started = time.perf_counter()
-    _cli("publish", "bench.cli", str(source), "--key", "event")
+    cli("publish", "bench.cli", str(source), "--key", "event")
     cli_rate = EVENTS / (time.perf_counter() - started)
     raw = statistics.median(rates["raw_producer_events_per_s"])
     ours = statistics.median(rates["publisher_events_per_s"])
@@ -143,7 +118,7 @@ def _first_micro_batch() -> dict[str, float]:
 
     workspace = Workspace.locate()
     create_stream(workspace.settings, "bench.spark", buckets=4)
-    _cli(
+    cli(
         "publish",
         "bench.spark",
         "-",
@@ -170,34 +145,3 @@ def _first_micro_batch() -> dict[str, float]:
         "query_start_to_first_batch_s": first_batch_s,
         "session_start_to_first_batch_s": session_s + first_batch_s,
     }
-
-
-def _cli(*arguments: str, stdin: str | None = None) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "millrace.cli.main", *arguments],
-        input=stdin,
-        text=True,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _machine() -> dict[str, object]:
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    return {
-        "cores": os.cpu_count(),
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "python": platform.python_version(),
-        "java": java.splitlines()[0] if java else "unknown",
-        "platform": platform.platform(),
-    }
-
-
-if __name__ == "__main__":
-    main()

@@ -53,3 +53,57 @@ def test_check_reports_an_input_stream_that_does_not_exist(
     checked = millrace("check", str(app))
     assert checked.returncode == 1
     assert f"{app}:3:1: output stream 'no.such.stream' does not exist" in checked.stderr
+
+
+def test_run_batch_takes_a_time_range_and_refuses_flags_that_do_not_go_with_it() -> None:
+    app = str(EXAMPLE)
+    refusals = {
+        ("--batch",): "--batch needs --from and --to",
+        ("--batch", "--from", "2026-01-01T00:00:00Z"): "--batch needs --from and --to",
+        ("--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"): (
+            "--from and --to go with --batch"
+        ),
+        ("--batch", "--available-now", "--from", "0", "--to", "1"): (
+            "use --batch or --available-now, not both"
+        ),
+        ("--batch", "--from", "yesterday", "--to", "2026-01-02T00:00:00Z"): (
+            "Invalid value for --from: 'yesterday' is neither an ISO-8601 time"
+        ),
+        ("--batch", "--from", "2026-01-02T00:00:00Z", "--to", "1767225600000"): (
+            "--to (1767225600000) must come after --from (2026-01-02T00:00:00Z)"
+        ),
+    }
+    for flags, complaint in refusals.items():
+        refused = millrace("run", app, *flags)
+        assert refused.returncode == 2, flags
+        assert complaint in refused.stderr, refused.stderr
+        assert "Usage: " in refused.stderr
+
+
+def test_run_batch_writes_the_results_of_a_range_and_says_what_it_wrote(
+    workspace: Workspace, stream_name: str, tmp_path: Path
+) -> None:
+    create_stream(workspace.settings, stream_name)
+    app = tmp_path / "app.sql"
+    app.write_text(
+        "CREATE APPLICATION cli_batch;\n"
+        "CREATE INPUT TABLE events (event_time, category)\n"
+        f"  FROM STREAM('{stream_name}') TIME event_time LATENESS '1 minute';\n"
+        "CREATE TABLE per_minute AS\n"
+        "SELECT category, COUNT(*) AS n FROM events [1 minute] GROUP BY category;\n"
+    )
+    events = [
+        {"event_time": "2026-01-01T00:00:10Z", "category": "movies"},
+        {"event_time": "2026-01-01T00:00:20Z", "category": "movies"},
+        {"event_time": "2026-01-01T00:01:30Z", "category": "movies"},  # after the range
+    ]
+    millrace("publish", stream_name, "-", stdin="\n".join(json.dumps(e) for e in events))
+
+    ran = millrace(
+        "run", str(app), "--batch", "--from", "2026-01-01T00:00:00Z", "--to", "1767225660000"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        "app 'cli_batch' ran over 2026-01-01T00:00:00Z to 2026-01-01T00:01:00Z",
+        "table per_minute: 1 row merged",
+    ]

@@ -9,10 +9,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
+from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.streams import read_stream, write_stream
+from millrace.engine.streams import read_batch, read_stream, write_stream
 from millrace.errors import SchemaError, StreamNotFoundError
 
 SCHEMA = "event STRING, category STRING, score DOUBLE"
@@ -214,6 +215,53 @@ def test_the_watermark_follows_the_largest_event_time_minus_the_lateness(
         source.dead_letter_query.stop()
 
 
+def test_a_batch_read_keeps_the_records_of_its_time_range_and_routes_every_bad_one(
+    spark: SparkSession,
+    workspace: Workspace,
+    stream_name: str,
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=2)
+    start_ms = int(START.timestamp() * 1000)
+    ids = {}
+    with Publisher(stream_name, settings=workspace.settings) as publisher:
+        for minute in range(10):
+            event = {"time": start_ms + minute * 60_000, "event": f"e{minute}", "score": minute}
+            ids[f"e{minute}"] = publisher.send(event)
+        # Outside the range, but a bad record cannot be placed in one: it is routed anyway.
+        publisher.send({"time": start_ms, "event": "bad", "score": "high"})
+
+    source = read_batch(
+        spark,
+        workspace,
+        stream_name,
+        SCHEMA,
+        time="time",
+        start_ms=start_ms + 3 * 60_000,
+        end_ms=start_ms + 7 * 60_000,
+    )
+
+    assert not source.records.isStreaming
+    streaming = read_stream(
+        spark, workspace, "batch", stream_name, SCHEMA, time="time", route_dead_letters=False
+    )
+    assert source.records.schema == streaming.records.schema
+    rows = source.records.collect()
+    assert {row.event: row.record_id for row in rows} == {
+        f"e{minute}": ids[f"e{minute}"] for minute in (3, 4, 5, 6)
+    }
+    assert {row.event: row.time.timestamp() for row in rows} == {
+        f"e{minute}": START.timestamp() + minute * 60 for minute in (3, 4, 5, 6)
+    }
+    [letter] = tail(
+        dead_letter_stream(stream_name), TailStart(from_beginning=True), settings=workspace.settings
+    )
+    assert letter.value["error"] == (
+        "value does not fit the schema: field 'score' should be DOUBLE but holds high"
+    )
+    assert letter.id == f"dlq:{stream_name}:{letter.value['bucket']}:{letter.value['offset']}"
+    assert source.dead_letter_count == 1
+
+
 @pytest.mark.parametrize(
     ("schema", "time", "complaint"),
     [
@@ -242,5 +290,7 @@ def test_reading_or_writing_a_missing_stream_fails_before_any_query_starts(
 ) -> None:
     with pytest.raises(StreamNotFoundError):
         read_stream(spark, workspace, "missing", "no.such.stream", SCHEMA, time="time")
+    with pytest.raises(StreamNotFoundError):
+        read_batch(spark, workspace, "no.such.stream", SCHEMA, time="time", start_ms=0, end_ms=1)
     with pytest.raises(StreamNotFoundError):
         write_stream(spark.range(1).toDF("n"), workspace, "missing", "out", "no.such.stream")

@@ -104,6 +104,12 @@ def test_comments_and_semicolons_inside_strings_do_not_split_statements() -> Non
             "INSERT INTO STREAM",
         ),
         (
+            HEADER + "CREATE TABLE n AS SELECT MAX(score) FROM events [5 minutes];",
+            "4:1",
+            "the result column MAX(score) has no name",
+            "name it with AS",
+        ),
+        (
             HEADER + "INSERT INTO STREAM('x') SELECT COUNT(*) FROM events;",
             "4:1",
             "is for stateless apps",

@@ -1,16 +1,25 @@
-"""CLI verbs for SQL apps: `millrace check`, `millrace run` and `millrace query`."""
+"""CLI verbs for SQL apps: `millrace check`, `millrace run` (or `run --batch`), `millrace query`."""
 
 from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
+from millrace.bus.records import event_time_ms
+from millrace.bus.streams import dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.session import spark_session, stop_spark_session
-from millrace.runtime.sql_apps import explain_sql_app, query_result_table, start_sql_app
+from millrace.errors import PublishError
+from millrace.runtime.sql_apps import (
+    explain_sql_app,
+    query_result_table,
+    run_sql_app_batch,
+    start_sql_app,
+)
 from millrace.sql.parser import load_app
 
 _PROGRESS_EVERY_S = 2.0
@@ -34,28 +43,34 @@ def check(app_file: Path) -> None:
 @click.command()
 @click.argument("app_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--available-now", is_flag=True, help="Process what the inputs hold now, then stop.")
-def run(app_file: Path, available_now: bool) -> None:
-    """Run the SQL app in APP_FILE in the foreground, printing progress, until Ctrl-C."""
-    app = load_app(app_file)
-    workspace = Workspace.locate().require_initialized()
-    spark = spark_session(workspace.settings, app.name)
-    try:
-        running = start_sql_app(spark, workspace, app, available_now=available_now)
-        click.echo(f"app {app.name!r} running: {len(running.queries)} queries (Ctrl-C stops)")
-        seen: dict[str, int] = {}
-        while any(query.isActive for query in running.queries):
-            for query in running.queries:
-                progress = query.lastProgress
-                if progress and seen.get(query.name) != progress["batchId"]:
-                    seen[query.name] = progress["batchId"]
-                    click.echo(_progress_line(query.name, progress))
-            time.sleep(_PROGRESS_EVERY_S)
-        for query in running.queries:
-            query.awaitTermination()
-    except KeyboardInterrupt:
-        click.echo("stopping...")
-    finally:
-        stop_spark_session()
+@click.option(
+    "--batch", is_flag=True, help="Run once over the event times from --from to --to, then stop."
+)
+@click.option(
+    "--from", "start", help="With --batch: the first event time, ISO-8601 or epoch ms (or s)."
+)
+@click.option("--to", "end", help="With --batch: the end of the range, not included.")
+def run(
+    app_file: Path, available_now: bool, batch: bool, start: str | None, end: str | None
+) -> None:
+    """Run the SQL app in APP_FILE in the foreground, printing progress, until Ctrl-C.
+
+    With --batch, run it once over the records of its inputs whose event time is from --from
+    up to --to, into the same result tables and streams, and print what it wrote.
+    """
+    if not batch:
+        if start is not None or end is not None:
+            raise click.UsageError("--from and --to go with --batch")
+        _run_streaming(app_file, available_now)
+        return
+    if available_now:
+        raise click.UsageError("use --batch or --available-now, not both")
+    if start is None or end is None:
+        raise click.UsageError("--batch needs --from and --to, such as --from 2026-01-01T00:00:00Z")
+    start_ms, end_ms = _epoch_ms("--from", start), _epoch_ms("--to", end)
+    if start_ms >= end_ms:
+        raise click.UsageError(f"--to ({end}) must come after --from ({start})")
+    _run_batch(app_file, start_ms, end_ms)
 
 
 @click.command()
@@ -87,6 +102,79 @@ def query(table: str, conditions: tuple[str, ...], last: int | None) -> None:
         stop_spark_session()
     for row in rows:
         click.echo(json.dumps(row, default=str, ensure_ascii=False))
+
+
+def _run_streaming(app_file: Path, available_now: bool) -> None:
+    app = load_app(app_file)
+    workspace = Workspace.locate().require_initialized()
+    spark = spark_session(workspace.settings, app.name)
+    try:
+        running = start_sql_app(spark, workspace, app, available_now=available_now)
+        click.echo(f"app {app.name!r} running: {len(running.queries)} queries (Ctrl-C stops)")
+        seen: dict[str, int] = {}
+        while any(query.isActive for query in running.queries):
+            for query in running.queries:
+                progress = query.lastProgress
+                if progress and seen.get(query.name) != progress["batchId"]:
+                    seen[query.name] = progress["batchId"]
+                    click.echo(_progress_line(query.name, progress))
+            time.sleep(_PROGRESS_EVERY_S)
+        for query in running.queries:
+            query.awaitTermination()
+    except KeyboardInterrupt:
+        click.echo("stopping...")
+    finally:
+        stop_spark_session()
+
+
+def _run_batch(app_file: Path, start_ms: int, end_ms: int) -> None:
+    app = load_app(app_file)
+    workspace = Workspace.locate().require_initialized()
+    try:
+        result = run_sql_app_batch(
+            spark_session(workspace.settings, app.name),
+            workspace,
+            app,
+            start_ms=start_ms,
+            end_ms=end_ms,
+        )
+    finally:
+        stop_spark_session()
+    click.echo(f"app {app.name!r} ran over {_iso(start_ms)} to {_iso(end_ms)}")
+    for table, rows in result.tables.items():
+        click.echo(f"table {table}: {_count(rows, 'row')} merged")
+    for stream, records in result.streams.items():
+        click.echo(f"stream {stream}: {_count(records, 'record')} written")
+    for source in app.inputs:
+        if result.dead_letters[source.name]:
+            click.echo(
+                f"input {source.name}: {_count(result.dead_letters[source.name], 'bad record')} "
+                f"routed to {dead_letter_stream(source.stream)}"
+            )
+
+
+def _epoch_ms(option: str, text: str) -> int:
+    """`text` read as a record's time is: ISO-8601 (UTC without an offset) or an epoch number."""
+    value: str | int = int(text) if text.isascii() and text.isdigit() else text
+    try:
+        time_ms = event_time_ms({option: value}, option)
+    except PublishError:
+        time_ms = None
+    if time_ms is None:
+        raise click.BadParameter(
+            f"{text!r} is neither an ISO-8601 time such as 2026-01-01T00:00:00Z nor epoch "
+            "milliseconds",
+            param_hint=option,
+        )
+    return time_ms
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _iso(time_ms: int) -> str:
+    return datetime.fromtimestamp(time_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
 def _progress_line(name: str, progress: dict) -> str:

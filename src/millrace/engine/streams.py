@@ -4,11 +4,14 @@
 TIMESTAMP column, and the record's id, key, bucket and offset. Every record that is not a JSON
 object, does not fit the declared schema, or holds an unreadable time goes to `<stream>.dlq`
 with the reason, through a companion query that `read_stream` starts, and is counted.
+`read_batch` reads the records of an event-time range into a DataFrame that is not streaming,
+with the same columns, and routes the bad records the same way, at once.
 `write_stream` writes a DataFrame to a stream, or to a stream named per row.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from dataclasses import dataclass
@@ -21,7 +24,12 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
 from millrace.bus.records import EPOCH_MS_THRESHOLD, ID_HEADER
-from millrace.bus.streams import create_stream, dead_letter_stream, require_stream
+from millrace.bus.streams import (
+    create_stream,
+    dead_letter_stream,
+    describe_stream,
+    require_stream,
+)
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.session import add_listener
@@ -36,7 +44,10 @@ _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class StreamInput:
-    """A stream read by Spark: its good records, and the query routing its dead letters.
+    """A stream read by Spark: its good records, and how its dead letters were routed.
+
+    A streaming read routes them with `dead_letter_query`; a batch read (`read_batch`) has
+    routed them before it returns, and keeps their number in `batch_dead_letters`.
 
     Example:
         >>> source = read_stream(spark, workspace, "demo", "clicks",  # doctest: +SKIP
@@ -47,12 +58,13 @@ class StreamInput:
     stream: str
     records: DataFrame
     dead_letter_query: StreamingQuery | None
+    batch_dead_letters: int = 0
 
     @property
     def dead_letter_count(self) -> int:
-        """Records routed to the dead-letter stream by this run of the query so far."""
+        """Records routed to the dead-letter stream by this read (its query, so far)."""
         if self.dead_letter_query is None:
-            return 0
+            return self.batch_dead_letters
         return _DeadLetterCounter.total(self.dead_letter_query.name)
 
 
@@ -90,11 +102,7 @@ def read_stream(
         .load()
     )
     decoded = _decode(raw, fields, time)
-    records = decoded.where(F.col("_error").isNull()).select(
-        *[F.col(f"_parsed.{field.name}").alias(field.name) for field in fields],
-        F.col("_event_time").alias(time),
-        *RECORD_COLUMNS,
-    )
+    records = _good_records(decoded, fields, time)
     if lateness is not None:
         lateness_ms = parse_duration_ms(lateness, what="lateness")
         records = records.withWatermark(time, f"{lateness_ms} milliseconds")
@@ -102,6 +110,72 @@ def read_stream(
         return StreamInput(stream, records, None)
     dead_letter_query = _start_dead_letters(spark, workspace, app, stream, decoded, available_now)
     return StreamInput(stream, records, dead_letter_query)
+
+
+def read_batch(
+    spark: SparkSession,
+    workspace: Workspace,
+    stream: str,
+    schema: str | StructType,
+    *,
+    time: str,
+    start_ms: int,
+    end_ms: int,
+    route_dead_letters: bool = True,
+) -> StreamInput:
+    """Decode the records of `stream` whose event time is in `[start_ms, end_ms)`, in batch.
+
+    The records are those of `read_stream`, with the same columns, in a DataFrame that is not
+    streaming: from the first record the stream keeps to the last it holds when `read_batch`
+    is called, so every action on the DataFrame sees the same records. With
+    `route_dead_letters`, the bad records of the whole read go to `<stream>.dlq` before
+    `read_batch` returns, whatever their time, since an unreadable time cannot be placed in
+    the range; each keeps the id a streaming read gives it, so a reader can drop the
+    letters that both wrote. Times are epoch milliseconds.
+
+    Example:
+        >>> source = read_batch(spark, workspace, "clicks", "page STRING",  # doctest: +SKIP
+        ...                     time="time", start_ms=1_767_225_600_000,
+        ...                     end_ms=1_767_229_200_000)
+        >>> source.records.groupBy("page").count()  # doctest: +SKIP
+    """
+    # The end offsets are fixed here, not at each action, so that everything a run derives
+    # from this read (dead letters, results, outputs) comes from the same records. This also
+    # raises `StreamNotFoundError` for a missing stream.
+    ends = {
+        str(bucket.bucket): bucket.end_offset
+        for bucket in describe_stream(workspace.settings, stream).buckets
+    }
+    fields = _value_fields(schema, time)
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", stream)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps({stream: ends}))
+        .option("includeHeaders", "true")
+        .load()
+    )
+    decoded = _decode(raw, fields, time)
+    records = _good_records(decoded, fields, time).where(
+        (F.col(time) >= F.timestamp_millis(F.lit(start_ms)))
+        & (F.col(time) < F.timestamp_millis(F.lit(end_ms)))
+    )
+    if not route_dead_letters:
+        return StreamInput(stream, records, None)
+    letters = _dead_letters(decoded, stream).persist()
+    try:
+        count = letters.count()
+        if count:
+            (
+                letters.write.format("kafka")
+                .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+                .option("topic", _create_dead_letter_stream(workspace, stream))
+                .save()
+            )
+    finally:
+        letters.unpersist()
+    return StreamInput(stream, records, None, batch_dead_letters=count)
 
 
 def write_stream(
@@ -255,6 +329,15 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
     )
 
 
+def _good_records(decoded: DataFrame, fields: list[StructField], time: str) -> DataFrame:
+    """The records of `decoded` without `_error`: declared fields, event time, metadata."""
+    return decoded.where(F.col("_error").isNull()).select(
+        *[F.col(f"_parsed.{field.name}").alias(field.name) for field in fields],
+        F.col("_event_time").alias(time),
+        *RECORD_COLUMNS,
+    )
+
+
 def _error_reason(fields: list[StructField], time: str) -> Column:
     variant = F.expr("try_parse_json(_text)")
     field_reasons = [
@@ -307,15 +390,39 @@ def _start_dead_letters(
     decoded: DataFrame,
     available_now: bool,
 ) -> StreamingQuery:
+    target = _create_dead_letter_stream(workspace, stream)
+    _DeadLetterCounter.install(spark)
+    letters = _dead_letters(decoded, stream).observe(
+        _DeadLetterCounter.METRIC, F.count(F.lit(1)).alias("rows")
+    )
+    query = f"dead-letters.{stream}"
+    writer = (
+        letters.writeStream.format("kafka")
+        .queryName(f"{app}.{query}")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("topic", target)
+        .option("checkpointLocation", str(workspace.checkpoint(app, query)))
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start()
+
+
+def _create_dead_letter_stream(workspace: Workspace, stream: str) -> str:
     target = dead_letter_stream(stream)
     create_stream(
         workspace.settings, target, buckets=1, retention=DEAD_LETTER_RETENTION, exist_ok=True
     )
-    _DeadLetterCounter.install(spark)
-    dead = decoded.where(F.col("_error").isNotNull()).observe(
-        _DeadLetterCounter.METRIC, F.count(F.lit(1)).alias("rows")
-    )
-    letters = dead.select(
+    return target
+
+
+def _dead_letters(decoded: DataFrame, stream: str) -> DataFrame:
+    """The bad records of `decoded` as dead letters: key, value and headers for Kafka's sink.
+
+    The id names the record's place in the stream (`dead_letter_id`), so that routing a
+    record twice, by a streaming and a batch read or by a re-run, gives the same id.
+    """
+    return decoded.where(F.col("_error").isNotNull()).select(
         F.col("record_key").alias("key"),
         F.to_json(
             F.struct(
@@ -338,17 +445,6 @@ def _start_dead_letters(
             )
         ).alias("headers"),
     )
-    query = f"dead-letters.{stream}"
-    writer = (
-        letters.writeStream.format("kafka")
-        .queryName(f"{app}.{query}")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("topic", target)
-        .option("checkpointLocation", str(workspace.checkpoint(app, query)))
-    )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    return writer.start()
 
 
 class _DeadLetterCounter(StreamingQueryListener):

@@ -5,12 +5,17 @@ becomes a query that keeps the results in a Delta table under `<workspace>/table
 where `millrace query` (and later the serving layer) reads them, and that also writes them to
 the `emit` stream when the table names one. Mode `final` appends each window once, when the
 watermark closes it; mode `updates` merges every change by the table's key.
+
+`run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
+the same tables (merged by key, so a range can be run again) and streams.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +101,63 @@ def start_sql_app(
     return running
 
 
+@dataclass(frozen=True)
+class BatchRun:
+    """What a batch run of a SQL app wrote: rows per result table, records per stream.
+
+    `streams` counts the records of each `INSERT INTO STREAM` and each table's `emit`;
+    `dead_letters` the bad records routed per input table, over the whole read.
+    """
+
+    app: SqlApp
+    tables: dict[str, int]
+    streams: dict[str, int]
+    dead_letters: dict[str, int]
+
+
+def run_sql_app_batch(
+    spark: SparkSession, workspace: Workspace, app: SqlApp, *, start_ms: int, end_ms: int
+) -> BatchRun:
+    """Run `app` once over its inputs' records with event times in `[start_ms, end_ms)`.
+
+    Result tables get the windows that lie entirely inside the range: a window cut by an
+    edge would hold only part of its records, so it is left out (align the range to the
+    windows to get them all). A table without windows gets every group of the range. Rows are
+    merged into the table that the streaming run keeps, by the table's key, and emitted with
+    the ids of mode 'final': running a range again leaves the table as it was, and a reader
+    can drop the emitted records it has seen. Each `INSERT INTO STREAM` writes the records
+    of the range, keeping the input records' ids. Unlike a streaming run, records that came
+    later than the input's lateness are counted. Times are epoch milliseconds.
+
+    Example:
+        >>> run = run_sql_app_batch(spark, workspace, load_app(Path("app.sql")),  # doctest: +SKIP
+        ...                         start_ms=1_767_225_600_000, end_ms=1_767_229_200_000)
+        >>> run.tables  # doctest: +SKIP
+        {'top_events_5min': 24}
+    """
+    _require_output_streams(workspace, app)
+    compiled = compile_app(spark, workspace, app, time_range=(start_ms, end_ms))
+    tables: dict[str, int] = {}
+    streams: dict[str, int] = {}
+    for stream, records in compiled.inserts.items():
+        streams[stream] = _write_once(
+            records, functools.partial(write_batch, workspace=workspace, stream=stream)
+        )
+    for table in app.tables:
+        rows = compiled.tables[table.name]
+        if table.query.windows:
+            rows = rows.where(
+                (F.col("window_start") >= F.timestamp_millis(F.lit(start_ms)))
+                & (F.col("window_end") <= F.timestamp_millis(F.lit(end_ms)))
+            )
+        writer = _ResultTableWriter(workspace, app.name, table)
+        tables[table.name] = _write_once(rows, writer.write_range)
+        if table.emit is not None:
+            streams[table.emit] = streams.get(table.emit, 0) + tables[table.name]
+    dead_letters = {name: source.dead_letter_count for name, source in compiled.inputs.items()}
+    return BatchRun(app, tables, streams, dead_letters)
+
+
 def explain_sql_app(spark: SparkSession, workspace: Workspace, app: SqlApp) -> dict[str, str]:
     """The Spark plan of each output of `app` (result tables and inserts), without running it.
 
@@ -161,7 +223,7 @@ def query_result_table(
 
 
 class _ResultTableWriter:
-    """Writes each micro-batch of a result table to its Delta table and its emit stream."""
+    """Writes a result table's rows, per micro-batch or per batch run, to Delta and its emit."""
 
     def __init__(self, workspace: Workspace, app: str, table: ResultTable) -> None:
         self.workspace = workspace
@@ -186,14 +248,24 @@ class _ResultTableWriter:
             else:
                 self._merge(batch)
             if self.table.emit is not None:
-                self._emit(batch, batch_id, self.table.emit)
+                revision = batch_id if self.table.mode == "updates" else None
+                self._emit(batch, self.table.emit, revision)
         finally:
             batch.unpersist()
+
+    def write_range(self, rows: DataFrame) -> None:
+        """Merge the results of a batch run by key, and emit them with the ids of 'final'."""
+        self._merge(rows)
+        if self.table.emit is not None:
+            self._emit(rows, self.table.emit, None)
 
     def _merge(self, batch: DataFrame) -> None:
         spark = batch.sparkSession
         if not DeltaTable.isDeltaTable(spark, self.path):
-            batch.limit(0).write.format("delta").save(self.path)
+            # The first rows make the table: nothing to merge them with, and a merge costs
+            # several Spark jobs more than a write.
+            batch.write.format("delta").save(self.path)
+            return
         matches = " AND ".join(f"t.`{key}` <=> u.`{key}`" for key in self.keys) or "false"
         (
             DeltaTable.forPath(spark, self.path)
@@ -204,13 +276,14 @@ class _ResultTableWriter:
             .execute()
         )
 
-    def _emit(self, batch: DataFrame, batch_id: int, stream: str) -> None:
-        # The id names what the row is the result of, so a re-run batch gives the same ids;
-        # in 'updates' mode the batch is part of it, as each batch may revise a result.
+    def _emit(self, batch: DataFrame, stream: str, revision: int | None) -> None:
+        # The id names what the row is the result of, so writing it again gives the same id;
+        # a streaming 'updates' table adds its micro-batch as the revision, as each batch may
+        # revise a result.
         keys = [F.col(key).cast("string") for key in self.keys]
         parts: list[Column] = [F.lit(self.app), F.lit(self.table.name), *keys]
-        if self.table.mode == "updates":
-            parts.append(F.lit(str(batch_id)))
+        if revision is not None:
+            parts.append(F.lit(str(revision)))
         write_batch(
             batch,
             self.workspace,
@@ -218,6 +291,18 @@ class _ResultTableWriter:
             key=F.concat_ws("|", *keys) if keys else None,
             record_id=F.concat_ws(":", *parts),
         )
+
+
+def _write_once(rows: DataFrame, write: Callable[[DataFrame], None]) -> int:
+    """Hand `rows` to `write` computed once, not once per action of `write`; their count."""
+    rows.persist()
+    try:
+        count = rows.count()
+        if count:
+            write(rows)
+        return count
+    finally:
+        rows.unpersist()
 
 
 def _require_output_streams(workspace: Workspace, app: SqlApp) -> None:

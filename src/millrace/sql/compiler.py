@@ -3,7 +3,10 @@
 Input tables become streaming DataFrames (through `engine.read_stream`) registered as
 temporary views under their names. A windowed reference `FROM t [5 minutes]` becomes a view
 of `t` with a `_window` column, which the query groups by and whose bounds it selects as
-`window_start` and `window_end`. Spark's analysis errors are mapped back to `file:line:column`.
+`window_start` and `window_end`. A result table in mode 'final' with a sliding window or a
+TOPK runs on a two-stage plan (partials per pane, combined per window) when its aggregates
+split over panes, and on Spark's one-stage plan otherwise. Spark's analysis errors are mapped
+back to `file:line:column`.
 """
 
 from __future__ import annotations
@@ -11,8 +14,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import sysconfig
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
+from pyspark import cloudpickle
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -20,8 +27,17 @@ from pyspark.sql.udf import UserDefinedFunction
 from sqlglot import exp
 
 from millrace.config.workspace import Workspace
-from millrace.engine.streams import StreamInput, read_stream
+from millrace.engine.streams import StreamInput, read_batch, read_stream
 from millrace.errors import SqlError, StreamNotFoundError
+from millrace.sql.aggregates import (
+    TOPK_FINISH,
+    is_aggregate,
+    is_topk,
+    single_stage,
+    split,
+    topk_finish,
+    topk_item,
+)
 from millrace.sql.parser import Function, Position, Query, SqlApp, Window
 
 WINDOW_COLUMN = "_window"
@@ -31,12 +47,16 @@ _UNRESOLVED = re.compile(r"with name `(?:[^`]*`\.`)*(?P<name>[^`]+)`")
 
 @dataclass(frozen=True)
 class CompiledApp:
-    """An app's DataFrames: each input read, each result table and each insert's query."""
+    """An app's DataFrames: each input read, each result table and each insert's query.
+
+    `plans` says, per result table, which plan its aggregation runs on and why.
+    """
 
     app: SqlApp
     inputs: dict[str, StreamInput]
     tables: dict[str, DataFrame]
     inserts: dict[str, DataFrame]
+    plans: dict[str, str]
 
 
 def compile_app(
@@ -46,8 +66,14 @@ def compile_app(
     *,
     available_now: bool = False,
     route_dead_letters: bool = True,
+    time_range: tuple[int, int] | None = None,
+    panes: bool = True,
 ) -> CompiledApp:
     """Build the DataFrames of `app`; starts only the inputs' dead-letter queries, if any.
+
+    With `time_range` (start and end, epoch ms), the inputs are read in batch: the records
+    whose event time is in `[start, end)`, and the DataFrames are not streaming.
+    `panes=False` keeps every result table on a one-stage plan (for comparing plans).
 
     Raises `SqlError` pointing into the app file for an input stream that does not exist, a
     function that cannot be imported, or a column, table or type error that Spark's analysis
@@ -58,33 +84,49 @@ def compile_app(
         >>> compile_app(spark, workspace, app).tables["top_events_5min"]  # doctest: +SKIP
         DataFrame[window_start: timestamp, window_end: timestamp, category: string, ...]
     """
+    spark.udf.register(TOPK_FINISH, topk_finish())
     for function in app.functions:
         spark.udf.register(function.name, _load_function(function))
     inputs = {}
     for source in app.inputs:
         try:
-            inputs[source.name] = read_stream(
-                spark,
-                workspace,
-                app.name,
-                source.stream,
-                source.schema,
-                time=source.time,
-                lateness=source.lateness,
-                available_now=available_now,
-                route_dead_letters=route_dead_letters,
-            )
+            if time_range is None:
+                inputs[source.name] = read_stream(
+                    spark,
+                    workspace,
+                    app.name,
+                    source.stream,
+                    source.schema,
+                    time=source.time,
+                    lateness=source.lateness,
+                    available_now=available_now,
+                    route_dead_letters=route_dead_letters,
+                )
+            else:
+                inputs[source.name] = read_batch(
+                    spark,
+                    workspace,
+                    source.stream,
+                    source.schema,
+                    time=source.time,
+                    start_ms=time_range[0],
+                    end_ms=time_range[1],
+                    route_dead_letters=route_dead_letters,
+                )
         except StreamNotFoundError as error:
             raise SqlError(f"{source.position}: input {error.message}", hint=error.hint) from None
         inputs[source.name].records.createOrReplaceTempView(source.name)
-    compiler = _QueryCompiler(spark, app)
+    compiler = _QueryCompiler(spark, app, panes=panes)
     for view in app.views:
         compiler.dataframe(view.query, view.position).createOrReplaceTempView(view.name)
-    tables = {table.name: compiler.dataframe(table.query, table.position) for table in app.tables}
+    tables = {
+        table.name: compiler.dataframe(table.query, table.position, table.name)
+        for table in app.tables
+    }
     inserts = {
         insert.stream: compiler.dataframe(insert.query, insert.position) for insert in app.inserts
     }
-    return CompiledApp(app, inputs, tables, inserts)
+    return CompiledApp(app, inputs, tables, inserts, compiler.plans)
 
 
 def group_key_columns(query: Query) -> list[str]:
@@ -102,39 +144,67 @@ def group_key_columns(query: Query) -> list[str]:
 
 
 class _QueryCompiler:
-    def __init__(self, spark: SparkSession, app: SqlApp) -> None:
+    def __init__(self, spark: SparkSession, app: SqlApp, *, panes: bool) -> None:
         self.spark = spark
         self.app = app
+        self.panes = panes
+        self.plans: dict[str, str] = {}
 
-    def dataframe(self, query: Query, position: Position) -> DataFrame:
-        tree = query.tree.copy()
+    def dataframe(self, query: Query, position: Position, table: str | None = None) -> DataFrame:
+        """The query's DataFrame, on a two-stage plan for a 'final' table that can use one.
+
+        `self.plans[table]` tells which plan was chosen, and why.
+        """
+        tree = self._with_own_aggregates(query.tree.copy(), position)
         if query.windows:
-            tree = self._windowed(tree, query, position)
+            tree = self._windowed(tree, query.windows, position)
+        one_stage = self._run(tree.sql(dialect="spark"), query, position)
+        if table is None:
+            return one_stage
+        result_table = next(result for result in self.app.tables if result.name == table)
+        plan, reason = _TwoStagePlan.build(self, query, position, one_stage.columns)
+        if plan is not None and result_table.mode == "final" and self.panes:
+            self.plans[table] = plan.description
+            return plan.dataframe
+        self.plans[table] = _one_stage_description(query, reason, result_table.mode, self.panes)
+        return one_stage
+
+    def _run(self, sql: str, query: Query, position: Position) -> DataFrame:
         try:
-            return self.spark.sql(tree.sql(dialect="spark"))
+            return self.spark.sql(sql)
         except AnalysisException as error:
             raise self._analysis_error(error, query, position) from None
 
-    def _windowed(self, tree: exp.Query, query: Query, position: Position) -> exp.Query:
+    def _with_own_aggregates(self, tree: exp.Query, position: Position) -> exp.Query:
+        def rewrite(node: exp.Expression) -> exp.Expression:
+            return single_stage(node, str(position)) or node
+
+        return tree.transform(rewrite, copy=False)
+
+    def _windowed(
+        self, tree: exp.Query, windows: dict[str, Window], position: Position
+    ) -> exp.Select:
         if not isinstance(tree, exp.Select):
             raise SqlError(
                 f"{position}: a window needs a plain SELECT ... GROUP BY",
                 hint="move set operations into a view, and window the view",
             )
-        for table in tree.find_all(exp.Table):
-            window = query.windows.get(table.name)
+        self._window_tables(tree, windows, position)
+        window_column = exp.column(WINDOW_COLUMN)
+        tree.set("expressions", [*_window_bounds(), *tree.expressions])
+        return tree.group_by(window_column, copy=False)
+
+    def _window_tables(
+        self, tree: exp.Select, windows: dict[str, Window], position: Position
+    ) -> None:
+        """Replace each windowed table of `tree` by a view of it with a `_window` column."""
+        for reference in list(tree.find_all(exp.Table)):
+            window = windows.get(reference.name)
             if window is None:
                 continue
-            windowed_view = self._window_view(table.name, window, position)
-            alias = table.alias or table.name
-            table.replace(exp.to_table(windowed_view).as_(alias))
-        window_column = exp.column(WINDOW_COLUMN)
-        bounds = [
-            exp.alias_(exp.Dot.build([window_column.copy(), exp.to_identifier(bound)]), name)
-            for bound, name in (("start", "window_start"), ("end", "window_end"))
-        ]
-        tree.set("expressions", [*bounds, *tree.expressions])
-        return tree.group_by(window_column, copy=False)
+            windowed_view = self._window_view(reference.name, window, position)
+            alias = reference.alias or reference.name
+            reference.replace(exp.to_table(windowed_view).as_(alias))
 
     def _window_view(self, name: str, window: Window, position: Position) -> str:
         time = self._time_column(name, position)
@@ -182,6 +252,176 @@ class _QueryCompiler:
         )
 
 
+@dataclass(frozen=True)
+class _TwoStagePlan:
+    """A windowed aggregation as partial aggregates per pane, then combined per window.
+
+    Stage one groups the rows by pane (a tumbling window one slide long), by the query's
+    group keys and by the TOPK item if there is one, computing each aggregate's partials.
+    Stage two assigns each pane row to the windows that hold the pane and combines the
+    partials. A sliding window then touches each pane row `size / slide` times instead of
+    each input row, and TOPK keeps one entry per item and pane instead of one per row.
+    """
+
+    dataframe: DataFrame
+    description: str
+
+    @classmethod
+    def build(
+        cls, compiler: _QueryCompiler, query: Query, position: Position, columns: list[str]
+    ) -> tuple[_TwoStagePlan | None, str | None]:
+        """The plan, or None and why the query cannot use one (None when it would not gain)."""
+        select = query.tree
+        if not isinstance(select, exp.Select) or len(query.windows) != 1:
+            return None, "it does not read exactly one windowed table"
+        if select.args.get("distinct") or any(
+            not _outermost_aggregates(expression) and expression.find(exp.Star)
+            for expression in select.expressions
+        ):
+            return None, "it selects DISTINCT or *"
+        having = select.args.get("having")
+        outputs = [*select.expressions, *([having.this] if having else [])]
+        aggregates = [node for output in outputs for node in _outermost_aggregates(output)]
+        ((table, window),) = query.windows.items()
+        topks = [node for node in aggregates if is_topk(node)]
+        if not window.is_sliding and not topks:
+            return None, None
+        items = {topk_item(node, str(position)).sql(dialect="spark") for node in topks}
+        if len(items) > 1:
+            return None, "its TOPK calls rank different items"
+        splits = [split(node, str(position), "_item" if topks else None) for node in aggregates]
+        if any(piece is None for piece in splits):
+            pairs = zip(aggregates, splits, strict=True)
+            names = sorted(
+                {node.sql(dialect="spark").partition("(")[0] for node, piece in pairs if not piece}
+            )
+            return None, f"{', '.join(names)} cannot be combined over panes"
+        keys = list(select.args["group"].expressions) if select.args.get("group") else []
+        pane = Window(window.slide_ms or window.size_ms)
+        stage_one = select.copy()
+        stage_one.set("having", None)
+        stage_one.set("group", None)
+        partials = [partial for piece in splits for partial in piece.partials]
+        stage_one.set(
+            "expressions",
+            [
+                exp.alias_(exp.column(WINDOW_COLUMN), "_pane"),
+                *(exp.alias_(key.copy(), f"_k{index}") for index, key in enumerate(keys)),
+                *([exp.alias_(topk_item(topks[0], str(position)), "_item")] if topks else []),
+                *(exp.alias_(partial, f"_p{index}") for index, partial in enumerate(partials)),
+            ],
+        )
+        compiler._window_tables(stage_one, {table: pane}, position)
+        stage_one = stage_one.group_by(
+            exp.column(WINDOW_COLUMN),
+            *(key.copy() for key in keys),
+            *([topk_item(topks[0], str(position))] if topks else []),
+            copy=False,
+        )
+        panes_view = f"__panes_{query.offset}"
+        compiler._run(stage_one.sql(dialect="spark"), query, position).createOrReplaceTempView(
+            panes_view
+        )
+        combined = iter(_combinations(splits))
+        key_columns = {key.sql(dialect="spark"): f"_k{index}" for index, key in enumerate(keys)}
+
+        def stage_two(output: exp.Expression) -> exp.Expression:
+            rewritten = output.copy()
+            for node in _outermost_aggregates(rewritten):
+                replacement = next(combined)
+                if node is rewritten:
+                    return replacement
+                node.replace(replacement)
+            return rewritten.transform(
+                lambda node: (
+                    exp.column(key_columns[node.sql(dialect="spark")])
+                    if node.sql(dialect="spark") in key_columns
+                    else node
+                ),
+                copy=False,
+            )
+
+        names = columns[len(_window_bounds()) :]
+        expressions = [
+            exp.alias_(stage_two(_unaliased(output)), name)
+            for output, name in zip(select.expressions, names, strict=True)
+        ]
+        assigner = (
+            f"window(window_time(_pane), '{window.size_ms} milliseconds', "
+            f"'{window.slide_ms} milliseconds')"
+            if window.is_sliding
+            else f"window(window_time(_pane), '{window.size_ms} milliseconds')"
+        )
+        stage_two_tree = (
+            exp.select(*_window_bounds(), *expressions)
+            .from_(
+                exp.select("*", f"{assigner} AS {WINDOW_COLUMN}")
+                .from_(panes_view)
+                .subquery("_panes")
+            )
+            .group_by(exp.column(WINDOW_COLUMN), *key_columns.values())
+        )
+        if having is not None:
+            stage_two_tree = stage_two_tree.having(stage_two(having.this))
+        dataframe = compiler._run(stage_two_tree.sql(dialect="spark"), query, position)
+        description = (
+            f"two stages: partial aggregates per {pane.size_ms} ms pane"
+            + (" and TOPK item" if topks else "")
+            + f", combined into {_describe(window)}"
+        )
+        return cls(dataframe, description), None
+
+
+def _combinations(splits: list) -> list[exp.Expression]:
+    """Each aggregate's combination over the pane columns `_p0`, `_p1`, ... in order."""
+    combinations, index = [], 0
+    for piece in splits:
+        columns = [exp.column(f"_p{index + offset}") for offset in range(len(piece.partials))]
+        combinations.append(piece.combine(columns))
+        index += len(piece.partials)
+    return combinations
+
+
+def _outermost_aggregates(node: exp.Expression) -> list[exp.Expression]:
+    if is_aggregate(node):
+        return [node]
+    return [found for child in node.iter_expressions() for found in _outermost_aggregates(child)]
+
+
+def _unaliased(expression: exp.Expression) -> exp.Expression:
+    return expression.this if isinstance(expression, exp.Alias) else expression
+
+
+def _window_bounds() -> list[exp.Expression]:
+    window_column = exp.column(WINDOW_COLUMN)
+    return [
+        exp.alias_(exp.Dot.build([window_column.copy(), exp.to_identifier(bound)]), name)
+        for bound, name in (("start", "window_start"), ("end", "window_end"))
+    ]
+
+
+def _describe(window: Window) -> str:
+    if window.is_sliding:
+        return f"{window.size_ms} ms windows sliding every {window.slide_ms} ms"
+    return f"{window.size_ms} ms tumbling windows"
+
+
+def _one_stage_description(query: Query, reason: str | None, mode: str, panes: bool) -> str:
+    if not query.windows:
+        return "one stage, without a window"
+    window = next(iter(query.windows.values()))
+    if reason is None:
+        return f"one stage, {_describe(window)}"
+    why = (
+        "panes are turned off"
+        if not panes
+        else "mode 'updates' allows one stateful stage"
+        if mode == "updates"
+        else reason
+    )
+    return f"one stage, Spark's own {_describe(window)} ({why})"
+
+
 def _load_function(function: Function) -> UserDefinedFunction:
     module_name, _, attribute = function.target.rpartition(".")
     try:
@@ -192,6 +432,10 @@ def _load_function(function: Function) -> UserDefinedFunction:
             f"{module_name!r}: {error}",
             hint="put the module on the PYTHONPATH of the app (or install it in the virtualenv)",
         ) from None
+    if _is_users_module(module):
+        # Spark's Python workers cannot import the user's module unless it is installed: ship
+        # the function's code itself, as on a cluster.
+        cloudpickle.register_pickle_by_value(module)
     target = getattr(module, attribute, None)
     if target is None:
         raise SqlError(
@@ -210,4 +454,14 @@ def _load_function(function: Function) -> UserDefinedFunction:
             "type annotation that Spark can use",
             hint="annotate it, such as `-> float`, or decorate it with @pandas_udf('double')",
         )
-    return F.udf(target, returns)
+    return F.udf(target, returns, useArrow=True)
+
+
+def _is_users_module(module: ModuleType) -> bool:
+    path = getattr(module, "__file__", None)
+    if path is None:
+        return False
+    installed = {
+        sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+    return not any(Path(path).is_relative_to(folder) for folder in installed)

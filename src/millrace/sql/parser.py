@@ -23,6 +23,7 @@ from sqlglot import exp
 
 from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError, SqlError
+from millrace.sql.aggregates import is_aggregate
 
 EmitMode = Literal["final", "updates"]
 
@@ -98,7 +99,8 @@ class Query:
         if not isinstance(self.tree, exp.Select):
             return False
         return bool(self.tree.args.get("group")) or any(
-            expression.find(exp.AggFunc) for expression in self.tree.expressions
+            any(is_aggregate(node) for node in expression.walk())
+            for expression in self.tree.expressions
         )
 
 
@@ -434,6 +436,15 @@ class _AppParser:
                         f"watermark passes it, and input {name!r} declares no LATENESS",
                         f"add LATENESS '30 seconds' (or what fits) to input table {name}",
                     )
+        for expression in table.query.tree.expressions:
+            if not isinstance(expression, exp.Alias | exp.Column):
+                raise self.error(
+                    offset,
+                    f"CREATE TABLE {table.name}: the result column "
+                    f"{expression.sql(dialect='spark')} has no name",
+                    "name it with AS, such as COUNT(*) AS n: result tables are stored and "
+                    "queried by column name",
+                )
 
     def position(self, offset: int) -> Position:
         return _position(self.text, self.file, offset)

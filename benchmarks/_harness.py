@@ -1,0 +1,81 @@
+"""What every benchmark shares: a workspace and broker of its own, the machine's facts, results.
+
+A benchmark runs on free loopback ports in a temporary workspace that it removes at the end,
+and records its figures with the machine and the command under benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+@contextmanager
+def isolated_workspace() -> Iterator[Path]:
+    """A fresh initialized workspace with its broker up, in MILLRACE_* for every client."""
+    home = Path(tempfile.mkdtemp(prefix="millrace-bench-"))
+    os.environ.update(
+        {
+            "MILLRACE_HOME": str(home),
+            "MILLRACE_KAFKA_PORT": str(_free_port()),
+            "MILLRACE_KAFKA_CONTROLLER_PORT": str(_free_port()),
+        }
+    )
+    os.environ.pop("MILLRACE_KAFKA", None)
+    cli("init")
+    cli("up")
+    try:
+        yield home
+    finally:
+        cli("down")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def cli(*arguments: str, stdin: str | None = None) -> None:
+    """Run a millrace command as a user would, failing the benchmark if it fails."""
+    subprocess.run(
+        [sys.executable, "-m", "millrace.cli.main", *arguments],
+        input=stdin,
+        text=True,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def write_results(name: str, results: dict[str, object]) -> Path:
+    """Save `results` with the machine and the command as `results/<name>-<time>.json`."""
+    recorded = {"machine": _machine(), "command": " ".join(sys.argv), **results}
+    output = RESULTS / f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    output.write_text(json.dumps(recorded, indent=2) + "\n")
+    print(json.dumps(recorded, indent=2))
+    print(f"written to {output}")
+    return output
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _machine() -> dict[str, object]:
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "python": platform.python_version(),
+        "java": java.splitlines()[0] if java else "unknown",
+        "platform": platform.platform(),
+    }

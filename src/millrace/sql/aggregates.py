@@ -1,0 +1,167 @@
+"""Aggregates of SQL apps: millrace's own, and how each one splits over panes.
+
+millrace adds `TOPK(item, weight, k)` to Spark SQL: the `k` items of largest total weight,
+as an array of `{item, weight}` structs, heaviest first (ties by item). `APPROX_COUNT_DISTINCT`
+is computed with a HyperLogLog sketch (Apache DataSketches, about 1.6% standard error), which,
+unlike Spark's own, can be merged. Every other aggregate is Spark's.
+
+A decomposable aggregate splits into partial aggregates over the rows of a pane (a slice of
+time one slide long) and a combination of those partials over the panes of a window. The
+two-stage plan of `millrace.sql.compiler` is built from these splits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
+from pyspark.sql.udf import UserDefinedFunction
+from sqlglot import exp
+
+from millrace.errors import SqlError
+
+TOPK_FINISH = "millrace_topk"
+"""The SQL function that sums `{item, weight}` entries per item and keeps the heaviest `k`."""
+
+TOPK_TYPE = ArrayType(
+    StructType([StructField("item", StringType()), StructField("weight", DoubleType())])
+)
+
+
+@dataclass(frozen=True)
+class Split:
+    """An aggregate as partials over a pane's rows, and their combination over panes.
+
+    `combine` receives the columns holding the partials, in the order of `partials`.
+    """
+
+    partials: tuple[exp.Expression, ...]
+    combine: Callable[[list[exp.Expression]], exp.Expression]
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    """True for an aggregate call, Spark's or millrace's."""
+    return isinstance(node, exp.AggFunc) or is_topk(node)
+
+
+def is_topk(node: exp.Expression) -> bool:
+    """True for a `TOPK(...)` call."""
+    return isinstance(node, exp.Anonymous) and node.name.upper() == "TOPK"
+
+
+def topk_arguments(node: exp.Expression, where: str) -> tuple[exp.Expression, exp.Expression, int]:
+    """The item, the weight and `k` of a `TOPK` call; `where` prefixes the error message."""
+    arguments = node.expressions
+    k = arguments[2] if len(arguments) == 3 else None
+    if k is None or not (isinstance(k, exp.Literal) and k.is_int and int(k.name) > 0):
+        raise SqlError(
+            f"{where}: TOPK takes (item, weight, k) with k a positive whole number, "
+            f"got {node.sql(dialect='spark')}",
+            hint="write it like TOPK(event, score, 10); use 1 as the weight to count items",
+        )
+    return arguments[0], arguments[1], int(k.name)
+
+
+def single_stage(node: exp.Expression, where: str) -> exp.Expression | None:
+    """What millrace runs for aggregate `node` in a one-stage plan, or None to keep it as is."""
+    if is_topk(node):
+        item, weight, k = topk_arguments(node, where)
+        entries = exp.func(
+            "collect_list",
+            exp.func("named_struct", *_topk_entry(item, weight)),
+            dialect="spark",
+        )
+        return exp.func(TOPK_FINISH, entries, exp.Literal.number(k), dialect="spark")
+    if isinstance(node, exp.ApproxDistinct):
+        return _hll_estimate(exp.func("hll_sketch_agg", _hll_input(node.this), dialect="spark"))
+    return None
+
+
+def split(node: exp.Expression, where: str, topk_item: str | None) -> Split | None:
+    """How aggregate `node` splits over panes, or None when it does not.
+
+    In a two-stage plan the panes are also grouped by the TOPK item, `topk_item`, a column of
+    the pane rows; so a TOPK's partial is its weight summed per item.
+    """
+    if is_topk(node):
+        _, weight, k = topk_arguments(node, where)
+        if topk_item is None:
+            return None
+        return Split(
+            (exp.func("sum", _as_double(weight), dialect="spark"),),
+            lambda parts: exp.func(
+                TOPK_FINISH,
+                exp.func(
+                    "collect_list",
+                    exp.func("named_struct", *_topk_entry(exp.column(topk_item), parts[0])),
+                    dialect="spark",
+                ),
+                exp.Literal.number(k),
+                dialect="spark",
+            ),
+        )
+    if isinstance(node, exp.Count) and not isinstance(node.this, exp.Distinct):
+        return Split((node.copy(),), lambda parts: exp.func("sum", parts[0], dialect="spark"))
+    if isinstance(node, exp.Sum | exp.Min | exp.Max) and len(node.expressions) == 0:
+        return Split((node.copy(),), lambda parts: node.__class__(this=parts[0]))
+    if isinstance(node, exp.Avg):
+        return Split(
+            (
+                exp.func("sum", _as_double(node.this), dialect="spark"),
+                exp.Count(this=node.this.copy()),
+            ),
+            lambda parts: exp.Div(
+                this=exp.func("sum", parts[0], dialect="spark"),
+                expression=exp.func("sum", parts[1], dialect="spark"),
+            ),
+        )
+    if isinstance(node, exp.ApproxDistinct) and node.args.get("accuracy") is None:
+        return Split(
+            (exp.func("hll_sketch_agg", _hll_input(node.this), dialect="spark"),),
+            lambda parts: _hll_estimate(exp.func("hll_union_agg", parts[0], dialect="spark")),
+        )
+    return None
+
+
+def topk_item(node: exp.Expression, where: str) -> exp.Expression:
+    """The item of a TOPK call, as the string the pane rows are grouped by."""
+    item, _, _ = topk_arguments(node, where)
+    return exp.cast(item.copy(), "string")
+
+
+def topk_finish() -> UserDefinedFunction:
+    """The Spark function behind `TOPK_FINISH`, to register in the session."""
+    return F.udf(_topk, TOPK_TYPE, useArrow=True)
+
+
+def _topk(entries: list | None, k: int) -> list[tuple[str, float]]:
+    totals: dict[str, float] = {}
+    for entry in entries or ():
+        item, weight = entry["item"], entry["weight"]
+        if item is not None and weight is not None:
+            totals[item] = totals.get(item, 0.0) + weight
+    return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))[:k]
+
+
+def _topk_entry(item: exp.Expression, weight: exp.Expression) -> list[exp.Expression]:
+    return [
+        exp.Literal.string("item"),
+        exp.cast(item.copy(), "string"),
+        exp.Literal.string("weight"),
+        _as_double(weight),
+    ]
+
+
+def _as_double(value: exp.Expression) -> exp.Expression:
+    return exp.cast(value.copy(), "double")
+
+
+def _hll_input(value: exp.Expression) -> exp.Expression:
+    # The sketch takes strings, integers and bytes; one type keeps every plan's hashes equal.
+    return exp.cast(value.copy(), "string")
+
+
+def _hll_estimate(sketch: exp.Expression) -> exp.Expression:
+    return exp.func("hll_sketch_estimate", sketch, dialect="spark")
