@@ -87,6 +87,9 @@ def spark_config(settings: Settings) -> dict[str, str]:
         "spark.jars": ",".join(str(jar) for jar in connector_jars(settings)),
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.shuffle.partitions": str(partitions),
+        # Delta rebuilds a table's state from its log in this many tasks (50 by default):
+        # result tables are small, and 50 tasks cost seconds on every write.
+        "spark.databricks.delta.snapshotPartitions": str(partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stateStore.providerClass": _ROCKSDB_PROVIDER,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

@@ -80,6 +80,7 @@ def read_stream(
     starting_offsets: str = "earliest",
     available_now: bool = False,
     route_dead_letters: bool = True,
+    max_records_per_batch: int | None = None,
 ) -> StreamInput:
     """Decode `stream` into a streaming DataFrame, and start routing its dead letters.
 
@@ -90,17 +91,20 @@ def read_stream(
     named `<app>.dead-letters.<stream>` and checkpoints under the app's checkpoint folder;
     with `available_now` it reads what the stream holds now and stops, like the app's queries.
     `route_dead_letters=False` starts no query at all, for looking at the plan only.
+    `max_records_per_batch` caps the records each micro-batch reads (by default, all there are).
     """
     require_stream(workspace.settings, stream)
     fields = _value_fields(schema, time)
-    raw = (
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .option("subscribe", stream)
         .option("startingOffsets", starting_offsets)
         .option("includeHeaders", "true")
-        .load()
     )
+    if max_records_per_batch is not None:
+        reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
+    raw = reader.load()
     decoded = _decode(raw, fields, time)
     records = _good_records(decoded, fields, time)
     if lateness is not None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,16 +59,29 @@ class RunningApp:
 
 
 def start_sql_app(
-    spark: SparkSession, workspace: Workspace, app: SqlApp, *, available_now: bool = False
+    spark: SparkSession,
+    workspace: Workspace,
+    app: SqlApp,
+    *,
+    available_now: bool = False,
+    max_records_per_batch: int | None = None,
 ) -> RunningApp:
     """Compile `app` and start its queries; with `available_now` they stop at the end of input.
+
+    `max_records_per_batch` caps the records each micro-batch reads from an input.
 
     Example:
         >>> running = start_sql_app(spark, workspace, load_app(Path("app.sql")))  # doctest: +SKIP
         >>> running.await_termination()  # doctest: +SKIP
     """
     _require_output_streams(workspace, app)
-    compiled = compile_app(spark, workspace, app, available_now=available_now)
+    compiled = compile_app(
+        spark,
+        workspace,
+        app,
+        available_now=available_now,
+        max_records_per_batch=max_records_per_batch,
+    )
     running = RunningApp(app)
     for stream, records in compiled.inserts.items():
         running.queries.append(
@@ -222,6 +237,9 @@ def query_result_table(
     return [row.asDict(recursive=True) for row in rows.collect()]
 
 
+_COMMIT_FILE = re.compile(r"^\d{20}\.json$")
+
+
 class _ResultTableWriter:
     """Writes a result table's rows, per micro-batch or per batch run, to Delta and its emit."""
 
@@ -236,15 +254,13 @@ class _ResultTableWriter:
         batch.persist()
         try:
             if self.table.mode == "final":
-                # Delta skips a (txnAppId, txnVersion) it has already committed: a batch that
-                # is run again after a crash is not appended twice.
-                (
-                    batch.write.format("delta")
-                    .mode("append")
-                    .option("txnAppId", f"{self.app}.{self.table.name}")
-                    .option("txnVersion", batch_id)
-                    .save(self.path)
-                )
+                if not self._committed(batch_id):
+                    (
+                        batch.write.format("delta")
+                        .mode("append")
+                        .option("userMetadata", f"{self._marker}{batch_id}")
+                        .save(self.path)
+                    )
             else:
                 self._merge(batch)
             if self.table.emit is not None:
@@ -252,6 +268,29 @@ class _ResultTableWriter:
                 self._emit(batch, self.table.emit, revision)
         finally:
             batch.unpersist()
+
+    @property
+    def _marker(self) -> str:
+        return f"millrace:{self.app}.{self.table.name}:batch:"
+
+    def _committed(self, batch_id: int) -> bool:
+        """True when micro-batch `batch_id` is the last one appended to the table.
+
+        A batch is run again when the app stopped after appending it but before Spark
+        recorded it as done. Each append carries the batch id in its commit's metadata, and
+        the newest such commit is read from the Delta log's files: Delta's own
+        `txnAppId`/`txnVersion` check costs seconds per batch, as it rebuilds the log's state.
+        """
+        log = Path(self.path) / "_delta_log"
+        commits = sorted(log.glob("*.json"), reverse=True) if log.is_dir() else []
+        for commit in commits:
+            if not _COMMIT_FILE.match(commit.name):
+                continue
+            for line in commit.read_text().splitlines():
+                metadata = json.loads(line).get("commitInfo", {}).get("userMetadata") or ""
+                if metadata.startswith(self._marker):
+                    return metadata == f"{self._marker}{batch_id}"
+        return False
 
     def write_range(self, rows: DataFrame) -> None:
         """Merge the results of a batch run by key, and emit them with the ids of 'final'."""

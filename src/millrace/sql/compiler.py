@@ -15,6 +15,7 @@ import importlib
 import inspect
 import re
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +27,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.udf import UserDefinedFunction
 from sqlglot import exp
 
+from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.streams import StreamInput, read_batch, read_stream
 from millrace.errors import SqlError, StreamNotFoundError
@@ -68,12 +70,17 @@ def compile_app(
     route_dead_letters: bool = True,
     time_range: tuple[int, int] | None = None,
     panes: bool = True,
+    max_records_per_batch: int | None = None,
+    sources: Mapping[str, DataFrame] | None = None,
 ) -> CompiledApp:
     """Build the DataFrames of `app`; starts only the inputs' dead-letter queries, if any.
 
     With `time_range` (start and end, epoch ms), the inputs are read in batch: the records
     whose event time is in `[start, end)`, and the DataFrames are not streaming.
     `panes=False` keeps every result table on a one-stage plan (for comparing plans).
+    `max_records_per_batch` caps each micro-batch. `sources` gives DataFrames to read instead
+    of some inputs' streams, by input table name, with the input's columns (including its
+    time column as a TIMESTAMP): to feed an app from elsewhere, such as in-memory data.
 
     Raises `SqlError` pointing into the app file for an input stream that does not exist, a
     function that cannot be imported, or a column, table or type error that Spark's analysis
@@ -89,6 +96,14 @@ def compile_app(
         spark.udf.register(function.name, _load_function(function))
     inputs = {}
     for source in app.inputs:
+        if sources is not None and source.name in sources:
+            records = sources[source.name]
+            if source.lateness is not None:
+                lateness_ms = parse_duration_ms(source.lateness, what="lateness")
+                records = records.withWatermark(source.time, f"{lateness_ms} milliseconds")
+            inputs[source.name] = StreamInput(source.stream, records, None)
+            records.createOrReplaceTempView(source.name)
+            continue
         try:
             if time_range is None:
                 inputs[source.name] = read_stream(
@@ -101,6 +116,7 @@ def compile_app(
                     lateness=source.lateness,
                     available_now=available_now,
                     route_dead_letters=route_dead_letters,
+                    max_records_per_batch=max_records_per_batch,
                 )
             else:
                 inputs[source.name] = read_batch(
