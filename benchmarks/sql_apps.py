@@ -1,17 +1,23 @@
 """SQL apps next to the same queries hand-written in PySpark, in the same run.
 
-Run it with `.venv/bin/python benchmarks/sql_apps.py [--events N] [--rounds R]` after
-`make setup`. It loads N events into a stream (raw producer: loading is not measured), then
-runs each workload R times as a millrace SQL app and as hand-written PySpark, interleaved,
-each from the first record to the last (trigger available-now, a fresh checkpoint each time),
-and reports events/s and the ratio millrace / hand-written. The workloads:
+Run it with `.venv/bin/python benchmarks/sql_apps.py [--events N] [--memory-events M]
+[--rounds R]` after `make setup`. Each workload runs R times as millrace and as hand-written
+PySpark, interleaved, each over all its input (trigger available-now, a fresh checkpoint each
+time), and reports events/s and the ratio millrace / hand-written. Two queries:
 
 - tumbling TOPK: top 10 events by score per category in 5-minute windows, with a count;
 - sliding count: a count per key (10,000 keys) in 30-second windows sliding every second.
 
-Both sides read the same Kafka topic, decode the same JSON, keep a 30-second watermark and
-append the closed windows to a Delta table. The millrace side also routes bad records to the
-dead-letter stream, as every app does. The result goes to benchmarks/results/sql-apps-*.json.
+Each runs twice over:
+
+- from Kafka (N events): the whole app. Both sides read the same topic, decode the same JSON,
+  keep a 30-second watermark and append the closed windows to a Delta table; the millrace
+  app also routes bad records to the dead-letter stream and writes its result table as every
+  app does. Loading the topic is not measured.
+- from memory (M events, already decoded, read as a stream from a Delta table): the query
+  plan alone, millrace's compiled plan against Spark's own, both appending to Delta.
+
+The result goes to benchmarks/results/sql-apps-*.json.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ GROUP BY key;
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--memory-events", type=int, default=5_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     options = parser.parse_args()
     with isolated_workspace():
@@ -70,27 +77,47 @@ def main() -> None:
         workspace = Workspace.locate()
         _load_events(workspace, options.events)
         spark = spark_session(workspace.settings, app_name="millrace-bench-sql")
+        memory = str(workspace.tables_dir / "bench" / "events")
+        _memory_events(spark, options.memory_events).write.format("delta").save(memory)
+
+        def kafka() -> DataFrame:
+            return _kafka_events(spark, workspace)
+
+        def in_memory() -> DataFrame:
+            return spark.readStream.format("delta").load(memory)
+
+        workloads = {
+            "kafka_tumbling_topk": (
+                options.events,
+                lambda: _millrace_app(spark, workspace, TOPK_APP),
+                lambda: _handwritten(workspace, _handwritten_topk(kafka())),
+            ),
+            "kafka_sliding_count_30s_1s": (
+                options.events,
+                lambda: _millrace_app(spark, workspace, SLIDING_APP),
+                lambda: _handwritten(workspace, _handwritten_sliding(kafka())),
+            ),
+            "memory_tumbling_topk": (
+                options.memory_events,
+                lambda: _millrace_plan(spark, workspace, TOPK_APP, in_memory()),
+                lambda: _handwritten(workspace, _handwritten_topk(_watermarked(in_memory()))),
+            ),
+            "memory_sliding_count_30s_1s": (
+                options.memory_events,
+                lambda: _millrace_plan(spark, workspace, SLIDING_APP, in_memory()),
+                lambda: _handwritten(workspace, _handwritten_sliding(_watermarked(in_memory()))),
+            ),
+        }
+        results: dict[str, object] = {
+            "rounds": options.rounds,
+            "spark": {
+                "master": workspace.settings.spark_master,
+                "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+            },
+        }
         try:
-            workloads = {
-                "tumbling_topk": (
-                    lambda: _millrace(spark, workspace, TOPK_APP),
-                    lambda: _handwritten(spark, workspace, _handwritten_topk),
-                ),
-                "sliding_count_30s_1s": (
-                    lambda: _millrace(spark, workspace, SLIDING_APP),
-                    lambda: _handwritten(spark, workspace, _handwritten_sliding),
-                ),
-            }
-            results: dict[str, object] = {
-                "events": options.events,
-                "rounds": options.rounds,
-                "spark": {
-                    "master": workspace.settings.spark_master,
-                    "shuffle_partitions": workspace.settings.spark_shuffle_partitions,
-                },
-            }
-            for name, (ours, theirs) in workloads.items():
-                results[name] = _compare(options.events, options.rounds, ours, theirs)
+            for name, (events, ours, theirs) in workloads.items():
+                results[name] = {"events": events, **_compare(events, options.rounds, ours, theirs)}
         finally:
             stop_spark_session()
     write_results("sql-apps", results)
@@ -115,7 +142,8 @@ def _compare(
     }
 
 
-def _millrace(spark: SparkSession, workspace, app_text: str) -> float:
+def _millrace_app(spark: SparkSession, workspace, app_text: str) -> float:
+    """Seconds the whole app takes, as `millrace run --available-now` runs it."""
     from millrace.runtime.sql_apps import start_sql_app
     from millrace.sql.parser import parse_app
 
@@ -125,9 +153,33 @@ def _millrace(spark: SparkSession, workspace, app_text: str) -> float:
     return time.perf_counter() - started
 
 
-def _handwritten(spark: SparkSession, workspace, query: Callable[[DataFrame], DataFrame]) -> float:
+def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFrame) -> float:
+    """Seconds the app's compiled plan takes over `events`, appending to Delta."""
+    from millrace.sql.compiler import compile_app
+    from millrace.sql.parser import parse_app
+
+    app = parse_app(app_text.format(run=uuid.uuid4().hex[:8]))
+    compiled = compile_app(spark, workspace, app, sources={"events": events})
+    return _handwritten(workspace, compiled.tables[app.tables[0].name])
+
+
+def _handwritten(workspace, results: DataFrame) -> float:
+    """Seconds a streaming DataFrame takes to run over its input, appending to Delta."""
     run = uuid.uuid4().hex[:8]
-    table = str(workspace.tables_dir / "handwritten" / run)
+    table = str(workspace.tables_dir / "bench" / run)
+    started = time.perf_counter()
+    (
+        results.writeStream.outputMode("append")
+        .foreachBatch(lambda batch, _: batch.write.format("delta").mode("append").save(table))
+        .option("checkpointLocation", str(workspace.checkpoint("bench", run)))
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination()
+    )
+    return time.perf_counter() - started
+
+
+def _kafka_events(spark: SparkSession, workspace) -> DataFrame:
     raw = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
@@ -136,23 +188,33 @@ def _handwritten(spark: SparkSession, workspace, query: Callable[[DataFrame], Da
         .load()
     )
     schema = "time BIGINT, key STRING, category STRING, event STRING, score DOUBLE"
-    events = (
+    return _watermarked(
         raw.select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
         .select("e.*")
         .withColumn("time", F.timestamp_millis("time"))
-        .withWatermark("time", "30 seconds")
     )
-    started = time.perf_counter()
-    (
-        query(events)
-        .writeStream.outputMode("append")
-        .foreachBatch(lambda batch, _: batch.write.format("delta").mode("append").save(table))
-        .option("checkpointLocation", str(workspace.checkpoint("handwritten", run)))
-        .trigger(availableNow=True)
-        .start()
-        .awaitTermination()
+
+
+def _watermarked(events: DataFrame) -> DataFrame:
+    return events.withWatermark("time", "30 seconds")
+
+
+def _memory_events(spark: SparkSession, count: int) -> DataFrame:
+    """`count` decoded events shaped like the Kafka ones, as a DataFrame of 4 partitions."""
+    return spark.range(count, numPartitions=4).select(
+        F.timestamp_millis(
+            (F.lit(START_MS) + F.col("id") * 1000 / EVENTS_PER_S + F.rand(1) * 4000 - 2000).cast(
+                "bigint"
+            )
+        ).alias("time"),
+        F.concat(F.lit("k"), (F.rand(2) * KEYS).cast("int")).alias("key"),
+        F.concat(F.lit("c"), (F.rand(3) * CATEGORIES).cast("int")).alias("category"),
+        F.concat(
+            F.lit("e"),
+            F.least(F.floor(1 / F.pow(F.rand(4), 1 / 1.2)), F.lit(EVENT_NAMES)).cast("int"),
+        ).alias("event"),
+        F.round(F.rand(5), 3).alias("score"),
     )
-    return time.perf_counter() - started
 
 
 def _handwritten_topk(events: DataFrame) -> DataFrame:

@@ -39,11 +39,18 @@ CLOSING_RECORD_ID = "millrace-testing-close-windows"
 
 @dataclass(frozen=True)
 class SqlAppResult:
-    """What one run of a SQL app wrote, keyed by the names the app file uses."""
+    """What one run of a SQL app wrote, keyed by the names the app file uses.
+
+    `late_rows` counts, per result table, the records dropped for coming after the watermark
+    closed their window. `app` is the app as it ran, with the run's own name and streams: to
+    run it again over the same records, such as in batch, under a name of its own.
+    """
 
     tables: dict[str, list[dict[str, Any]]]
     streams: dict[str, list[dict[str, Any]]]
     dead_letters: dict[str, int]
+    late_rows: dict[str, int]
+    app: SqlApp
 
 
 class SqlAppTester:
@@ -61,7 +68,11 @@ class SqlAppTester:
         self.workspace = workspace
 
     def run(
-        self, records: Mapping[str, Iterable[Mapping[str, Any]]], *, close_windows: bool = True
+        self,
+        records: Mapping[str, Iterable[Mapping[str, Any]]],
+        *,
+        close_windows: bool = True,
+        batch_size: int | None = None,
     ) -> SqlAppResult:
         """Publish `records` (input table name → events) and run the app over them.
 
@@ -70,12 +81,23 @@ class SqlAppTester:
         'final' tables emit them. That record is left out of the output streams and, being
         in a window that never closes, out of 'final' tables; a table in mode 'updates' would
         show it, so turn `close_windows` off for apps that have one.
+
+        By default the app reads all the records in one micro-batch, and then none is late:
+        the watermark moves only between micro-batches. With `batch_size`, each micro-batch
+        reads at most that many records of an input, in the order given (the inputs have
+        one bucket), so that records behind the watermark are dropped as a streaming run
+        would drop them, and counted in `SqlAppResult.late_rows`.
+
+        Example:
+            >>> result = tester.run({"events_score": events}, batch_size=2)  # doctest: +SKIP
+            >>> result.late_rows  # doctest: +SKIP
+            {'top_events_5min': 1}
         """
         suffix = uuid.uuid4().hex[:8]
         app, renamed = _isolated(self.app, suffix)
         settings = self.workspace.settings
         for stream in renamed.values():
-            create_stream(settings, stream, buckets=2, retention="1d")
+            create_stream(settings, stream, buckets=2 if batch_size is None else 1, retention="1d")
         for source in app.inputs:
             events = list(records.get(source.name, ()))
             with Publisher(source.stream, settings=settings, time_field=source.time) as publisher:
@@ -90,7 +112,9 @@ class SqlAppTester:
                         },
                         record_id=CLOSING_RECORD_ID,
                     )
-        running = start_sql_app(self.spark, self.workspace, app, available_now=True)
+        running = start_sql_app(
+            self.spark, self.workspace, app, available_now=True, max_records_per_batch=batch_size
+        )
         running.await_termination()
         tables = {
             table.name: query_result_table(self.spark, self.workspace, app.name, table.name)
@@ -123,7 +147,7 @@ class SqlAppTester:
             )
             for original, source in inputs
         }
-        return SqlAppResult(tables, streams, dead_letters)
+        return SqlAppResult(tables, streams, dead_letters, running.late_rows(), app)
 
 
 def _isolated(app: SqlApp, suffix: str) -> tuple[SqlApp, dict[str, str]]:

@@ -12,9 +12,11 @@ import click
 from millrace.bus.records import event_time_ms
 from millrace.bus.streams import dead_letter_stream
 from millrace.config.workspace import Workspace
+from millrace.engine.progress import late_rows
 from millrace.engine.session import spark_session, stop_spark_session
 from millrace.errors import PublishError
 from millrace.runtime.sql_apps import (
+    RunningApp,
     explain_sql_app,
     query_result_table,
     run_sql_app_batch,
@@ -113,14 +115,12 @@ def _run_streaming(app_file: Path, available_now: bool) -> None:
         click.echo(f"app {app.name!r} running: {len(running.queries)} queries (Ctrl-C stops)")
         seen: dict[str, int] = {}
         while any(query.isActive for query in running.queries):
-            for query in running.queries:
-                progress = query.lastProgress
-                if progress and seen.get(query.name) != progress["batchId"]:
-                    seen[query.name] = progress["batchId"]
-                    click.echo(_progress_line(query.name, progress))
+            _echo_progress(running, seen)
             time.sleep(_PROGRESS_EVERY_S)
         for query in running.queries:
             query.awaitTermination()
+        # The last batches may have ended after the last look: their lines give the totals.
+        _echo_progress(running, seen)
     except KeyboardInterrupt:
         click.echo("stopping...")
     finally:
@@ -177,10 +177,21 @@ def _iso(time_ms: int) -> str:
     return datetime.fromtimestamp(time_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _progress_line(name: str, progress: dict) -> str:
+def _echo_progress(running: RunningApp, seen: dict[str, int]) -> None:
+    """Print the progress of each query that finished a micro-batch since `seen` was updated."""
+    for query in running.queries:
+        progress = query.lastProgress
+        if progress and seen.get(query.name) != progress["batchId"]:
+            seen[query.name] = progress["batchId"]
+            late = late_rows(query) if query in running.tables.values() else None
+            click.echo(_progress_line(query.name, progress, late))
+
+
+def _progress_line(name: str, progress: dict, late: int | None) -> str:
     watermark = progress.get("eventTime", {}).get("watermark", "-")
     rate = progress.get("processedRowsPerSecond", 0.0)
-    return (
+    line = (
         f"{name}: batch {progress['batchId']}, {progress['numInputRows']} rows "
         f"({rate:.0f}/s), watermark {watermark}"
     )
+    return line if late is None else f"{line}, {_count(late, 'late row')} dropped"

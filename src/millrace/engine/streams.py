@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from dataclasses import dataclass
-from typing import ClassVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
@@ -32,7 +30,7 @@ from millrace.bus.streams import (
 )
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.engine.session import add_listener
+from millrace.engine import progress
 from millrace.errors import SchemaError
 
 RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
@@ -62,10 +60,10 @@ class StreamInput:
 
     @property
     def dead_letter_count(self) -> int:
-        """Records routed to the dead-letter stream by this read (its query, so far)."""
+        """Records routed to the dead-letter stream by this read: so far, or all once stopped."""
         if self.dead_letter_query is None:
             return self.batch_dead_letters
-        return _DeadLetterCounter.total(self.dead_letter_query.name)
+        return progress.dead_letters(self.dead_letter_query)
 
 
 def read_stream(
@@ -395,10 +393,8 @@ def _start_dead_letters(
     available_now: bool,
 ) -> StreamingQuery:
     target = _create_dead_letter_stream(workspace, stream)
-    _DeadLetterCounter.install(spark)
-    letters = _dead_letters(decoded, stream).observe(
-        _DeadLetterCounter.METRIC, F.count(F.lit(1)).alias("rows")
-    )
+    progress.watch(spark)
+    letters = progress.observe_dead_letters(_dead_letters(decoded, stream))
     query = f"dead-letters.{stream}"
     writer = (
         letters.writeStream.format("kafka")
@@ -449,44 +445,6 @@ def _dead_letters(decoded: DataFrame, stream: str) -> DataFrame:
             )
         ).alias("headers"),
     )
-
-
-class _DeadLetterCounter(StreamingQueryListener):
-    """Adds up, per query name, the dead letters each micro-batch observed."""
-
-    METRIC = "millrace_dead_letters"
-    _totals: ClassVar[dict[str, int]] = {}
-    _lock = threading.Lock()
-    _installed_in: ClassVar[set[int]] = set()
-
-    @classmethod
-    def install(cls, spark: SparkSession) -> None:
-        with cls._lock:
-            if id(spark) not in cls._installed_in:
-                add_listener(spark, cls())
-                cls._installed_in.add(id(spark))
-
-    @classmethod
-    def total(cls, query_name: str | None) -> int:
-        with cls._lock:
-            return cls._totals.get(query_name or "", 0)
-
-    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
-        with self._lock:
-            self._totals[event.name or ""] = 0
-
-    def onQueryProgress(self, event) -> None:  # noqa: N802
-        observed = event.progress.observedMetrics.get(self.METRIC)
-        if observed is not None:
-            with self._lock:
-                name = event.progress.name or ""
-                self._totals[name] = self._totals.get(name, 0) + observed["rows"]
-
-    def onQueryIdle(self, event) -> None:  # noqa: N802
-        pass
-
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
-        pass
 
 
 def _first_line(error: Exception) -> str:

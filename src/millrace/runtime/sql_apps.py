@@ -4,7 +4,9 @@ Each `INSERT INTO STREAM` becomes a query writing the derived stream. Each `CREA
 becomes a query that keeps the results in a Delta table under `<workspace>/tables/<app>/`,
 where `millrace query` (and later the serving layer) reads them, and that also writes them to
 the `emit` stream when the table names one. Mode `final` appends each window once, when the
-watermark closes it; mode `updates` merges every change by the table's key.
+watermark closes it; mode `updates` merges every change by the table's key. A running app
+counts, per result table, the records dropped for coming after the watermark closed their
+window.
 
 `run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
 the same tables (merged by key, so a range can be run again) and streams.
@@ -29,6 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
+from millrace.engine.progress import late_rows, watch
 from millrace.engine.streams import write_batch, write_stream
 from millrace.errors import SqlError, StreamNotFoundError
 from millrace.sql.compiler import compile_app, group_key_columns
@@ -37,10 +40,14 @@ from millrace.sql.parser import ResultTable, SqlApp
 
 @dataclass
 class RunningApp:
-    """The queries of a started SQL app: its outputs, then its inputs' dead-letter queries."""
+    """The queries of a started SQL app: its outputs, then its inputs' dead-letter queries.
+
+    `tables` holds the query of each result table (also in `queries`), by table name.
+    """
 
     app: SqlApp
     queries: list[StreamingQuery] = field(default_factory=list)
+    tables: dict[str, StreamingQuery] = field(default_factory=dict)
 
     def process_all_available(self) -> None:
         """Block until every query has processed all the data available now."""
@@ -56,6 +63,21 @@ class RunningApp:
         """Stop every query of the app."""
         for query in self.queries:
             query.stop()
+
+    def late_rows(self) -> dict[str, int]:
+        """Rows each result table's query dropped as later than the watermark, by table name.
+
+        The watermark (the input's largest event time seen, minus its `LATENESS`) moves
+        between micro-batches. The first micro-batch that starts with it past a window's end
+        closes the window, and the window's records that come in later micro-batches are
+        dropped. The counts are those so far, or all of them once the app has stopped; see
+        `millrace.engine.progress.late_rows` for how Spark counts an aggregation's rows.
+
+        Example:
+            >>> running.late_rows()  # doctest: +SKIP
+            {'top_events_5min': 2}
+        """
+        return {name: late_rows(query) for name, query in self.tables.items()}
 
 
 def start_sql_app(
@@ -75,6 +97,7 @@ def start_sql_app(
         >>> running.await_termination()  # doctest: +SKIP
     """
     _require_output_streams(workspace, app)
+    watch(spark)
     compiled = compile_app(
         spark,
         workspace,
@@ -107,7 +130,8 @@ def start_sql_app(
         )
         if available_now:
             query = query.trigger(availableNow=True)
-        running.queries.append(query.start())
+        running.tables[table.name] = query.start()
+        running.queries.append(running.tables[table.name])
     running.queries += [
         source.dead_letter_query
         for source in compiled.inputs.values()

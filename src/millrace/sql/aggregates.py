@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import sqlglot
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
 from pyspark.sql.udf import UserDefinedFunction
@@ -79,23 +80,33 @@ def single_stage(node: exp.Expression, where: str) -> exp.Expression | None:
     return None
 
 
-def split(node: exp.Expression, where: str, topk_item: str | None) -> Split | None:
+def split(
+    node: exp.Expression, where: str, topk_item: str | None, *, one_pane_per_window: bool
+) -> Split | None:
     """How aggregate `node` splits over panes, or None when it does not.
 
     In a two-stage plan the panes are also grouped by the TOPK item, `topk_item`, a column of
-    the pane rows; so a TOPK's partial is its weight summed per item.
+    the pane rows; so a TOPK's partial is its weight summed per item. When each window is one
+    pane (a tumbling window), each item comes once per window and is ranked inside Spark;
+    otherwise `TOPK_FINISH` adds up each item's weights over the panes.
     """
     if is_topk(node):
         _, weight, k = topk_arguments(node, where)
         if topk_item is None:
             return None
+        item = exp.column(topk_item)
+        if one_pane_per_window:
+            return Split(
+                (exp.func("sum", _as_double(weight), dialect="spark"),),
+                lambda parts: _ranked_unique_items(item, parts[0], k),
+            )
         return Split(
             (exp.func("sum", _as_double(weight), dialect="spark"),),
             lambda parts: exp.func(
                 TOPK_FINISH,
                 exp.func(
                     "collect_list",
-                    exp.func("named_struct", *_topk_entry(exp.column(topk_item), parts[0])),
+                    exp.func("named_struct", *_topk_entry(item, parts[0])),
                     dialect="spark",
                 ),
                 exp.Literal.number(k),
@@ -143,6 +154,24 @@ def _topk(entries: list | None, k: int) -> list[tuple[str, float]]:
         if item is not None and weight is not None:
             totals[item] = totals.get(item, 0.0) + weight
     return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))[:k]
+
+
+def _ranked_unique_items(item: exp.Expression, weight: exp.Expression, k: int) -> exp.Expression:
+    # Sorting (-weight, item) ascending ranks heaviest first, ties by item, as `_topk` does.
+    template = sqlglot.parse_one(
+        "transform(slice(sort_array(collect_list(IF(_topk_item IS NULL OR _topk_weight IS NULL, "
+        "NULL, named_struct('negative_weight', -_topk_weight, 'item', _topk_item)))), 1, "
+        f"{k}), entry -> named_struct('item', entry.item, 'weight', -entry.negative_weight))",
+        read="spark",
+    )
+    placeholders = {"_topk_item": item, "_topk_weight": weight}
+    return template.transform(
+        lambda node: (
+            placeholders[node.name].copy()
+            if isinstance(node, exp.Column) and node.name in placeholders
+            else node
+        )
+    )
 
 
 def _topk_entry(item: exp.Expression, weight: exp.Expression) -> list[exp.Expression]:

@@ -305,7 +305,11 @@ class _TwoStagePlan:
         items = {topk_item(node, str(position)).sql(dialect="spark") for node in topks}
         if len(items) > 1:
             return None, "its TOPK calls rank different items"
-        splits = [split(node, str(position), "_item" if topks else None) for node in aggregates]
+        item = "_item" if topks else None
+        splits = [
+            split(node, str(position), item, one_pane_per_window=not window.is_sliding)
+            for node in aggregates
+        ]
         if any(piece is None for piece in splits):
             pairs = zip(aggregates, splits, strict=True)
             names = sorted(

@@ -1,0 +1,121 @@
+"""Totals over the progress of streaming queries: dead letters routed, late rows dropped.
+
+Spark reports each micro-batch of a query in a progress event. One listener per session,
+installed by `watch`, adds up for each run of a query the dead letters it observed (rows of a
+DataFrame passed through `observe_dead_letters`) and the rows its state operators dropped as
+later than the watermark. The totals of a running query are those so far; those of a stopped
+query are final, since reading them waits for the listener to have had its last event.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from millrace.engine.session import add_listener
+
+_DEAD_LETTERS = "millrace_dead_letters"
+# Spark hands events to listeners on a queue of its own, after the query has moved on; it
+# drops them when that queue overflows, so waiting for a stopped query's last one is bounded.
+_LAST_EVENT_WAIT_S = 10.0
+
+
+@dataclass
+class _Run:
+    dead_letters: int = 0
+    late_rows: int = 0
+    ended: bool = False
+
+
+_runs: dict[str, _Run] = {}
+_changed = threading.Condition()
+_watched: set[int] = set()
+
+
+def watch(spark: SparkSession) -> None:
+    """Keep the totals of the queries `spark` starts from now on; once per session is enough.
+
+    Example:
+        >>> watch(spark)  # doctest: +SKIP
+        >>> late_rows(frame.writeStream.format("noop").start())  # doctest: +SKIP
+        0
+    """
+    with _changed:
+        if id(spark) not in _watched:
+            add_listener(spark, _Totals())
+            _watched.add(id(spark))
+
+
+def observe_dead_letters(letters: DataFrame) -> DataFrame:
+    """`letters`, counted into `dead_letters` of the streaming query that writes them.
+
+    Example:
+        >>> query = observe_dead_letters(letters).writeStream.format("kafka")  # doctest: +SKIP
+    """
+    return letters.observe(_DEAD_LETTERS, F.count(F.lit(1)).alias("rows"))
+
+
+def dead_letters(query: StreamingQuery) -> int:
+    """The rows `query` wrote through `observe_dead_letters` in its current run.
+
+    Example:
+        >>> dead_letters(query)  # doctest: +SKIP
+        3
+    """
+    return _totals(query).dead_letters
+
+
+def late_rows(query: StreamingQuery) -> int:
+    """The rows the state operators of `query` dropped as later than the watermark, this run.
+
+    A window is closed by the first micro-batch that starts with the watermark past its end;
+    a stateful operator drops the rows of a closed window that come in later micro-batches.
+    Spark counts the rows each operator receives: an aggregation's are partial aggregates per
+    group and window of a micro-batch, so late records of one group and window that arrive
+    in the same micro-batch count once.
+
+    Example:
+        >>> late_rows(query)  # doctest: +SKIP
+        1
+    """
+    return _totals(query).late_rows
+
+
+def _totals(query: StreamingQuery) -> _Run:
+    run, stopped = query.runId, not query.isActive
+    with _changed:
+        if run not in _runs:
+            return _Run()
+        if stopped:
+            _changed.wait_for(lambda: _runs[run].ended, timeout=_LAST_EVENT_WAIT_S)
+        return replace(_runs[run])
+
+
+class _Totals(StreamingQueryListener):
+    """Adds up each query run's progress events into `_runs`."""
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
+        # Spark calls this before `start()` returns, so a started query is always in `_runs`.
+        with _changed:
+            _runs[str(event.runId)] = _Run()
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        progress = event.progress
+        observed = progress.observedMetrics.get(_DEAD_LETTERS)
+        dropped = sum(operator.numRowsDroppedByWatermark for operator in progress.stateOperators)
+        with _changed:
+            run = _runs.setdefault(str(progress.runId), _Run())
+            run.dead_letters += observed["rows"] if observed is not None else 0
+            run.late_rows += dropped
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        with _changed:
+            _runs.setdefault(str(event.runId), _Run()).ended = True
+            _changed.notify_all()
