@@ -7,7 +7,7 @@ CREATE INPUT TABLE events_score (
 ) FROM STREAM('events_stream') TIME event_time LATENESS '30 seconds';
 
 CREATE TABLE top_events_5min AS
-SELECT category, COUNT(*) AS n, SUM(score) AS total_score, MAX(score) AS best_score
+SELECT category, TOPK(event, score, 3) AS top_events, COUNT(*) AS n, SUM(score) AS total_score
 FROM events_score [5 minutes]
 GROUP BY category;
 

@@ -2,7 +2,8 @@
 
 `SqlAppTester` gives every run streams and checkpoints of its own, publishes the records you
 pass to the app's inputs, runs the app until it has read them all, and returns what it wrote:
-the rows of its result tables and the records of its output streams.
+the rows of its result tables and the records of its output streams, with the dead letters
+of its inputs and the late rows its tables dropped.
 
 Example:
     >>> tester = SqlAppTester(Path("examples/top_events.sql"), spark=spark, workspace=workspace)
@@ -41,9 +42,10 @@ CLOSING_RECORD_ID = "millrace-testing-close-windows"
 class SqlAppResult:
     """What one run of a SQL app wrote, keyed by the names the app file uses.
 
-    `late_rows` counts, per result table, the records dropped for coming after the watermark
-    closed their window. `app` is the app as it ran, with the run's own name and streams: to
-    run it again over the same records, such as in batch, under a name of its own.
+    `late_rows` counts, per result table, the rows dropped for coming after the watermark
+    closed their window (see `RunningApp.late_rows`). `app` is the app as it ran, with the
+    run's own name and streams: to run it again over the same records, such as in batch,
+    under a name of its own.
     """
 
     tables: dict[str, list[dict[str, Any]]]

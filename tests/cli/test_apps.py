@@ -24,11 +24,19 @@ def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
 
     checked = millrace("check", str(EXAMPLE))
     assert checked.returncode == 0, checked.stderr
-    assert "== table top_events_5min ==" in checked.stdout
+    assert "== table top_events_5min (two stages: partial aggregates per 300000 ms pane" in (
+        checked.stdout
+    )
     assert "app 'top_events' is valid" in checked.stdout
 
     ran = millrace("run", str(EXAMPLE), "--available-now")
     assert ran.returncode == 0, ran.stderr
+    # Each query's last micro-batch is shown; a result table's line counts its late rows.
+    lines = ran.stdout.splitlines()
+    table = [line for line in lines if line.startswith("top_events.table.top_events_5min: ")]
+    assert table[-1].endswith(", 0 late rows dropped"), ran.stdout
+    inserts = [line for line in lines if line.startswith("top_events.insert.superbowl_posts: ")]
+    assert inserts and "late" not in inserts[-1], ran.stdout
 
     queried = millrace("query", "top_events.top_events_5min", "--where", "category=movies")
     assert queried.returncode == 0, queried.stderr

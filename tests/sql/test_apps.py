@@ -34,15 +34,19 @@ def test_the_example_app_counts_per_window_and_filters_a_derived_stream(
     result = SqlAppTester(EXAMPLE, spark=spark, workspace=workspace).run({"events_score": events})
 
     rows = {
-        (row["window_start"].timestamp(), row["category"]): (row["n"], row["total_score"])
+        (row["window_start"].timestamp(), row["category"]): (
+            row["n"],
+            row["total_score"],
+            [(top["item"], top["weight"]) for top in row["top_events"]],
+        )
         for row in result.tables["top_events_5min"]
     }
     first, second = START.timestamp(), (START + timedelta(minutes=5)).timestamp()
     assert rows == {
-        (first, "sports"): (2, 7.0),
-        (first, "movies"): (1, 1.0),
-        (second, "sports"): (1, 3.0),
-        (second, "movies"): (1, 4.0),
+        (first, "sports"): (2, 7.0, [("touchdown #superbowl", 5.0), ("kickoff #superbowl", 2.0)]),
+        (first, "movies"): (1, 1.0, [("new trailer", 1.0)]),
+        (second, "sports"): (1, 3.0, [("halftime", 3.0)]),
+        (second, "movies"): (1, 4.0, [("premiere", 4.0)]),
     }
     # Records without a key spread over the buckets, which keep no order between them.
     assert sorted(post["event"] for post in result.streams["superbowl_posts"]) == [

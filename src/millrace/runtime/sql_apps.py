@@ -5,8 +5,7 @@ becomes a query that keeps the results in a Delta table under `<workspace>/table
 where `millrace query` (and later the serving layer) reads them, and that also writes them to
 the `emit` stream when the table names one. Mode `final` appends each window once, when the
 watermark closes it; mode `updates` merges every change by the table's key. A running app
-counts, per result table, the records dropped for coming after the watermark closed their
-window.
+counts, per result table, the rows dropped for coming after the watermark closed their window.
 
 `run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
 the same tables (merged by key, so a range can be run again) and streams.
@@ -204,7 +203,9 @@ def explain_sql_app(spark: SparkSession, workspace: Workspace, app: SqlApp) -> d
     """
     _require_output_streams(workspace, app)
     compiled = compile_app(spark, workspace, app, route_dead_letters=False)
-    outputs = {f"table {name}": frame for name, frame in compiled.tables.items()}
+    outputs = {
+        f"table {name} ({compiled.plans[name]})": frame for name, frame in compiled.tables.items()
+    }
     outputs |= {f"insert into stream {name}": frame for name, frame in compiled.inserts.items()}
     plans = {}
     for name, frame in outputs.items():
