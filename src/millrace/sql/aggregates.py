@@ -95,13 +95,11 @@ def split(
         if topk_item is None:
             return None
         item = exp.column(topk_item)
+        partials = (exp.func("sum", _as_double(weight), dialect="spark"),)
         if one_pane_per_window:
-            return Split(
-                (exp.func("sum", _as_double(weight), dialect="spark"),),
-                lambda parts: _ranked_unique_items(item, parts[0], k),
-            )
+            return Split(partials, lambda parts: _ranked_unique_items(item, parts[0], k))
         return Split(
-            (exp.func("sum", _as_double(weight), dialect="spark"),),
+            partials,
             lambda parts: exp.func(
                 TOPK_FINISH,
                 exp.func(

@@ -174,15 +174,25 @@ class _QueryCompiler:
         tree = self._with_own_aggregates(query.tree.copy(), position)
         if query.windows:
             tree = self._windowed(tree, query.windows, position)
+        # The one-stage plan is analysed whichever plan runs: its errors point into the file,
+        # and its column names are the table's.
         one_stage = self._run(tree.sql(dialect="spark"), query, position)
         if table is None:
             return one_stage
-        result_table = next(result for result in self.app.tables if result.name == table)
-        plan, reason = _TwoStagePlan.build(self, query, position, one_stage.columns)
-        if plan is not None and result_table.mode == "final" and self.panes:
-            self.plans[table] = plan.description
-            return plan.dataframe
-        self.plans[table] = _one_stage_description(query, reason, result_table.mode, self.panes)
+        mode = next(result.mode for result in self.app.tables if result.name == table)
+        if not _gains_from_panes(query):
+            self.plans[table] = _one_stage_description(query, None)
+            return one_stage
+        if not self.panes:
+            reason = "panes are turned off"
+        elif mode == "updates":
+            reason = "mode 'updates' allows one stateful stage"
+        else:
+            plan, reason = _TwoStagePlan.build(self, query, position, one_stage.columns)
+            if plan is not None:
+                self.plans[table] = plan.description
+                return plan.dataframe
+        self.plans[table] = _one_stage_description(query, reason)
         return one_stage
 
     def _run(self, sql: str, query: Query, position: Position) -> DataFrame:
@@ -286,7 +296,10 @@ class _TwoStagePlan:
     def build(
         cls, compiler: _QueryCompiler, query: Query, position: Position, columns: list[str]
     ) -> tuple[_TwoStagePlan | None, str | None]:
-        """The plan, or None and why the query cannot use one (None when it would not gain)."""
+        """The plan and None, or None and why the query cannot use one.
+
+        Called for queries that would gain from panes (`_gains_from_panes`).
+        """
         select = query.tree
         if not isinstance(select, exp.Select) or len(query.windows) != 1:
             return None, "it does not read exactly one windowed table"
@@ -299,15 +312,16 @@ class _TwoStagePlan:
         outputs = [*select.expressions, *([having.this] if having else [])]
         aggregates = [node for output in outputs for node in _outermost_aggregates(output)]
         ((table, window),) = query.windows.items()
-        topks = [node for node in aggregates if is_topk(node)]
-        if not window.is_sliding and not topks:
-            return None, None
-        items = {topk_item(node, str(position)).sql(dialect="spark") for node in topks}
-        if len(items) > 1:
+        items = [topk_item(node, str(position)) for node in aggregates if is_topk(node)]
+        if len({item.sql(dialect="spark") for item in items}) > 1:
             return None, "its TOPK calls rank different items"
-        item = "_item" if topks else None
         splits = [
-            split(node, str(position), item, one_pane_per_window=not window.is_sliding)
+            split(
+                node,
+                str(position),
+                "_item" if items else None,
+                one_pane_per_window=not window.is_sliding,
+            )
             for node in aggregates
         ]
         if any(piece is None for piece in splits):
@@ -327,7 +341,7 @@ class _TwoStagePlan:
             [
                 exp.alias_(exp.column(WINDOW_COLUMN), "_pane"),
                 *(exp.alias_(key.copy(), f"_k{index}") for index, key in enumerate(keys)),
-                *([exp.alias_(topk_item(topks[0], str(position)), "_item")] if topks else []),
+                *([exp.alias_(items[0].copy(), "_item")] if items else []),
                 *(exp.alias_(partial, f"_p{index}") for index, partial in enumerate(partials)),
             ],
         )
@@ -335,7 +349,7 @@ class _TwoStagePlan:
         stage_one = stage_one.group_by(
             exp.column(WINDOW_COLUMN),
             *(key.copy() for key in keys),
-            *([topk_item(topks[0], str(position))] if topks else []),
+            *([items[0].copy()] if items else []),
             copy=False,
         )
         panes_view = f"__panes_{query.offset}"
@@ -352,14 +366,7 @@ class _TwoStagePlan:
                 if node is rewritten:
                     return replacement
                 node.replace(replacement)
-            return rewritten.transform(
-                lambda node: (
-                    exp.column(key_columns[node.sql(dialect="spark")])
-                    if node.sql(dialect="spark") in key_columns
-                    else node
-                ),
-                copy=False,
-            )
+            return rewritten.transform(_replace_keys, key_columns, copy=False)
 
         names = columns[len(_window_bounds()) :]
         expressions = [
@@ -386,7 +393,7 @@ class _TwoStagePlan:
         dataframe = compiler._run(stage_two_tree.sql(dialect="spark"), query, position)
         description = (
             f"two stages: partial aggregates per {pane.size_ms} ms pane"
-            + (" and TOPK item" if topks else "")
+            + (" and TOPK item" if items else "")
             + f", combined into {_describe(window)}"
         )
         return cls(dataframe, description), None
@@ -426,20 +433,26 @@ def _describe(window: Window) -> str:
     return f"{window.size_ms} ms tumbling windows"
 
 
-def _one_stage_description(query: Query, reason: str | None, mode: str, panes: bool) -> str:
+def _gains_from_panes(query: Query) -> bool:
+    """True for a windowed query with a sliding window or a TOPK: what two stages speed up."""
+    return any(window.is_sliding for window in query.windows.values()) or (
+        bool(query.windows) and any(is_topk(node) for node in query.tree.walk())
+    )
+
+
+def _replace_keys(node: exp.Expression, key_columns: dict[str, str]) -> exp.Expression:
+    """`node` as its stage-one key column when it is a group key, else as it is."""
+    column = key_columns.get(node.sql(dialect="spark"))
+    return exp.column(column) if column is not None else node
+
+
+def _one_stage_description(query: Query, reason: str | None) -> str:
     if not query.windows:
         return "one stage, without a window"
     window = next(iter(query.windows.values()))
     if reason is None:
         return f"one stage, {_describe(window)}"
-    why = (
-        "panes are turned off"
-        if not panes
-        else "mode 'updates' allows one stateful stage"
-        if mode == "updates"
-        else reason
-    )
-    return f"one stage, Spark's own {_describe(window)} ({why})"
+    return f"one stage, Spark's own {_describe(window)} ({reason})"
 
 
 def _load_function(function: Function) -> UserDefinedFunction:
