@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
@@ -20,7 +21,7 @@ SCHEMA = "event STRING, category STRING, score DOUBLE"
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _collect(records: DataFrame, workspace: Workspace, app: str) -> list:
+def _collect(records: DataFrame, workspace: Workspace, app: str) -> tuple[list, StreamingQuery]:
     rows: list = []
     query = (
         records.writeStream.foreachBatch(lambda batch, _: rows.extend(batch.collect()))
@@ -29,7 +30,7 @@ def _collect(records: DataFrame, workspace: Workspace, app: str) -> list:
         .start()
     )
     query.awaitTermination()
-    return rows
+    return rows, query
 
 
 def test_ten_thousand_published_events_are_read_by_spark_exactly_once_with_their_times(
@@ -86,11 +87,9 @@ def test_ten_thousand_published_events_are_read_by_spark_exactly_once_with_their
     assert "published 10010 events" in published.stdout
     assert "10 lines failed" in published.stdout
 
-    source_records = read_stream(
-        spark, workspace, "exactly-once", stream_name, SCHEMA, time="time", available_now=True
-    )
-    rows = _collect(source_records.records, workspace, "exactly-once")
-    source_records.dead_letter_query.awaitTermination()
+    source_records = read_stream(spark, workspace, "exactly-once", stream_name, SCHEMA, time="time")
+    rows, query = _collect(source_records.records, workspace, "exactly-once")
+    source_records.wait_for_dead_letters(query)
 
     published_ids = {
         record.id
@@ -151,9 +150,7 @@ def test_written_records_keep_their_ids_and_may_name_their_stream_per_row(
         capture_output=True,
     )
 
-    source = read_stream(
-        spark, workspace, "router", stream_name, SCHEMA, time="time", available_now=True
-    )
+    source = read_stream(spark, workspace, "router", stream_name, SCHEMA, time="time")
     query = write_stream(
         source.records,
         workspace,
@@ -164,7 +161,7 @@ def test_written_records_keep_their_ids_and_may_name_their_stream_per_row(
         available_now=True,
     )
     query.awaitTermination()
-    source.dead_letter_query.awaitTermination()
+    assert source.wait_for_dead_letters(query) == 0
 
     originals = {
         record.id: record
@@ -212,7 +209,6 @@ def test_the_watermark_follows_the_largest_event_time_minus_the_lateness(
         assert query.lastProgress["eventTime"]["watermark"] == "2026-01-01T00:00:30.000Z"
     finally:
         query.stop()
-        source.dead_letter_query.stop()
 
 
 def test_a_batch_read_keeps_the_records_of_its_time_range_and_routes_every_bad_one(

@@ -177,8 +177,8 @@ def _format_storage(paths: _BrokerPaths, classpath: str) -> None:
             classpath,
             "kafka.tools.StorageTool",
             "format",
-            "--cluster-id",
-            cluster_id,
+            # One argument with '=': an id may start with '-', which would read as an option.
+            f"--cluster-id={cluster_id}",
             "--config",
             str(paths.config),
             "--ignore-formatted",

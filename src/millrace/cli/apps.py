@@ -22,7 +22,7 @@ from millrace.runtime.sql_apps import (
     run_sql_app_batch,
     start_sql_app,
 )
-from millrace.sql.parser import load_app
+from millrace.sql.parser import SqlApp, load_app
 
 _PROGRESS_EVERY_S = 2.0
 
@@ -117,10 +117,10 @@ def _run_streaming(app_file: Path, available_now: bool) -> None:
         while any(query.isActive for query in running.queries):
             _echo_progress(running, seen)
             time.sleep(_PROGRESS_EVERY_S)
-        for query in running.queries:
-            query.awaitTermination()
+        running.await_termination()
         # The last batches may have ended after the last look: their lines give the totals.
         _echo_progress(running, seen)
+        _echo_dead_letters(app, running.dead_letters())
     except KeyboardInterrupt:
         click.echo("stopping...")
     finally:
@@ -145,10 +145,14 @@ def _run_batch(app_file: Path, start_ms: int, end_ms: int) -> None:
         click.echo(f"table {table}: {_count(rows, 'row')} merged")
     for stream, records in result.streams.items():
         click.echo(f"stream {stream}: {_count(records, 'record')} written")
+    _echo_dead_letters(app, result.dead_letters)
+
+
+def _echo_dead_letters(app: SqlApp, dead_letters: dict[str, int]) -> None:
     for source in app.inputs:
-        if result.dead_letters[source.name]:
+        if dead_letters.get(source.name):
             click.echo(
-                f"input {source.name}: {_count(result.dead_letters[source.name], 'bad record')} "
+                f"input {source.name}: {_count(dead_letters[source.name], 'bad record')} "
                 f"routed to {dead_letter_stream(source.stream)}"
             )
 

@@ -1,9 +1,8 @@
-"""Totals over the progress of streaming queries: dead letters routed, late rows dropped.
+"""Totals over the progress of streaming queries: the late rows they dropped.
 
 Spark reports each micro-batch of a query in a progress event. One listener per session,
-installed by `watch`, adds up for each run of a query the dead letters it observed (rows of a
-DataFrame passed through `observe_dead_letters`) and the rows its state operators dropped as
-later than the watermark. The totals of a running query are those so far; those of a stopped
+installed by `watch`, adds up for each run of a query the rows its state operators dropped
+as later than the watermark. The totals of a running query are those so far; those of a stopped
 query are final, since reading them waits for the listener to have had its last event.
 """
 
@@ -12,13 +11,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from millrace.engine.session import add_listener
 
-_DEAD_LETTERS = "millrace_dead_letters"
 # Spark hands events to listeners on a queue of its own, after the query has moved on; it
 # drops them when that queue overflows, so waiting for a stopped query's last one is bounded.
 _LAST_EVENT_WAIT_S = 10.0
@@ -26,7 +23,6 @@ _LAST_EVENT_WAIT_S = 10.0
 
 @dataclass
 class _Run:
-    dead_letters: int = 0
     late_rows: int = 0
     ended: bool = False
 
@@ -48,25 +44,6 @@ def watch(spark: SparkSession) -> None:
         if id(spark) not in _watched:
             add_listener(spark, _Totals())
             _watched.add(id(spark))
-
-
-def observe_dead_letters(letters: DataFrame) -> DataFrame:
-    """`letters`, counted into `dead_letters` of the streaming query that writes them.
-
-    Example:
-        >>> query = observe_dead_letters(letters).writeStream.format("kafka")  # doctest: +SKIP
-    """
-    return letters.observe(_DEAD_LETTERS, F.count(F.lit(1)).alias("rows"))
-
-
-def dead_letters(query: StreamingQuery) -> int:
-    """The rows `query` wrote through `observe_dead_letters` in its current run.
-
-    Example:
-        >>> dead_letters(query)  # doctest: +SKIP
-        3
-    """
-    return _totals(query).dead_letters
 
 
 def late_rows(query: StreamingQuery) -> int:
@@ -105,11 +82,9 @@ class _Totals(StreamingQueryListener):
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
         progress = event.progress
-        observed = progress.observedMetrics.get(_DEAD_LETTERS)
         dropped = sum(operator.numRowsDroppedByWatermark for operator in progress.stateOperators)
         with _changed:
             run = _runs.setdefault(str(progress.runId), _Run())
-            run.dead_letters += observed["rows"] if observed is not None else 0
             run.late_rows += dropped
 
     def onQueryIdle(self, event) -> None:  # noqa: N802

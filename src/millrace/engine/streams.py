@@ -3,7 +3,8 @@
 `read_stream` turns a stream into a streaming DataFrame of typed columns, the event time as a
 TIMESTAMP column, and the record's id, key, bucket and offset. Every record that is not a JSON
 object, does not fit the declared schema, or holds an unreadable time goes to `<stream>.dlq`
-with the reason, through a companion query that `read_stream` starts, and is counted.
+with the reason, and is counted: the queries reading the DataFrame count them, and a
+`DeadLetterRouter` writes them after each micro-batch that had any.
 `read_batch` reads the records of an event-time range into a DataFrame that is not streaming,
 with the same columns, and routes the bad records the same way, at once.
 `write_stream` writes a DataFrame to a stream, or to a stream named per row.
@@ -20,17 +21,14 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
 from millrace.bus.records import EPOCH_MS_THRESHOLD, ID_HEADER
 from millrace.bus.streams import (
-    create_stream,
-    dead_letter_stream,
     describe_stream,
     require_stream,
 )
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.engine import progress
+from millrace.engine.dead_letter_routing import DeadLetterRouter, write_dead_letters
 from millrace.errors import SchemaError
 
 RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
@@ -44,26 +42,40 @@ _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class StreamInput:
     """A stream read by Spark: its good records, and how its dead letters were routed.
 
-    A streaming read routes them with `dead_letter_query`; a batch read (`read_batch`) has
-    routed them before it returns, and keeps their number in `batch_dead_letters`.
+    A streaming read routes them with `dead_letters`, after the micro-batches of the queries
+    that read `records`; a batch read (`read_batch`) has routed them before it returns, and
+    keeps their number in `batch_dead_letters`.
 
     Example:
         >>> source = read_stream(spark, workspace, "demo", "clicks",  # doctest: +SKIP
         ...                      "page STRING, ms INT", time="time", lateness="30s")
-        >>> source.records.groupBy("page").count()  # doctest: +SKIP
+        >>> query = source.records.groupBy("page").count().writeStream  # doctest: +SKIP
+        ...     .outputMode("complete").format("console").start()
+        >>> source.wait_for_dead_letters(query)  # doctest: +SKIP
+        0
     """
 
     stream: str
     records: DataFrame
-    dead_letter_query: StreamingQuery | None
+    dead_letters: DeadLetterRouter | None
     batch_dead_letters: int = 0
 
     @property
     def dead_letter_count(self) -> int:
-        """Records routed to the dead-letter stream by this read: so far, or all once stopped."""
-        if self.dead_letter_query is None:
+        """Records routed to the dead-letter stream by this read so far."""
+        if self.dead_letters is None:
             return self.batch_dead_letters
-        return progress.dead_letters(self.dead_letter_query)
+        return self.dead_letters.routed
+
+    def wait_for_dead_letters(self, *queries: StreamingQuery) -> int:
+        """Route the bad records of all that `queries` have committed; the total routed.
+
+        Call it once they have stopped, or after `processAllAvailable`, before reading the
+        dead-letter stream: routing follows the micro-batches, a moment later.
+        """
+        if self.dead_letters is None:
+            return self.batch_dead_letters
+        return self.dead_letters.wait(*queries)
 
 
 def read_stream(
@@ -76,7 +88,6 @@ def read_stream(
     time: str,
     lateness: str | None = None,
     starting_offsets: str = "earliest",
-    available_now: bool = False,
     route_dead_letters: bool = True,
     max_records_per_batch: int | None = None,
 ) -> StreamInput:
@@ -85,10 +96,10 @@ def read_stream(
     `schema` declares the value's fields (a DDL string such as `"event STRING, score DOUBLE"`
     or a StructType); `time` names the field holding the event time (ISO-8601 or epoch ms or
     s; when a record lacks it, its arrival time is used). With `lateness`, the DataFrame
-    has a watermark of the largest event time seen minus `lateness`. The dead-letter query is
-    named `<app>.dead-letters.<stream>` and checkpoints under the app's checkpoint folder;
-    with `available_now` it reads what the stream holds now and stops, like the app's queries.
-    `route_dead_letters=False` starts no query at all, for looking at the plan only.
+    has a watermark of the largest event time seen minus `lateness`. The bad records are
+    routed after each micro-batch of a query reading the DataFrame that counted some (see
+    `millrace.engine.dead_letter_routing`); the router keeps its place under the app's
+    checkpoint folder. `route_dead_letters=False` routes nothing, for looking at the plan.
     `max_records_per_batch` caps the records each micro-batch reads (by default, all there are).
     """
     require_stream(workspace.settings, stream)
@@ -104,14 +115,24 @@ def read_stream(
         reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
     raw = reader.load()
     decoded = _decode(raw, fields, time)
+    router = None
+    if route_dead_letters:
+        router = DeadLetterRouter(
+            spark,
+            workspace,
+            app,
+            stream,
+            lambda batch: _dead_letters(_decode(batch, fields, time), stream),
+            starting_offsets=starting_offsets,
+        )
+        decoded = decoded.observe(
+            router.observation, F.count_if(F.col("_error").isNotNull()).alias("bad")
+        )
     records = _good_records(decoded, fields, time)
     if lateness is not None:
         lateness_ms = parse_duration_ms(lateness, what="lateness")
         records = records.withWatermark(time, f"{lateness_ms} milliseconds")
-    if not route_dead_letters:
-        return StreamInput(stream, records, None)
-    dead_letter_query = _start_dead_letters(spark, workspace, app, stream, decoded, available_now)
-    return StreamInput(stream, records, dead_letter_query)
+    return StreamInput(stream, records, router)
 
 
 def read_batch(
@@ -165,18 +186,7 @@ def read_batch(
     )
     if not route_dead_letters:
         return StreamInput(stream, records, None)
-    letters = _dead_letters(decoded, stream).persist()
-    try:
-        count = letters.count()
-        if count:
-            (
-                letters.write.format("kafka")
-                .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-                .option("topic", _create_dead_letter_stream(workspace, stream))
-                .save()
-            )
-    finally:
-        letters.unpersist()
+    count = write_dead_letters(workspace, stream, _dead_letters(decoded, stream))
     return StreamInput(stream, records, None, batch_dead_letters=count)
 
 
@@ -295,7 +305,11 @@ def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
 
 def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
     """Every Kafka record with its parsed value, event time and, for a bad one, `_error`."""
-    json_schema = StructType([*fields, StructField(_CORRUPT, StringType())])
+    # The time field is parsed as a STRING, which Spark fills with the JSON text of any value
+    # (a number's digits, a string's characters), so one JSON parse serves every column.
+    json_schema = StructType(
+        [*fields, StructField(time, StringType()), StructField(_CORRUPT, StringType())]
+    )
     text = F.col("value").cast("string")
     with_parts = raw.select(
         F.col("value").alias("_bytes"),
@@ -303,21 +317,24 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
         F.col("key").cast("string").alias("record_key"),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
-        F.expr(f"try_element_at(filter(headers, h -> h.key = '{ID_HEADER}'), 1).value")
-        .cast("string")
-        .alias("record_id"),
-        F.from_json(
-            text, json_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        _record_id().alias("record_id"),
+        # Spark would push a filter on `_error` below this projection, pasting the parse into
+        # each of the many references to `_parsed` and parsing every record a dozen times;
+        # it pushes no filter through a nondeterministic column, so `_parsed` is made one.
+        F.when(
+            F.spark_partition_id() >= 0,
+            F.from_json(
+                text, json_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+            ),
         ).alias("_parsed"),
-        F.get_json_object(text, f"$.{time}").alias("_time_raw"),
         F.col("timestamp").alias("_kafka_time"),
-    )
-    time_raw = F.col("_time_raw")
-    as_number = time_raw.cast("double")
+    ).withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
+    as_number = F.expr("try_cast(_time_raw AS DOUBLE)")
+    finite = as_number.isNotNull() & ~F.isnan(as_number) & (F.abs(as_number) < float("inf"))
     event_time = (
-        F.when(time_raw.isNull(), F.col("_kafka_time"))
+        F.when(F.col("_time_raw").isNull(), F.col("_kafka_time"))
         .when(
-            time_raw.rlike(r"^-?[0-9]+(\.[0-9]+)?$"),
+            finite,
             F.timestamp_millis(
                 F.when(F.abs(as_number) >= EPOCH_MS_THRESHOLD, as_number)
                 .otherwise(as_number * 1000)
@@ -328,6 +345,18 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
     )
     return with_parts.withColumn("_event_time", event_time).withColumn(
         "_error", _error_reason(fields, time)
+    )
+
+
+def _record_id() -> Column:
+    """The `id` header's value; millrace's writers put it first, which spares a search."""
+    first = F.expr("try_element_at(headers, 1)")
+    searched = F.expr(f"try_element_at(filter(headers, h -> h.key = '{ID_HEADER}'), 1)")
+    return (
+        F.when(first.getField("key") == ID_HEADER, first)
+        .otherwise(searched)
+        .getField("value")
+        .cast("string")
     )
 
 
@@ -382,38 +411,6 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
             ),
         )
     )
-
-
-def _start_dead_letters(
-    spark: SparkSession,
-    workspace: Workspace,
-    app: str,
-    stream: str,
-    decoded: DataFrame,
-    available_now: bool,
-) -> StreamingQuery:
-    target = _create_dead_letter_stream(workspace, stream)
-    progress.watch(spark)
-    letters = progress.observe_dead_letters(_dead_letters(decoded, stream))
-    query = f"dead-letters.{stream}"
-    writer = (
-        letters.writeStream.format("kafka")
-        .queryName(f"{app}.{query}")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("topic", target)
-        .option("checkpointLocation", str(workspace.checkpoint(app, query)))
-    )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    return writer.start()
-
-
-def _create_dead_letter_stream(workspace: Workspace, stream: str) -> str:
-    target = dead_letter_stream(stream)
-    create_stream(
-        workspace.settings, target, buckets=1, retention=DEAD_LETTER_RETENTION, exist_ok=True
-    )
-    return target
 
 
 def _dead_letters(decoded: DataFrame, stream: str) -> DataFrame:

@@ -82,7 +82,7 @@ def run_demo(workspace: Workspace, *, events: int, say: Callable[[str], None]) -
             .start()
         )
         query.awaitTermination()
-        source.dead_letter_query.awaitTermination()
+        source.wait_for_dead_letters(query)
     finally:
         stop_spark_session()
     say("5. records per bucket, counted by Spark:")

@@ -31,7 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.progress import late_rows, watch
-from millrace.engine.streams import write_batch, write_stream
+from millrace.engine.streams import StreamInput, write_batch, write_stream
 from millrace.errors import SqlError, StreamNotFoundError
 from millrace.sql.compiler import compile_app, group_key_columns
 from millrace.sql.parser import ResultTable, SqlApp
@@ -39,29 +39,48 @@ from millrace.sql.parser import ResultTable, SqlApp
 
 @dataclass
 class RunningApp:
-    """The queries of a started SQL app: its outputs, then its inputs' dead-letter queries.
+    """The queries of a started SQL app, one per output, and its inputs.
 
-    `tables` holds the query of each result table (also in `queries`), by table name.
+    `tables` holds the query of each result table (also in `queries`), by table name;
+    `inputs` the streaming read of each input table, which routes its bad records.
     """
 
     app: SqlApp
     queries: list[StreamingQuery] = field(default_factory=list)
     tables: dict[str, StreamingQuery] = field(default_factory=dict)
+    inputs: dict[str, StreamInput] = field(default_factory=dict)
 
     def process_all_available(self) -> None:
-        """Block until every query has processed all the data available now."""
+        """Block until every query has processed, and every input routed, the data there is."""
         for query in self.queries:
             query.processAllAvailable()
+        self._wait_for_dead_letters()
 
     def await_termination(self) -> None:
         """Block until every query has stopped; with `available_now` they stop by themselves."""
         for query in self.queries:
             query.awaitTermination()
+        self._finish()
 
     def stop(self) -> None:
-        """Stop every query of the app."""
+        """Stop every query of the app, once its running micro-batch is done."""
         for query in self.queries:
             query.stop()
+        self._finish()
+
+    def dead_letters(self) -> dict[str, int]:
+        """Bad records routed to the dead-letter stream so far, by input table name."""
+        return {name: source.dead_letter_count for name, source in self.inputs.items()}
+
+    def _wait_for_dead_letters(self) -> None:
+        for source in self.inputs.values():
+            source.wait_for_dead_letters(*self.queries)
+
+    def _finish(self) -> None:
+        self._wait_for_dead_letters()
+        for source in self.inputs.values():
+            if source.dead_letters is not None:
+                source.dead_letters.close()
 
     def late_rows(self) -> dict[str, int]:
         """Rows each result table's query dropped as later than the watermark, by table name.
@@ -97,14 +116,8 @@ def start_sql_app(
     """
     _require_output_streams(workspace, app)
     watch(spark)
-    compiled = compile_app(
-        spark,
-        workspace,
-        app,
-        available_now=available_now,
-        max_records_per_batch=max_records_per_batch,
-    )
-    running = RunningApp(app)
+    compiled = compile_app(spark, workspace, app, max_records_per_batch=max_records_per_batch)
+    running = RunningApp(app, inputs=compiled.inputs)
     for stream, records in compiled.inserts.items():
         running.queries.append(
             write_stream(
@@ -131,11 +144,6 @@ def start_sql_app(
             query = query.trigger(availableNow=True)
         running.tables[table.name] = query.start()
         running.queries.append(running.tables[table.name])
-    running.queries += [
-        source.dead_letter_query
-        for source in compiled.inputs.values()
-        if source.dead_letter_query is not None
-    ]
     return running
 
 

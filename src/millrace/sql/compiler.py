@@ -66,14 +66,13 @@ def compile_app(
     workspace: Workspace,
     app: SqlApp,
     *,
-    available_now: bool = False,
     route_dead_letters: bool = True,
     time_range: tuple[int, int] | None = None,
     panes: bool = True,
     max_records_per_batch: int | None = None,
     sources: Mapping[str, DataFrame] | None = None,
 ) -> CompiledApp:
-    """Build the DataFrames of `app`; starts only the inputs' dead-letter queries, if any.
+    """Build the DataFrames of `app`, without starting any query.
 
     With `time_range` (start and end, epoch ms), the inputs are read in batch: the records
     whose event time is in `[start, end)`, and the DataFrames are not streaming.
@@ -114,7 +113,6 @@ def compile_app(
                     source.schema,
                     time=source.time,
                     lateness=source.lateness,
-                    available_now=available_now,
                     route_dead_letters=route_dead_letters,
                     max_records_per_batch=max_records_per_batch,
                 )

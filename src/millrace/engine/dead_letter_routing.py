@@ -1,0 +1,269 @@
+"""Routing a streaming read's bad records to `<stream>.dlq`, without reading the stream twice.
+
+The queries that use a streaming read decode each record once. They pass the good records
+on and count the bad ones of every micro-batch in an observed metric. The read's
+`DeadLetterRouter` follows the progress of those queries. After a micro-batch that counted
+bad records, it reads that batch's offsets again, in batch, and writes their bad records to
+the dead-letter stream. A micro-batch with none costs nothing more.
+
+The router keeps, per bucket, the offset below which every record has been looked at, in
+`<app checkpoint>/dead-letters.<stream>/routed.json`. Each micro-batch moves it forward. A
+range that the router did not see counted (the app stopped between a micro-batch and its
+routing, or a progress event was lost) is scanned in full: when a later micro-batch starts
+past the offset, and when `wait` compares the offset with what the queries' checkpoints
+have committed. A letter may so be written twice, never lost; its id names the record's
+place in the stream, so readers drop the second copy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
+from millrace.bus.streams import create_stream, dead_letter_stream, describe_stream
+from millrace.config.workspace import Workspace
+from millrace.engine.session import add_listener
+
+_log = logging.getLogger(__name__)
+# Spark hands events to listeners on a queue of its own, after the query has moved on; a
+# stopped query's last events are waited for this long before its checkpoint is trusted.
+_LAST_EVENT_WAIT_S = 10.0
+
+Offsets = dict[int, int]
+"""The offset of each bucket of one stream."""
+
+
+class DeadLetterRouter:
+    """Routes the bad records counted by the queries reading `stream` in app `app`.
+
+    `letters_of` turns Kafka records, as Spark's Kafka source reads them, into the dead
+    letters to write. `starting_offsets` is where the reading queries start when they have no
+    checkpoint yet (`earliest` or `latest`).
+
+    Example:
+        >>> router = DeadLetterRouter(spark, workspace, "demo", "clicks",  # doctest: +SKIP
+        ...                           letters_of, starting_offsets="earliest")
+        >>> counted = decoded.observe(router.observation, bad_count)  # doctest: +SKIP
+        >>> router.wait(query)  # doctest: +SKIP
+        3
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        workspace: Workspace,
+        app: str,
+        stream: str,
+        letters_of: Callable[[DataFrame], DataFrame],
+        *,
+        starting_offsets: str,
+    ) -> None:
+        self.spark = spark
+        self.workspace = workspace
+        self.stream = stream
+        self.observation = f"millrace.dead_letters.{app}.{stream}"
+        """The name of the observed metric, with a `bad` field, that the queries report."""
+        self._letters_of = letters_of
+        # Made at once, so that readers of the dead letters find the stream, empty or not.
+        self._target = create_dead_letter_stream(workspace, stream)
+        self._state = workspace.checkpoint(app, f"dead-letters.{stream}") / "routed.json"
+        self._looked_at = self._load(starting_offsets)
+        self._routed = 0
+        self._lock = threading.Lock()
+        self._batches: queue.Queue[tuple[bool, Offsets | None, Offsets]] = queue.Queue()
+        self._ended_runs: set[str] = set()
+        self._ended = threading.Condition()
+        self._listener = _ProgressListener(self)
+        add_listener(spark, self._listener)
+        threading.Thread(target=self._work, name=f"dead-letters-{stream}", daemon=True).start()
+
+    @property
+    def routed(self) -> int:
+        """The dead letters this router has written so far."""
+        with self._lock:
+            return self._routed
+
+    def wait(self, *queries: StreamingQuery) -> int:
+        """Route the bad records of everything `queries` have committed; the total routed.
+
+        Call it once the queries have stopped, or after `processAllAvailable`, before looking
+        at the dead-letter stream. A query that is still running goes on being followed.
+        """
+        with self._ended:
+            self._ended.wait_for(
+                lambda: all(
+                    query.isActive or str(query.runId) in self._ended_runs for query in queries
+                ),
+                timeout=_LAST_EVENT_WAIT_S,
+            )
+        self._batches.join()
+        for query in queries:
+            committed = _committed_offsets(query, self.stream)
+            if committed is not None:
+                with self._lock:
+                    self._look_at(True, None, committed)
+        return self.routed
+
+    def close(self) -> None:
+        """Stop following the queries; what they commit later is routed by the next router."""
+        self.spark.streams.removeListener(self._listener)
+
+    def _work(self) -> None:
+        while True:
+            counted_bad, starts, ends = self._batches.get()
+            try:
+                with self._lock:
+                    self._look_at(counted_bad, starts, ends)
+            except Exception:
+                # The offsets stay where they were, so the next micro-batch or `wait` scans
+                # this range again.
+                _log.exception("routing the dead letters of %s failed", self.stream)
+            finally:
+                self._batches.task_done()
+
+    def _look_at(self, counted_bad: bool, starts: Offsets | None, ends: Offsets) -> None:
+        """Account for the records before `ends`, scanning what is new when it may hold any."""
+        new = {
+            bucket: (self._looked_at.get(bucket, 0), end)
+            for bucket, end in ends.items()
+            if end > self._looked_at.get(bucket, 0)
+        }
+        if not new:
+            return
+        # A micro-batch that starts past the offset follows a range nobody counted.
+        unseen = starts is not None and any(
+            start > self._looked_at.get(bucket, 0) for bucket, start in starts.items()
+        )
+        if counted_bad or unseen:
+            self._routed += self._route(new)
+        self._looked_at.update({bucket: end for bucket, (_, end) in new.items()})
+        self._save()
+
+    def _route(self, ranges: dict[int, tuple[int, int]]) -> int:
+        raw = (
+            self.spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", self.workspace.settings.bootstrap_servers)
+            .option("assign", json.dumps({self.stream: sorted(ranges)}))
+            .option(
+                "startingOffsets",
+                json.dumps({self.stream: {str(b): low for b, (low, _) in ranges.items()}}),
+            )
+            .option(
+                "endingOffsets",
+                json.dumps({self.stream: {str(b): high for b, (_, high) in ranges.items()}}),
+            )
+            .option("includeHeaders", "true")
+            # Records that the stream's retention removed are gone for every reader.
+            .option("failOnDataLoss", "false")
+            .load()
+        )
+        return write_dead_letters(self.workspace, self.stream, self._letters_of(raw))
+
+    def _load(self, starting_offsets: str) -> Offsets:
+        if self._state.exists():
+            return {int(b): offset for b, offset in json.loads(self._state.read_text()).items()}
+        buckets = describe_stream(self.workspace.settings, self.stream).buckets
+        if starting_offsets == "latest":
+            return {bucket.bucket: bucket.end_offset for bucket in buckets}
+        return {bucket.bucket: bucket.start_offset for bucket in buckets}
+
+    def _save(self) -> None:
+        self._state.parent.mkdir(parents=True, exist_ok=True)
+        written = self._state.with_suffix(".tmp")
+        written.write_text(json.dumps({str(b): offset for b, offset in self._looked_at.items()}))
+        written.replace(self._state)
+
+
+def write_dead_letters(workspace: Workspace, stream: str, letters: DataFrame) -> int:
+    """Write `letters` (key, value and headers for Kafka) to `<stream>.dlq`; their number."""
+    letters = letters.persist()
+    try:
+        count = letters.count()
+        if count:
+            (
+                letters.write.format("kafka")
+                .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+                .option("topic", create_dead_letter_stream(workspace, stream))
+                .save()
+            )
+        return count
+    finally:
+        letters.unpersist()
+
+
+def create_dead_letter_stream(workspace: Workspace, stream: str) -> str:
+    """Create `<stream>.dlq` unless it exists; its name."""
+    target = dead_letter_stream(stream)
+    create_stream(
+        workspace.settings, target, buckets=1, retention=DEAD_LETTER_RETENTION, exist_ok=True
+    )
+    return target
+
+
+class _ProgressListener(StreamingQueryListener):
+    """Hands the router each micro-batch that reported its observed metric."""
+
+    def __init__(self, router: DeadLetterRouter) -> None:
+        self.router = router
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
+        pass
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        progress = event.progress
+        observed = progress.observedMetrics.get(self.router.observation)
+        if observed is None:
+            return
+        for source in progress.sources:
+            ends = _offsets_of(source.endOffset, self.router.stream)
+            if ends is not None:
+                starts = _offsets_of(source.startOffset, self.router.stream)
+                self.router._batches.put((observed["bad"] > 0, starts, ends))
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        with self.router._ended:
+            self.router._ended_runs.add(str(event.runId))
+            self.router._ended.notify_all()
+
+
+def _offsets_of(text: str | None, stream: str) -> Offsets | None:
+    """The offsets of `stream` in a Kafka source's offsets JSON, if it has them."""
+    try:
+        parsed = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict) or not isinstance(parsed.get(stream), dict):
+        return None
+    return {int(bucket): int(offset) for bucket, offset in parsed[stream].items()}
+
+
+def _committed_offsets(query: StreamingQuery, stream: str) -> Offsets | None:
+    """The end offsets of `stream` in the last micro-batch that `query` has committed.
+
+    They are read from the checkpoint, where Spark writes a batch's offsets before running it
+    (`offsets/<batch>`) and marks it done after (`commits/<batch>`).
+    """
+    # PySpark does not expose the checkpoint folder; the JVM query does.
+    root = urlparse(query._jsq.streamingQuery().resolvedCheckpointRoot())
+    checkpoint = Path(unquote(root.path))
+    batches = [int(path.name) for path in (checkpoint / "commits").glob("*") if path.name.isdigit()]
+    if not batches:
+        return None
+    lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
+    for line in lines[2:]:
+        offsets = _offsets_of(line, stream)
+        if offsets is not None:
+            return offsets
+    return None
