@@ -1,9 +1,12 @@
 """SQL apps next to the same queries hand-written in PySpark, in the same run.
 
 Run it with `.venv/bin/python benchmarks/sql_apps.py [--events N] [--memory-events M]
-[--rounds R]` after `make setup`. Each workload runs R times as millrace and as hand-written
-PySpark, interleaved, each over all its input (trigger available-now, a fresh checkpoint each
-time), and reports events/s and the ratio millrace / hand-written. Two queries:
+[--rounds R] [--only WORKLOAD]` after `make setup`. Each workload runs R times as millrace
+and as hand-written PySpark, interleaved, each over all its input (trigger available-now, a
+fresh checkpoint each time), and reports events/s and the ratio of the medians, millrace /
+hand-written. Events/s count the time the query spends in micro-batches, as Spark reports it:
+the throughput of a running app. Wall-clock figures (`wall_*`), from start to stop, add
+starting and stopping, where millrace also compiles the app. Two queries:
 
 - tumbling TOPK: top 10 events by score per category in 5-minute windows, with a count;
 - sliding count: a count per key (10,000 keys) in 30-second windows sliding every second.
@@ -12,10 +15,18 @@ Each runs twice over:
 
 - from Kafka (N events): the whole app. Both sides read the same topic, decode the same JSON,
   keep a 30-second watermark and append the closed windows to a Delta table; the millrace
-  app also routes bad records to the dead-letter stream and writes its result table as every
-  app does. Loading the topic is not measured.
+  app also counts bad records for the dead-letter stream and writes its result table as
+  every app does. Loading the topic is not measured.
 - from memory (M events, already decoded, read as a stream from a Delta table): the query
-  plan alone, millrace's compiled plan against Spark's own, both appending to Delta.
+  plan alone, millrace's compiled plan against Spark's own, both appending to Delta. The
+  sliding count runs twice, on events 100,000 and 1,000,000 to a second of event time (10
+  and 100 events per key and second, `_dense`): how much a pane plan saves depends on how
+  many events a pane gathers.
+
+The input ends with one event an hour later than the rest, so that the watermark closes
+every window and both sides write all their results: a run whose windows stay open would
+leave out the work of closing them, which the two plans do differently. Each run's result
+is checked against the other side's (rows, and the sum of the counts).
 
 The result goes to benchmarks/results/sql-apps-*.json.
 """
@@ -29,6 +40,8 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from _harness import isolated_workspace, write_results
 from confluent_kafka import Producer
@@ -41,6 +54,9 @@ CATEGORIES = 20
 EVENT_NAMES = 1_000
 EVENTS_PER_S = 100_000
 """Event-time rate of the generated events: N events span N / EVENTS_PER_S seconds."""
+DENSE_EVENTS_PER_S = 1_000_000
+"""The event-time rate of a stream arriving at 1 M events/s, where the SQL-apps issue found
+Spark's own sliding window falling behind: 100 events per key and second, not 10."""
 START_MS = 1_767_225_600_000
 
 TOPK_APP = """
@@ -69,6 +85,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--memory-events", type=int, default=5_000_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--only", action="append", metavar="WORKLOAD", help="run this workload (repeatable)"
+    )
     options = parser.parse_args()
     with isolated_workspace():
         from millrace.config.workspace import Workspace
@@ -77,14 +96,18 @@ def main() -> None:
         workspace = Workspace.locate()
         _load_events(workspace, options.events)
         spark = spark_session(workspace.settings, app_name="millrace-bench-sql")
-        memory = str(workspace.tables_dir / "bench" / "events")
-        _memory_events(spark, options.memory_events).write.format("delta").save(memory)
+        memory = {}
+        for rate in (EVENTS_PER_S, DENSE_EVENTS_PER_S):
+            memory[rate] = str(workspace.tables_dir / "bench" / f"events-{rate}")
+            _memory_events(spark, options.memory_events, rate).write.format("delta").save(
+                memory[rate]
+            )
 
         def kafka() -> DataFrame:
             return _kafka_events(spark, workspace)
 
-        def in_memory() -> DataFrame:
-            return spark.readStream.format("delta").load(memory)
+        def in_memory(rate: int = EVENTS_PER_S) -> DataFrame:
+            return spark.readStream.format("delta").load(memory[rate])
 
         workloads = {
             "kafka_tumbling_topk": (
@@ -107,54 +130,105 @@ def main() -> None:
                 lambda: _millrace_plan(spark, workspace, SLIDING_APP, in_memory()),
                 lambda: _handwritten(workspace, _handwritten_sliding(_watermarked(in_memory()))),
             ),
+            "memory_sliding_count_30s_1s_dense": (
+                options.memory_events,
+                lambda: _millrace_plan(
+                    spark, workspace, SLIDING_APP, in_memory(DENSE_EVENTS_PER_S)
+                ),
+                lambda: _handwritten(
+                    workspace,
+                    _handwritten_sliding(_watermarked(in_memory(DENSE_EVENTS_PER_S))),
+                ),
+            ),
         }
         results: dict[str, object] = {
             "rounds": options.rounds,
+            "event_time_rates": {
+                "default": EVENTS_PER_S,
+                "memory_sliding_count_30s_1s_dense": DENSE_EVENTS_PER_S,
+            },
             "spark": {
                 "master": workspace.settings.spark_master,
                 "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+                "state_store": spark.conf.get("spark.sql.streaming.stateStore.providerClass"),
             },
         }
         try:
             for name, (events, ours, theirs) in workloads.items():
-                results[name] = {"events": events, **_compare(events, options.rounds, ours, theirs)}
+                if options.only and name not in options.only:
+                    continue
+                results[name] = {
+                    "events": events,
+                    **_compare(spark, events, options.rounds, ours, theirs),
+                }
         finally:
             stop_spark_session()
     write_results("sql-apps", results)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One side's run: wall-clock seconds from start to stop, seconds in micro-batches, table."""
+
+    wall_s: float
+    processing_s: float
+    table: str
+
+
 def _compare(
-    events: int, rounds: int, ours: Callable[[], float], theirs: Callable[[], float]
+    spark: SparkSession,
+    events: int,
+    rounds: int,
+    ours: Callable[[], _Run],
+    theirs: Callable[[], _Run],
 ) -> dict[str, object]:
-    """Events/s of both sides over interleaved rounds, and the ratio of their medians."""
-    millrace_rates, handwritten_rates = [], []
+    """Events/s of both sides over interleaved rounds, and the ratios of their medians.
+
+    Throughput is events over the time spent in micro-batches; the wall-clock figures add
+    starting (for millrace, compiling the app) and stopping the queries.
+    """
+    runs: dict[str, list[_Run]] = {"millrace": [], "handwritten_pyspark": []}
     for _ in range(rounds):
-        millrace_rates.append(events / ours())
-        handwritten_rates.append(events / theirs())
-    millrace, handwritten = (
-        statistics.median(millrace_rates),
-        statistics.median(handwritten_rates),
-    )
-    return {
-        "millrace_events_per_s": millrace_rates,
-        "handwritten_pyspark_events_per_s": handwritten_rates,
-        "ratio_of_medians": millrace / handwritten,
-    }
+        millrace, handwritten = ours(), theirs()
+        runs["millrace"].append(millrace)
+        runs["handwritten_pyspark"].append(handwritten)
+        if _summary(spark, millrace.table) != _summary(spark, handwritten.table):
+            raise SystemExit(
+                f"results differ: millrace has {_summary(spark, millrace.table)} "
+                f"(rows, sum of n), hand-written PySpark {_summary(spark, handwritten.table)}"
+            )
+    result: dict[str, object] = {}
+    for side, side_runs in runs.items():
+        result[f"{side}_events_per_s"] = [events / run.processing_s for run in side_runs]
+        result[f"{side}_wall_events_per_s"] = [events / run.wall_s for run in side_runs]
+    for figure in ("events_per_s", "wall_events_per_s"):
+        ratio = statistics.median(result[f"millrace_{figure}"]) / statistics.median(
+            result[f"handwritten_pyspark_{figure}"]
+        )
+        result["ratio_of_medians" if figure == "events_per_s" else "wall_ratio_of_medians"] = ratio
+    return result
 
 
-def _millrace_app(spark: SparkSession, workspace, app_text: str) -> float:
-    """Seconds the whole app takes, as `millrace run --available-now` runs it."""
-    from millrace.runtime.sql_apps import start_sql_app
+def _millrace_app(spark: SparkSession, workspace, app_text: str) -> _Run:
+    """The whole app, as `millrace run --available-now` runs it."""
+    from millrace.runtime.sql_apps import result_table_path, start_sql_app
     from millrace.sql.parser import parse_app
 
     app = parse_app(app_text.format(run=uuid.uuid4().hex[:8]))
     started = time.perf_counter()
-    start_sql_app(spark, workspace, app, available_now=True).await_termination()
-    return time.perf_counter() - started
+    running = start_sql_app(spark, workspace, app, available_now=True)
+    running.await_termination()
+    wall_s = time.perf_counter() - started
+    table = app.tables[0].name
+    return _Run(
+        wall_s,
+        _processing_s(running.tables[table]),
+        str(result_table_path(workspace, app.name, table)),
+    )
 
 
-def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFrame) -> float:
-    """Seconds the app's compiled plan takes over `events`, appending to Delta."""
+def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFrame) -> _Run:
+    """The app's compiled plan over `events`, appending to Delta."""
     from millrace.sql.compiler import compile_app
     from millrace.sql.parser import parse_app
 
@@ -163,20 +237,33 @@ def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFr
     return _handwritten(workspace, compiled.tables[app.tables[0].name])
 
 
-def _handwritten(workspace, results: DataFrame) -> float:
-    """Seconds a streaming DataFrame takes to run over its input, appending to Delta."""
+def _handwritten(workspace, results: DataFrame) -> _Run:
+    """A streaming DataFrame run over its input, appending to Delta."""
     run = uuid.uuid4().hex[:8]
     table = str(workspace.tables_dir / "bench" / run)
     started = time.perf_counter()
-    (
+    query = (
         results.writeStream.outputMode("append")
         .foreachBatch(lambda batch, _: batch.write.format("delta").mode("append").save(table))
         .option("checkpointLocation", str(workspace.checkpoint("bench", run)))
         .trigger(availableNow=True)
         .start()
-        .awaitTermination()
     )
-    return time.perf_counter() - started
+    query.awaitTermination()
+    return _Run(time.perf_counter() - started, _processing_s(query), table)
+
+
+def _processing_s(query) -> float:
+    """Seconds `query` spent in its micro-batches, as Spark reports them."""
+    return (
+        sum(progress["durationMs"]["triggerExecution"] for progress in query.recentProgress) / 1000
+    )
+
+
+def _summary(spark: SparkSession, table: str) -> tuple[int, int]:
+    """The rows of a result table and the sum of its counts, `n`: what both sides must agree on."""
+    row = spark.read.format("delta").load(table).agg(F.count(F.lit(1)), F.sum("n")).first()
+    return row[0], row[1]
 
 
 def _kafka_events(spark: SparkSession, workspace) -> DataFrame:
@@ -199,13 +286,11 @@ def _watermarked(events: DataFrame) -> DataFrame:
     return events.withWatermark("time", "30 seconds")
 
 
-def _memory_events(spark: SparkSession, count: int) -> DataFrame:
-    """`count` decoded events shaped like the Kafka ones, as a DataFrame of 4 partitions."""
-    return spark.range(count, numPartitions=4).select(
+def _memory_events(spark: SparkSession, count: int, rate: int) -> DataFrame:
+    """`count` decoded events shaped like the Kafka ones, `rate` per second, and a closing one."""
+    events = spark.range(count, numPartitions=4).select(
         F.timestamp_millis(
-            (F.lit(START_MS) + F.col("id") * 1000 / EVENTS_PER_S + F.rand(1) * 4000 - 2000).cast(
-                "bigint"
-            )
+            (F.lit(START_MS) + F.col("id") * 1000 / rate + F.rand(1) * 4000 - 2000).cast("bigint")
         ).alias("time"),
         F.concat(F.lit("k"), (F.rand(2) * KEYS).cast("int")).alias("key"),
         F.concat(F.lit("c"), (F.rand(3) * CATEGORIES).cast("int")).alias("category"),
@@ -215,6 +300,20 @@ def _memory_events(spark: SparkSession, count: int) -> DataFrame:
         ).alias("event"),
         F.round(F.rand(5), 3).alias("score"),
     )
+    closing = _closing_event(count, rate)
+    closing_row = (datetime.fromtimestamp(closing.pop("time") / 1000, UTC), *closing.values())
+    return events.unionByName(spark.createDataFrame([closing_row], events.schema))
+
+
+def _closing_event(count: int, rate: int) -> dict[str, object]:
+    """An event an hour after `count` events at `rate`: its watermark closes all windows."""
+    return {
+        "time": START_MS + count * 1000 // rate + 3_600_000,
+        "key": "closing",
+        "category": "closing",
+        "event": "closing",
+        "score": 0.0,
+    }
 
 
 def _handwritten_topk(events: DataFrame) -> DataFrame:
@@ -262,6 +361,8 @@ def _load_events(workspace, count: int) -> None:
                 break
             except BufferError:
                 producer.poll(0.1)
+    closing = _closing_event(count, EVENTS_PER_S)
+    producer.produce(STREAM, json.dumps(closing).encode(), headers={"id": "closing"})
     producer.flush()
 
 

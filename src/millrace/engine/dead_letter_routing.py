@@ -79,7 +79,8 @@ class DeadLetterRouter:
         self._looked_at = self._load(starting_offsets)
         self._routed = 0
         self._lock = threading.Lock()
-        self._batches: queue.Queue[tuple[bool, Offsets | None, Offsets]] = queue.Queue()
+        # Micro-batches to look at, and None once closed.
+        self._batches: queue.Queue[tuple[bool, Offsets | None, Offsets] | None] = queue.Queue()
         self._ended_runs: set[str] = set()
         self._ended = threading.Condition()
         self._listener = _ProgressListener(self)
@@ -116,13 +117,16 @@ class DeadLetterRouter:
     def close(self) -> None:
         """Stop following the queries; what they commit later is routed by the next router."""
         self.spark.streams.removeListener(self._listener)
+        self._batches.put(None)
 
     def _work(self) -> None:
         while True:
-            counted_bad, starts, ends = self._batches.get()
+            batch = self._batches.get()
             try:
+                if batch is None:
+                    return
                 with self._lock:
-                    self._look_at(counted_bad, starts, ends)
+                    self._look_at(*batch)
             except Exception:
                 # The offsets stay where they were, so the next micro-batch or `wait` scans
                 # this range again.
