@@ -9,5 +9,17 @@ from millrace.bus.publisher import Publisher, publish
 from millrace.bus.reader import Reader
 from millrace.bus.records import Record
 from millrace.errors import MillraceError
+from millrace.processor import Input, ListState, MapState, Processor, ValueState
 
-__all__ = ["MillraceError", "Publisher", "Reader", "Record", "publish"]
+__all__ = [
+    "Input",
+    "ListState",
+    "MapState",
+    "MillraceError",
+    "Processor",
+    "Publisher",
+    "Reader",
+    "Record",
+    "ValueState",
+    "publish",
+]

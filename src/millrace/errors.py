@@ -96,3 +96,9 @@ class EngineError(MillraceError):
     """Spark could not be started or a streaming query could not be built."""
 
     code = "engine"
+
+
+class ProcessorError(MillraceError):
+    """A processor class is not valid, or its code failed on a record or a timer."""
+
+    code = "processor"

@@ -5,6 +5,10 @@ pass to the app's inputs, runs the app until it has read them all, and returns w
 the rows of its result tables and the records of its output streams, with the dead letters
 of its inputs and the late rows its tables dropped.
 
+`ProcessorTester` runs a processor class in memory, without Spark or Kafka, through the same
+execution core as the Spark runtime: feed records, move the watermark and the clock, run
+micro-batches, peek and set state, and collect productions, late records and dead letters.
+
 Example:
     >>> tester = SqlAppTester(Path("examples/top_events.sql"), spark=spark, workspace=workspace)
     >>> result = tester.run({"events_score": [  # doctest: +SKIP
@@ -27,10 +31,16 @@ from pyspark.sql import SparkSession
 
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import event_time_ms
+from millrace.bus.records import Record, event_time_ms
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
+from millrace.errors import ProcessorError
+from millrace.processor.context import Production
+from millrace.processor.execution import BatchOutcome, DeadLetter, run_batch, watermark_after
+from millrace.processor.processor import Processor
+from millrace.processor.state import KeyState, MapState, bind_key_state
+from millrace.processor.timers import KeyTimers, Timer
 from millrace.runtime.sql_apps import query_result_table, result_table_path, start_sql_app
 from millrace.sql.parser import SqlApp, load_app, parse_app
 
@@ -185,3 +195,213 @@ def _closing_time(
     lateness_ms = parse_duration_ms(lateness, what="lateness") if lateness else 0
     closing = latest + widest + lateness_ms + 1
     return datetime.fromtimestamp(closing / 1000, UTC).isoformat()
+
+
+class ProcessorTester:
+    """Runs a processor in memory, micro-batch by micro-batch, with no Spark and no Kafka.
+
+    It calls the same execution core as the Spark runtime (`millrace.processor.execution`),
+    so a scenario gives the same productions, state, late records and dead letters here as on
+    Spark. Records you `feed` wait until `run_batch` runs them as one micro-batch; the watermark
+    moves between micro-batches, from the event times seen (or `advance_watermark`), and the
+    processing-time clock moves only when you `advance_clock`.
+
+    Times are epoch milliseconds (a number below 1e11 in a record reads as seconds, as
+    everywhere in millrace); `T0` below is 2026-01-01T00:00:00Z.
+
+    Example:
+        >>> tester = ProcessorTester(WindowCounter)  # doctest: +SKIP
+        >>> tester.feed("queries", [{"query": "cats", "ts": T0 + 500},  # doctest: +SKIP
+        ...                         {"query": "cats", "ts": T0 + 700}])
+        >>> tester.run_batch()  # doctest: +SKIP
+        >>> tester.advance_watermark(T0 + 1000)  # doctest: +SKIP
+        >>> tester.fire_timers()  # doctest: +SKIP
+        >>> tester.values("window_counts")  # doctest: +SKIP
+        [{'query': 'cats', 'bucket': 1767225600000, 'count': 2}]
+    """
+
+    def __init__(self, processor: type[Processor], *, clock_ms: int = 0) -> None:
+        processor.validate()
+        self.processor = processor
+        self.clock_ms = clock_ms
+        self.watermark_ms: int | None = None
+        self.productions: dict[str, list[Production]] = {}
+        self.late: list[Record] = []
+        self.dead_letters: list[DeadLetter] = []
+        self._instance = processor()
+        self._stored: dict[Any, dict[str, Any]] = {}
+        self._pending: list[Record] = []
+        self._next_offset: dict[tuple[str, int], int] = {}
+        self._max_event_time_ms: dict[str, int] = {}
+
+    def feed(
+        self, stream: str, records: Iterable[Mapping[str, Any] | Record], *, bucket: int = 0
+    ) -> list[Record]:
+        """Queue `records` of input `stream` for the next micro-batch, in order; returns them.
+
+        A dict gets bucket `bucket`, the next offset of that bucket and the id
+        `stream/bucket/offset`; pass a `Record` to choose its id, bucket and offset yourself.
+
+        Example:
+            >>> tester.feed("queries", [{"query": "cats", "ts": 1500}])[0].id  # doctest: +SKIP
+            'queries/0/0'
+        """
+        self.processor.input_of(stream)
+        queued = []
+        for record in records:
+            if not isinstance(record, Record):
+                offset = self._next_offset.get((stream, bucket), 0)
+                self._next_offset[(stream, bucket)] = offset + 1
+                record = Record(
+                    stream, bucket, offset, None, f"{stream}/{bucket}/{offset}", None, dict(record)
+                )
+            elif record.stream != stream:
+                raise ProcessorError(
+                    f"feed({stream!r}) got a record of stream {record.stream!r}",
+                    hint=f"feed records of {record.stream!r} with feed({record.stream!r}, ...)",
+                )
+            queued.append(record)
+        self._pending.extend(queued)
+        return queued
+
+    def advance_watermark(self, to_ms: int) -> None:
+        """Move the watermark of the next micro-batches to `to_ms`; it never goes back.
+
+        Example:
+            >>> tester.advance_watermark(2000)  # doctest: +SKIP
+        """
+        if self.watermark_ms is not None and to_ms < self.watermark_ms:
+            raise ProcessorError(
+                f"the watermark is at {self.watermark_ms} and cannot go back to {to_ms}",
+                hint="a watermark only moves forward; give a time at or after it",
+            )
+        self.watermark_ms = to_ms
+
+    def advance_clock(self, to_ms: int) -> None:
+        """Move the processing-time clock of the next micro-batches to `to_ms`.
+
+        Example:
+            >>> tester.advance_clock(tester.clock_ms + 30_000)  # doctest: +SKIP
+        """
+        if to_ms < self.clock_ms:
+            raise ProcessorError(
+                f"the clock is at {self.clock_ms} and cannot go back to {to_ms}",
+                hint="the processing-time clock only moves forward; give a time at or after it",
+            )
+        self.clock_ms = to_ms
+
+    def run_batch(self) -> BatchOutcome:
+        """Run the queued records as one micro-batch, then move the watermark past them.
+
+        Productions, late records and dead letters are also added to `productions`, `late`
+        and `dead_letters`.
+
+        Example:
+            >>> tester.run_batch().late  # doctest: +SKIP
+            []
+        """
+        records, self._pending = self._pending, []
+        outcome = run_batch(
+            self._instance,
+            self._stored,
+            records,
+            watermark_ms=self.watermark_ms,
+            processing_time_ms=self.clock_ms,
+        )
+        for key, stored in outcome.states.items():
+            if stored is None:
+                self._stored.pop(key, None)
+            else:
+                self._stored[key] = stored
+        for production in outcome.productions:
+            self.productions.setdefault(production.stream, []).append(production)
+        self.late.extend(outcome.late)
+        self.dead_letters.extend(outcome.dead_letters)
+        for stream, time_ms in outcome.max_event_time_ms.items():
+            self._max_event_time_ms[stream] = max(
+                self._max_event_time_ms.get(stream, time_ms), time_ms
+            )
+        self.watermark_ms = watermark_after(
+            self.processor, self._max_event_time_ms, self.watermark_ms
+        )
+        return outcome
+
+    def fire_timers(self) -> BatchOutcome:
+        """Run a micro-batch of no records: fire the timers that are due; queued records wait.
+
+        Example:
+            >>> tester.fire_timers().productions  # doctest: +SKIP
+            [Production(stream='window_counts', ...)]
+        """
+        pending, self._pending = self._pending, []
+        try:
+            return self.run_batch()
+        finally:
+            self._pending = pending
+
+    def state(self, key: Any) -> dict[str, Any]:
+        """Every declared state of `key`, as a callback would read it now.
+
+        Values, lists and dicts by state name (a monoid's aggregate under "aggregate"); None
+        or empty when unset or expired.
+
+        Example:
+            >>> tester.state("cats")  # doctest: +SKIP
+            {'counts': {1000: 2}}
+        """
+        return self._key_state(key).visible()
+
+    def set_state(self, key: Any, **values: Any) -> None:
+        """Set states of `key` by name, as a callback would write them.
+
+        Values are type-checked and stamped with the clock; a map state is replaced by the
+        dict given.
+
+        Example:
+            >>> tester.set_state("cats", counts={1000: 5})  # doctest: +SKIP
+        """
+        state = self._key_state(key)
+        bind_key_state(self._instance, state)
+        try:
+            for name, value in values.items():
+                declaration = state.declarations.get(name)
+                if declaration is None:
+                    raise ProcessorError(
+                        f"{self.processor.__name__} declares no state {name!r}",
+                        hint="its states are " + ", ".join(sorted(state.declarations)),
+                    )
+                handle = getattr(self._instance, name)
+                if isinstance(declaration, MapState):
+                    handle.clear()
+                    handle.update(value)
+                else:
+                    handle.set(value)
+        finally:
+            bind_key_state(self._instance, None)
+        stored = {**self._stored.get(key, {}), "state": state.stored()}
+        self._stored[key] = {part: value for part, value in stored.items() if value}
+
+    def timers(self, key: Any) -> list[Timer]:
+        """The pending timers of `key`, in firing order.
+
+        Example:
+            >>> tester.timers("cats")  # doctest: +SKIP
+            [Timer(tag='close-1000', time_ms=2000, domain='event_time')]
+        """
+        return KeyTimers(self._stored.get(key, {}).get("timers")).pending()
+
+    def values(self, stream: str) -> list[dict[str, Any]]:
+        """The values produced to `stream` so far, in order.
+
+        Example:
+            >>> tester.values("window_counts")  # doctest: +SKIP
+            [{'query': 'cats', 'bucket': 1000, 'count': 2}]
+        """
+        return [production.value for production in self.productions.get(stream, [])]
+
+    def _key_state(self, key: Any) -> KeyState:
+        return KeyState(
+            self.processor.states(),
+            self._stored.get(key, {}).get("state"),
+            now_ms=self.clock_ms,
+        )

@@ -1,0 +1,452 @@
+"""The per-key execution core: one micro-batch of a processor over plain, stored data.
+
+This is the part every runtime shares. The in-memory `ProcessorTester` and the Spark runtime
+call the same functions: they hold the stored state of keys (plain JSON-able data), hand it in
+with the micro-batch's records, watermark and processing time, and keep what comes back. There
+is no global state and no Spark here, so an executor can run it on one key or one bucket.
+
+One micro-batch, `run_batch`:
+
+1. Each record gets its key and event time from its `Input`. A record whose event time is
+   behind the micro-batch's watermark (`time_ms < watermark_ms`) is late: it is not processed
+   and is returned in `BatchOutcome.late`.
+2. The other records are grouped by key, in arrival order. Each key with records, then each
+   key whose stored timers hold a due one, runs `run_key` once.
+3. `run_key` runs the records, then the due timers. A monoid processor's records are first
+   folded with `combine`, from `zero`, into one partial aggregate; the stored aggregate is
+   then read once, combined with it, written once, and given to `on_aggregate`. Due timers
+   fire one at a time, earliest first (ties by tag), re-checked after each firing, so a timer
+   set while firing that is already due fires in the same pass.
+4. The watermark moves between micro-batches only: `watermark_after` gives the next one.
+
+A callback that raises leaves no trace: its state changes, timers and productions are undone.
+With `on_error = "stop"` the micro-batch fails with a `ProcessorError` naming the processor,
+the key and the record's stream, bucket and offset (or the timer); with `"dlq"` the record
+becomes a `DeadLetter` and the batch goes on.
+
+Example:
+    >>> outcome = run_batch(WindowCounter(), {}, records, watermark_ms=None,  # doctest: +SKIP
+    ...                     processing_time_ms=0)
+    >>> stored = {**stored, **outcome.states}  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from millrace.bus.records import Record
+from millrace.errors import ProcessorError
+from millrace.processor.context import Context, Production
+from millrace.processor.processor import AGGREGATE_STATE, Processor
+from millrace.processor.state import KeyState, bind_key_state
+from millrace.processor.timers import KeyTimers, Timer, has_due_timer
+
+MAX_TIMER_FIRINGS = 10_000
+"""The most timers one key may fire in one micro-batch; more means a timer re-arms itself."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record (or a timer) whose callback raised under `on_error = "dlq"`, with the error.
+
+    `key` is None when the key itself could not be read from the record.
+
+    Example:
+        >>> letter.error  # doctest: +SKIP
+        'ZeroDivisionError: division by zero'
+    """
+
+    processor: str
+    key: Any
+    error: str
+    record: Record | None = None
+    timer: Timer | None = None
+
+
+@dataclass(frozen=True)
+class KeyOutcome:
+    """What one key's run gave: its new stored state, productions and dead letters.
+
+    `state` is None when the key has neither state nor timers left.
+
+    Example:
+        >>> run_key(processor, "cats", None, records, watermark_ms=None,  # doctest: +SKIP
+        ...         processing_time_ms=0).state
+        {'state': {'counts': [[1000, 2, 0]]}, 'timers': {'close-1000': ['event_time', 2000]}}
+    """
+
+    state: dict[str, Any] | None
+    productions: list[Production] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one micro-batch gave.
+
+    `states` holds the new stored state of every key that ran (None: delete the key's state);
+    other keys are unchanged. `max_event_time_ms` is the largest event time per input stream
+    among the batch's records, late ones included, for `watermark_after`.
+
+    Example:
+        >>> outcome.productions[0].stream  # doctest: +SKIP
+        'window_counts'
+    """
+
+    states: dict[Any, dict[str, Any] | None]
+    productions: list[Production]
+    dead_letters: list[DeadLetter]
+    late: list[Record]
+    max_event_time_ms: dict[str, int]
+
+
+def run_batch(
+    processor: Processor,
+    stored: Mapping[Any, Mapping[str, Any]],
+    records: Iterable[Record],
+    *,
+    watermark_ms: int | None,
+    processing_time_ms: int,
+) -> BatchOutcome:
+    """Run one micro-batch of `processor` over `records`, given the stored state of its keys.
+
+    `stored` maps each key to its stored state, as `KeyOutcome.state` gave it; it must hold
+    every key that has state (a bucket's keys, for a runtime that splits keys into buckets).
+
+    Example:
+        >>> record = Record("queries", 0, 0, None, "r0", None, {"query": "cats", "ts": 1500})
+        >>> outcome = run_batch(WindowCounter(), {}, [record],  # doctest: +SKIP
+        ...                     watermark_ms=None, processing_time_ms=0)
+        >>> outcome.states["cats"]["timers"]  # doctest: +SKIP
+        {'close-1000': ['event_time', 2000]}
+    """
+    processor_class = type(processor)
+    by_key: dict[Any, list[Record]] = {}
+    late: list[Record] = []
+    dead_letters: list[DeadLetter] = []
+    max_event_time_ms: dict[str, int] = {}
+    for record in records:
+        try:
+            source = processor_class.input_of(record.stream)
+            time_ms = record.time_ms if record.time_ms is not None else source.time_of(record.value)
+            key = source.key_of(record.value)
+            if not isinstance(key, Hashable):
+                raise ProcessorError(
+                    f"the key of a record of {record.stream!r} is a {type(key).__name__}, "
+                    "which cannot be a key",
+                    hint="make the Input's key function return a str, an int or a tuple",
+                )
+        except Exception as error:
+            dead_letters.append(_failed_record(processor, None, record, error))
+            continue
+        max_event_time_ms[record.stream] = max(
+            max_event_time_ms.get(record.stream, time_ms), time_ms
+        )
+        if watermark_ms is not None and time_ms < watermark_ms:
+            late.append(record)
+            continue
+        by_key.setdefault(key, []).append(replace(record, time_ms=time_ms))
+    for key, key_stored in stored.items():
+        if key not in by_key and has_due_timer(
+            key_stored.get("timers"),
+            watermark_ms=watermark_ms,
+            processing_time_ms=processing_time_ms,
+        ):
+            by_key[key] = []
+    states: dict[Any, dict[str, Any] | None] = {}
+    productions: list[Production] = []
+    for key, key_records in by_key.items():
+        outcome = run_key(
+            processor,
+            key,
+            stored.get(key),
+            key_records,
+            watermark_ms=watermark_ms,
+            processing_time_ms=processing_time_ms,
+        )
+        states[key] = outcome.state
+        productions.extend(outcome.productions)
+        dead_letters.extend(outcome.dead_letters)
+    return BatchOutcome(states, productions, dead_letters, late, max_event_time_ms)
+
+
+def run_key(
+    processor: Processor,
+    key: Any,
+    stored: Mapping[str, Any] | None,
+    records: Sequence[Record],
+    *,
+    watermark_ms: int | None,
+    processing_time_ms: int,
+) -> KeyOutcome:
+    """Run one key's records of a micro-batch, then its due timers, from its stored state.
+
+    `records` are the key's records that are not late, each with its event time set, in
+    arrival order. Returns the key's new stored state: `{"state": {...}, "timers": {...}}`,
+    leaving out empty parts, or None when the key has neither.
+
+    Example:
+        >>> run_key(processor, "cats", None, [], watermark_ms=5000,  # doctest: +SKIP
+        ...         processing_time_ms=0).state is None
+        True
+    """
+    stored = stored or {}
+    run = _KeyRun(processor, key, stored, watermark_ms, processing_time_ms)
+    bind_key_state(processor, run.state)
+    try:
+        if type(processor).kind() == "monoid":
+            run.aggregate(records)
+        else:
+            for record in records:
+                run.callback(
+                    lambda ctx, record=record: processor.on_record(  # type: ignore[attr-defined]
+                        key, record.value, ctx
+                    ),
+                    cause=["record", record_id(record)],
+                    event_time_ms=record.time_ms,
+                    record=record,
+                    failed=[record],
+                )
+        run.fire_timers()
+    finally:
+        bind_key_state(processor, None)
+    return KeyOutcome(run.stored(), run.productions, run.dead_letters)
+
+
+def fold(processor: Processor, values: Iterable[dict[str, Any]]) -> Any:
+    """The monoid pre-aggregate of a key's record values: `combine` over `lift`, from `zero`.
+
+    A pure function of the values, so a runtime may compute it any way it likes (vectorised,
+    or in parts combined later) before it reads the key's stored aggregate.
+
+    Example:
+        >>> fold(QueryCounts(), [{"query": "cats"}, {"query": "cats"}])  # doctest: +SKIP
+        2
+    """
+    partial = copy.deepcopy(processor.zero)  # type: ignore[attr-defined]
+    for value in values:
+        partial = fold_step(processor, partial, value)
+    return partial
+
+
+def watermark_after(
+    processor_class: type[Processor],
+    max_event_time_ms: Mapping[str, int],
+    previous_ms: int | None,
+) -> int | None:
+    """The watermark of the next micro-batch, from the largest event time seen per input.
+
+    Per input, the largest event time seen minus its lateness; the smallest of those over the
+    inputs that have seen a record (as Spark's default policy); never going back.
+
+    Example:
+        >>> watermark_after(WindowCounter, {"queries": 25_000}, None)  # doctest: +SKIP
+        15000
+    """
+    candidates = [
+        max_event_time_ms[source.stream] - source.lateness_ms
+        for source in processor_class.inputs
+        if source.stream in max_event_time_ms
+    ]
+    if not candidates:
+        return previous_ms
+    watermark = min(candidates)
+    return watermark if previous_ms is None else max(previous_ms, watermark)
+
+
+def record_id(record: Record) -> str:
+    """The id that causes a production from `record`: its own id, else stream/bucket/offset.
+
+    Example:
+        >>> record_id(Record("queries", 0, 41, None, None, 1000, {}))
+        'queries/0/41'
+    """
+    if record.id is not None:
+        return record.id
+    return f"{record.stream}/{record.bucket}/{record.offset}"
+
+
+class _KeyRun:
+    """One key's state, timers, productions and dead letters while `run_key` runs it."""
+
+    def __init__(
+        self,
+        processor: Processor,
+        key: Any,
+        stored: Mapping[str, Any],
+        watermark_ms: int | None,
+        processing_time_ms: int,
+    ) -> None:
+        self.processor = processor
+        self.key = key
+        self.name = type(processor).name
+        self.watermark_ms = watermark_ms
+        self.processing_time_ms = processing_time_ms
+        self.state = KeyState(
+            type(processor).states(), stored.get("state"), now_ms=processing_time_ms
+        )
+        self.timers = KeyTimers(stored.get("timers"))
+        self.productions: list[Production] = []
+        self.dead_letters: list[DeadLetter] = []
+        self.undo_failures = type(processor).on_error == "dlq"
+
+    def callback(
+        self,
+        call: Callable[[Context], None],
+        *,
+        cause: list[Any],
+        event_time_ms: int | None,
+        record: Record | None = None,
+        timer: Timer | None = None,
+        failed: Sequence[Record] = (),
+    ) -> bool:
+        """Run one user callback as a unit; on failure undo it, then stop or dead-letter."""
+        ctx = Context(
+            processor=self.name,
+            key=self.key,
+            cause=cause,
+            timers=self.timers,
+            watermark_ms=self.watermark_ms,
+            processing_time_ms=self.processing_time_ms,
+            event_time_ms=event_time_ms,
+            record=record,
+        )
+        if self.undo_failures:
+            state_before = self.state.snapshot()
+            timers_before = self.timers.snapshot()
+        try:
+            call(ctx)
+        except Exception as error:
+            if not self.undo_failures:
+                raise _stop_error(self.processor, self.key, failed, timer, error) from error
+            self.state.restore(state_before)
+            self.timers.restore(timers_before)
+            if timer is not None:
+                self.dead_letters.append(
+                    DeadLetter(self.name, self.key, _error_text(error), timer=timer)
+                )
+            self.dead_letters.extend(
+                _failed_record(self.processor, self.key, failed_record, error)
+                for failed_record in failed
+            )
+            return False
+        self.productions.extend(ctx.productions)
+        return True
+
+    def aggregate(self, records: Sequence[Record]) -> None:
+        """Fold the records, then read, combine and write the stored aggregate once."""
+        processor = self.processor
+        folded: list[Record] = []
+        partial = copy.deepcopy(processor.zero)  # type: ignore[attr-defined]
+        for record in records:
+            try:
+                partial = fold_step(processor, partial, record.value)
+            except Exception as error:
+                if not self.undo_failures:
+                    raise _stop_error(processor, self.key, [record], None, error) from error
+                self.dead_letters.append(_failed_record(processor, self.key, record, error))
+                continue
+            folded.append(record)
+        if not folded:
+            return
+
+        def apply(ctx: Context) -> None:
+            handle = getattr(processor, AGGREGATE_STATE)
+            stored = handle.get(copy.deepcopy(processor.zero))  # type: ignore[attr-defined]
+            combined = processor.combine(stored, partial)  # type: ignore[attr-defined]
+            handle.set(combined)
+            on_aggregate = getattr(processor, "on_aggregate", None)
+            if on_aggregate is not None:
+                on_aggregate(self.key, combined, ctx)
+
+        self.callback(
+            apply,
+            cause=["aggregate", _digest(sorted(record_id(record) for record in folded))],
+            event_time_ms=max(record.time_ms for record in folded),  # type: ignore[type-var]
+            failed=folded,
+        )
+
+    def fire_timers(self) -> None:
+        """Fire the key's due timers, earliest first, until none is due."""
+        for _ in range(MAX_TIMER_FIRINGS):
+            timer = self.timers.pop_next_due(
+                watermark_ms=self.watermark_ms, processing_time_ms=self.processing_time_ms
+            )
+            if timer is None:
+                return
+            self.callback(
+                lambda ctx, timer=timer: self.processor.on_timer(self.key, timer, ctx),
+                cause=["timer", timer.domain, timer.tag, timer.time_ms],
+                event_time_ms=timer.time_ms,
+                timer=timer,
+            )
+        raise ProcessorError(
+            f"processor {self.name!r} fired {MAX_TIMER_FIRINGS} timers for key {self.key!r} in "
+            "one micro-batch",
+            hint="a timer keeps setting a timer that is already due; set the next one after "
+            "the watermark or the clock",
+        )
+
+    def stored(self) -> dict[str, Any] | None:
+        state = self.state.stored()
+        timers = self.timers.stored()
+        stored = {part: value for part, value in (("state", state), ("timers", timers)) if value}
+        return stored or None
+
+
+def fold_step(processor: Processor, partial: Any, value: dict[str, Any]) -> Any:
+    """One step of `fold`: `combine(partial, lift(value))`.
+
+    Example:
+        >>> fold_step(QueryCounts(), 2, {"query": "cats"})  # doctest: +SKIP
+        3
+    """
+    return processor.combine(partial, processor.lift(value))  # type: ignore[attr-defined]
+
+
+def _failed_record(processor: Processor, key: Any, record: Record, error: Exception) -> DeadLetter:
+    if type(processor).on_error != "dlq":
+        raise _stop_error(processor, key, [record], None, error) from error
+    return DeadLetter(type(processor).name, key, _error_text(error), record=record)
+
+
+def _stop_error(
+    processor: Processor,
+    key: Any,
+    records: Sequence[Record],
+    timer: Timer | None,
+    error: Exception,
+) -> ProcessorError:
+    processor_class = type(processor)
+    if timer is not None:
+        where = f"timer {timer.tag!r} ({timer.domain} {timer.time_ms})"
+    else:
+        first = records[0]
+        where = (
+            f"record {record_id(first)!r} of stream {first.stream!r}, bucket {first.bucket}, "
+            f"offset {first.offset}"
+        )
+        if len(records) > 1:
+            where = f"the aggregate of {len(records)} records, the first being {where}"
+    key_text = "an unknown key" if key is None else f"key {key!r}"
+    return ProcessorError(
+        f"processor {processor_class.name!r} failed on {key_text}, {where}: {_error_text(error)}",
+        hint="fix the processor's code and restart the app: it resumes at this record; or set "
+        f"on_error = 'dlq' on {processor_class.__name__} to dead-letter failing records and "
+        "go on",
+    )
+
+
+def _error_text(error: Exception) -> str:
+    if isinstance(error, ProcessorError):
+        return error.message
+    return f"{type(error).__name__}: {error}"
+
+
+def _digest(parts: list[str]) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]

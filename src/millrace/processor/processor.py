@@ -1,0 +1,326 @@
+"""The `Processor` base class that users subclass, its `Input` declarations, and their checks.
+
+A processor class names itself, declares its inputs, its per-key state and its options, and
+defines callbacks: `on_record` for each record and `on_timer` for each timer of a key, or, for
+a monoid processor, `zero`, `lift`, `combine` and optionally `on_aggregate`. A class is checked
+as soon as it is defined: a class without a `name` is taken as a base for other processors and
+is checked again, in full, when an engine is given it (`Processor.validate`).
+
+Example:
+    >>> class WindowCounter(Processor):
+    ...     name = "window_counter"
+    ...     inputs = [Input("queries", key="query", time="ts", lateness="10s")]
+    ...     counts = MapState(key=int, value=int)
+    ...
+    ...     def on_record(self, key, record, ctx):
+    ...         bucket = ctx.event_time_ms // 1000 * 1000
+    ...         self.counts[bucket] = self.counts.get(bucket, 0) + 1
+    ...         ctx.set_timer(f"close-{bucket}", event_time_ms=bucket + 1000)
+    ...
+    ...     def on_timer(self, key, timer, ctx):
+    ...         bucket = timer.time_ms - 1000
+    ...         ctx.produce("window_counts",
+    ...                     {"query": key, "bucket": bucket, "count": self.counts.pop(bucket)},
+    ...                     time_ms=bucket)
+    >>> WindowCounter.kind()
+    'stateful'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+
+from millrace.bus.records import event_time_ms
+from millrace.config.durations import parse_duration_ms
+from millrace.errors import ConfigError, ProcessorError, PublishError
+from millrace.processor.state import StateDeclaration, ValueState
+
+if TYPE_CHECKING:
+    from millrace.processor.context import Context
+    from millrace.processor.timers import Timer
+
+Semantics = Literal["exactly_once", "at_least_once", "at_most_once"]
+"""What a processor's productions promise downstream; see docs/processor.md."""
+
+OnError = Literal["stop", "dlq"]
+"""What an exception in a processor's code does: stop the app, or dead-letter and go on."""
+
+ProcessorKind = Literal["stateless", "stateful", "monoid"]
+"""Stylus's processor kinds: no declared state, declared state, or a monoid aggregate."""
+
+AGGREGATE_STATE = "aggregate"
+"""The name of the value state in which a monoid processor keeps each key's aggregate."""
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_MONOID_PARTS = ("zero", "lift", "combine")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input stream of a processor: its key extractor, time column and allowed lateness.
+
+    `key` is a column name or a function from the record (a dict) to the key. `time` is the
+    column holding the event time (ISO-8601, or epoch milliseconds or seconds). `lateness` is
+    how far behind the largest event time seen this input's records may arrive, as a duration.
+
+    Example:
+        >>> Input("queries", key="query", time="ts", lateness="10s").lateness_ms
+        10000
+    """
+
+    stream: str
+    key: str | Callable[[dict[str, Any]], Any]
+    time: str = "time"
+    lateness: str = "0s"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stream, str) or not self.stream:
+            raise ProcessorError(
+                f"Input({self.stream!r}): the stream must be a non-empty string",
+                hint="write Input('stream-name', key=..., time=...)",
+            )
+        if not (isinstance(self.key, str) and self.key) and not callable(self.key):
+            raise ProcessorError(
+                f"Input({self.stream!r}): key {self.key!r} is neither a column nor a function",
+                hint="give the name of the key column, or a function from the record to its key",
+            )
+        if not isinstance(self.time, str) or not self.time:
+            raise ProcessorError(
+                f"Input({self.stream!r}): time {self.time!r} is not a column name",
+                hint="give the name of the column holding the event time",
+            )
+        try:
+            parse_duration_ms(self.lateness, what="lateness")
+        except (ConfigError, AttributeError):
+            raise ProcessorError(
+                f"Input({self.stream!r}): lateness {self.lateness!r} is not a duration",
+                hint="write a number and a unit, such as 500ms, 10s or 5m",
+            ) from None
+
+    @property
+    def lateness_ms(self) -> int:
+        """The allowed lateness in milliseconds."""
+        return parse_duration_ms(self.lateness, what="lateness")
+
+    def key_of(self, record: Mapping[str, Any]) -> Any:
+        """The key of `record`, by the column or the function.
+
+        Example:
+            >>> Input("queries", key="query").key_of({"query": "cats"})
+            'cats'
+        """
+        if callable(self.key):
+            return self.key(dict(record))
+        if self.key not in record:
+            raise ProcessorError(
+                f"a record of {self.stream!r} has no key column {self.key!r}",
+                hint=f"check the records of {self.stream!r}, or the key of its Input",
+            )
+        return record[self.key]
+
+    def time_of(self, record: Mapping[str, Any]) -> int:
+        """The event time of `record` in epoch milliseconds, read from the time column.
+
+        Example:
+            >>> Input("queries", key="query", time="ts").time_of({"ts": 1_700_000_000_000})
+            1700000000000
+        """
+        try:
+            time_ms = event_time_ms(record, self.time)
+        except PublishError as error:
+            raise ProcessorError(error.message, hint=error.hint) from None
+        if time_ms is None:
+            raise ProcessorError(
+                f"a record of {self.stream!r} has no event time in column {self.time!r}",
+                hint=f"check the records of {self.stream!r}, or the time of its Input",
+            )
+        return time_ms
+
+
+class Processor:
+    """Base class of processors: per-key callbacks with state, timers and productions.
+
+    Class options: `name` (required; names the app's state and production ids), `inputs` (a
+    list of `Input`), `semantics` ("exactly_once" by default, "at_least_once" or
+    "at_most_once") and `on_error` ("stop" by default, or "dlq").
+
+    Callbacks run for one key at a time and see only that key's state:
+
+    - `on_record(self, key, record, ctx)`: once per record, `record` being its value (a dict);
+    - `on_timer(self, key, timer, ctx)`: once per due timer of the key.
+
+    A monoid processor defines instead `zero` (a class attribute), `lift(self, record)` (the
+    record's monoid value) and `combine(self, a, b)` (associative, with `zero` as identity),
+    and optionally `on_aggregate(self, key, aggregate, ctx)`. The engine folds each key's
+    records of a micro-batch with `combine` first, then combines that with the stored aggregate
+    (`self.aggregate`, a value state) once, and calls `on_aggregate` with the result. The
+    aggregate is a `ValueState(Any)` holding JSON-able data; declare `aggregate = ValueState(T)`
+    yourself to check its type or give it a `ttl`.
+
+    Example:
+        >>> class QueryCounts(Processor):
+        ...     name = "query_counts"
+        ...     inputs = [Input("queries", key="query")]
+        ...     zero = 0
+        ...     def lift(self, record): return 1
+        ...     def combine(self, a, b): return a + b
+        ...     def on_aggregate(self, key, aggregate, ctx):
+        ...         ctx.produce("query_totals", {"query": key, "count": aggregate})
+        >>> QueryCounts.kind()
+        'monoid'
+    """
+
+    name: ClassVar[str]
+    inputs: ClassVar[list[Input]]
+    semantics: ClassVar[Semantics] = "exactly_once"
+    on_error: ClassVar[OnError] = "stop"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if _is_monoid(cls) and not hasattr(cls, AGGREGATE_STATE):
+            aggregate = ValueState(Any)
+            aggregate.__set_name__(cls, AGGREGATE_STATE)
+            setattr(cls, AGGREGATE_STATE, aggregate)
+        _check_options(cls)
+        if hasattr(cls, "name"):
+            cls.validate()
+
+    def on_timer(self, key: Any, timer: Timer, ctx: Context) -> None:
+        """Called for each due timer of `key`; override it in a processor that sets timers."""
+        raise ProcessorError(
+            f"processor {type(self).__name__} set timer {timer.tag!r} but defines no on_timer",
+            hint="define on_timer(self, key, timer, ctx), or set no timers",
+        )
+
+    @classmethod
+    def validate(cls) -> None:
+        """Check the class in full, as an engine runs it; raises `ProcessorError` naming the fault.
+
+        Example:
+            >>> WindowCounter.validate()  # doctest: +SKIP
+        """
+        _check_options(cls)
+        _check_complete(cls)
+
+    @classmethod
+    def states(cls) -> dict[str, StateDeclaration]:
+        """The declared states by attribute name, a monoid's `aggregate` included."""
+        found: dict[str, StateDeclaration] = {}
+        for klass in reversed(cls.__mro__):
+            for attribute, value in vars(klass).items():
+                if isinstance(value, StateDeclaration):
+                    found[attribute] = value
+                elif attribute in found:
+                    del found[attribute]
+        return found
+
+    @classmethod
+    def kind(cls) -> ProcessorKind:
+        """The processor's kind: "monoid", "stateful" (declared state) or "stateless"."""
+        if _is_monoid(cls):
+            return "monoid"
+        return "stateful" if cls.states() else "stateless"
+
+    @classmethod
+    def input_of(cls, stream: str) -> Input:
+        """The `Input` of `stream`; raises `ProcessorError` when the processor does not read it."""
+        for source in cls.inputs:
+            if source.stream == stream:
+                return source
+        raise ProcessorError(
+            f"processor {cls.__name__} has no input {stream!r}",
+            hint="its inputs are " + ", ".join(repr(source.stream) for source in cls.inputs),
+        )
+
+
+def _is_monoid(cls: type) -> bool:
+    return any(hasattr(cls, part) for part in _MONOID_PARTS)
+
+
+def _check_options(cls: type[Processor]) -> None:
+    where = cls.__name__
+    for option, literal in (("semantics", Semantics), ("on_error", OnError)):
+        value = getattr(cls, option)
+        allowed = get_args(literal)
+        if value not in allowed:
+            raise ProcessorError(
+                f"{where}.{option} is {value!r}, which is not one of the allowed values",
+                hint=f"set {option} to one of " + ", ".join(repr(choice) for choice in allowed),
+            )
+    if hasattr(cls, "name") and (not isinstance(cls.name, str) or not _NAME.match(cls.name)):
+        raise ProcessorError(
+            f"{where}.name is {cls.name!r}, which is not a processor name",
+            hint="use letters, digits, '_', '.' and '-', starting with a letter or '_'",
+        )
+    if hasattr(cls, "inputs"):
+        _check_inputs(cls)
+    for declaration in cls.states().values():
+        declaration.validate()
+    if _is_monoid(cls):
+        _check_monoid(cls)
+
+
+def _check_inputs(cls: type[Processor]) -> None:
+    where = cls.__name__
+    inputs = cls.inputs
+    if not isinstance(inputs, list | tuple) or not inputs:
+        raise ProcessorError(
+            f"{where}.inputs is {inputs!r}, not a non-empty list of Input",
+            hint="write inputs = [Input('stream', key='column', time='column')]",
+        )
+    seen: set[str] = set()
+    for source in inputs:
+        if not isinstance(source, Input):
+            raise ProcessorError(
+                f"{where}.inputs holds {source!r}, which is not an Input",
+                hint="write each input as Input('stream', key='column', time='column')",
+            )
+        if source.stream in seen:
+            raise ProcessorError(
+                f"{where}.inputs reads stream {source.stream!r} twice",
+                hint="read each stream once; to key one stream two ways, use two processors",
+            )
+        seen.add(source.stream)
+
+
+def _check_monoid(cls: type[Processor]) -> None:
+    where = cls.__name__
+    missing = [part for part in _MONOID_PARTS if not hasattr(cls, part)]
+    if missing:
+        raise ProcessorError(
+            f"{where} declares part of a monoid but not " + ", ".join(missing),
+            hint="a monoid processor defines zero (the identity), lift(self, record) and "
+            "combine(self, a, b)",
+        )
+    if hasattr(cls, "on_record"):
+        raise ProcessorError(
+            f"{where} defines both on_record and a monoid (zero, lift, combine)",
+            hint="a monoid processor receives its records through lift; move the per-record "
+            "logic there, or drop zero, lift and combine",
+        )
+    aggregate = getattr(cls, AGGREGATE_STATE, None)
+    if not isinstance(aggregate, ValueState):
+        raise ProcessorError(
+            f"{where}.{AGGREGATE_STATE} is taken by something other than the monoid's aggregate",
+            hint=f"a monoid processor keeps its aggregate in self.{AGGREGATE_STATE}; rename "
+            "that attribute",
+        )
+
+
+def _check_complete(cls: type[Processor]) -> None:
+    where = cls.__name__
+    for option in ("name", "inputs"):
+        if not hasattr(cls, option):
+            raise ProcessorError(
+                f"{where} has no {option}",
+                hint="a processor sets name = 'its-name' and inputs = [Input(...), ...]",
+            )
+    if not _is_monoid(cls) and not hasattr(cls, "on_record"):
+        raise ProcessorError(
+            f"{where} defines no on_record",
+            hint="define on_record(self, key, record, ctx), or zero, lift and combine for a "
+            "monoid processor",
+        )
