@@ -1,0 +1,205 @@
+"""examples/zeitgeist.py against plain Python: per-second counts, and its spikes and dips."""
+
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from millrace.testing import ProcessorTester
+from tests.examples import load_example
+
+Zeitgeist = load_example("zeitgeist").Zeitgeist
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch milliseconds
+LATENESS_MS = 5_000
+MOST_DELAY_MS = LATENESS_MS - 2_000  # records come out of order, but none is late
+BATCH_MS = 2_000
+QUIET_MS = Zeitgeist.quiet_seconds_before_sleep * 1000
+CLOSING_QUERY = "end-of-test"
+
+
+def queries_per_second(counts: dict[str, list[int]], rng: random.Random) -> list[dict]:
+    """Query records, `counts[query][i]` of them at random instants of second i after T0."""
+    return [
+        {"query": query, "time": T0 + second * 1000 + rng.randrange(1000)}
+        for query, per_second in counts.items()
+        for second, count in enumerate(per_second)
+        for _ in range(count)
+    ]
+
+
+def micro_batches(records: list[dict], rng: random.Random) -> list[list[dict]]:
+    """The records as they arrive: each up to MOST_DELAY_MS after its event time, gathered in
+    micro-batches of BATCH_MS of arrival time, with a closing record far in the future after
+    them, to move the watermark past every second."""
+    arrivals = sorted(
+        (record["time"] + rng.randrange(MOST_DELAY_MS), index, record)
+        for index, record in enumerate(records)
+    )
+    batches: dict[int, list[dict]] = {}
+    for arrival, _, record in arrivals:
+        batches.setdefault(arrival // BATCH_MS, []).append(record)
+    latest = max(record["time"] for record in records)
+    closing = {"query": CLOSING_QUERY, "time": latest + 3_600_000}
+    return [batches[batch] for batch in sorted(batches)] + [[closing]]
+
+
+def run(batches: list[list[dict]]) -> ProcessorTester:
+    tester = ProcessorTester(Zeitgeist)
+    for batch in batches:
+        tester.feed("queries", batch)
+        tester.run_batch()
+    tester.fire_timers()
+    return tester
+
+
+def expected_counts(records: list[dict]) -> dict[tuple[str, int], int]:
+    """Plain Python: every second from a query's record to a quiet minute after it, with its
+    count (zero when it has no record); the closing record's second never closes."""
+    records_per_second = Counter(
+        (record["query"], record["time"] // 1000 * 1000) for record in records
+    )
+    counts = {}
+    for query, second in records_per_second:
+        for awake in range(second, second + QUIET_MS + 1, 1000):
+            counts[(query, awake)] = records_per_second[(query, awake)]
+    return counts
+
+
+def expected_anomalies(counts: dict[tuple[str, int], int]) -> list[dict]:
+    """Plain Python: each query's seconds in order, judged against an exponentially weighted
+    mean and variance of the seconds before, once the warm-up is over."""
+    weight = Zeitgeist.weight_of_new_second
+    anomalies = []
+    for query in sorted({query for query, _ in counts}):
+        mean = variance = 0.0
+        for seen, second in enumerate(sorted(s for q, s in counts if q == query)):
+            count = counts[(query, second)]
+            if seen >= Zeitgeist.warm_up_seconds:
+                margin = Zeitgeist.deviations_for_anomaly * max(
+                    math.sqrt(variance), Zeitgeist.minimum_standard_deviation
+                )
+                if abs(count - mean) > margin:
+                    kind = "spike" if count > mean else "dip"
+                    anomalies.append(
+                        {
+                            "query": query,
+                            "second": second,
+                            "count": count,
+                            "expected": pytest.approx(mean),
+                            "kind": kind,
+                        }
+                    )
+            if seen == 0:
+                mean = float(count)
+            else:
+                variance = (1 - weight) * (variance + weight * (count - mean) ** 2)
+                mean = (1 - weight) * mean + weight * count
+    return anomalies
+
+
+def by_query_and_second(values: list[dict]) -> list[dict]:
+    return sorted(values, key=lambda value: (value["query"], value["second"]))
+
+
+def test_counts_each_query_per_second_with_zeros_until_a_quiet_minute() -> None:
+    rng = random.Random(4)
+    seconds = 240
+    counts = {
+        "cats": [rng.randint(0, 6) for _ in range(seconds)],
+        "dogs": [rng.choice([0, 0, 0, 1, 2]) for _ in range(seconds)],
+        # Two bursts a quiet minute and more apart: fish sleeps in between, then wakes up.
+        "fish": [
+            rng.randint(1, 3) if second < 40 or second >= 150 else 0 for second in range(seconds)
+        ],
+    }
+    records = queries_per_second(counts, rng)
+    tester = run(micro_batches(records, rng))
+
+    assert tester.late == []
+    produced = {
+        (value["query"], value["second"]): value["count"] for value in tester.values("query_counts")
+    }
+    assert len(produced) == len(tester.values("query_counts")), "each second is produced once"
+    assert produced == expected_counts(records)
+    assert ("fish", T0 + 120_000) not in produced
+
+
+def test_reports_an_injected_spike_and_dip_against_the_query_model() -> None:
+    rng = random.Random(9)
+    seconds = 150
+    spike, dip = 60, 100
+    cats = [rng.randint(15, 25) for _ in range(seconds)]
+    cats[spike], cats[dip] = 80, 0
+    records = queries_per_second({"cats": cats, "dogs": [5] * seconds}, rng)
+    tester = run(micro_batches(records, rng))
+
+    anomalies = by_query_and_second(tester.values("query_anomalies"))
+    assert anomalies == expected_anomalies(expected_counts(records))
+    during_traffic = [
+        (value["query"], value["second"], value["kind"])
+        for value in anomalies
+        if value["second"] < T0 + seconds * 1000
+    ]
+    assert during_traffic == [
+        ("cats", T0 + spike * 1000, "spike"),
+        ("cats", T0 + dip * 1000, "dip"),
+    ]
+    # When its traffic stops, cats dips in its first empty second; dogs is too small to dip.
+    after_traffic = [
+        (value["query"], value["second"], value["kind"])
+        for value in anomalies
+        if value["second"] >= T0 + seconds * 1000
+    ]
+    assert after_traffic[0] == ("cats", T0 + seconds * 1000, "dip")
+    assert {query for query, _, _ in after_traffic} == {"cats"}
+
+
+def test_an_empty_second_is_counted_as_zero_only_once_the_watermark_passes_it() -> None:
+    tester = ProcessorTester(Zeitgeist)
+    tester.feed(
+        "queries",
+        [
+            {"query": "cats", "time": T0 + 100},
+            {"query": "cats", "time": "2026-01-01T00:00:02.300Z"},  # T0 + 2.3 s, as ISO-8601
+        ],
+    )
+    tester.run_batch()
+    tester.advance_watermark(T0 + 1_999)
+    tester.fire_timers()
+    assert tester.values("query_counts") == [{"query": "cats", "second": T0, "count": 1}]
+
+    tester.advance_watermark(T0 + 3_000)
+    tester.fire_timers()
+    assert tester.values("query_counts")[1:] == [
+        {"query": "cats", "second": T0 + 1_000, "count": 0},
+        {"query": "cats", "second": T0 + 2_000, "count": 1},
+    ]
+
+
+def test_a_query_behind_the_watermark_is_dropped_and_not_counted() -> None:
+    tester = ProcessorTester(Zeitgeist)
+    tester.feed(
+        "queries", [{"query": "cats", "time": T0 + 500}, {"query": "cats", "time": T0 + 20_000}]
+    )
+    tester.run_batch()
+    # The watermark is now 20 s - 5 s of lateness: a query of the first second is too late.
+    late = tester.feed("queries", [{"query": "cats", "time": T0 + 600}])
+    tester.run_batch()
+
+    assert tester.late == late
+    assert tester.values("query_counts")[0] == {"query": "cats", "second": T0, "count": 1}
+
+
+def test_a_catch_up_micro_batch_hours_long_closes_every_second_without_stopping() -> None:
+    # After downtime, one micro-batch may hold hours of queries, and the watermark then jumps
+    # over more seconds than a key may fire timers in one micro-batch.
+    records = [{"query": "cats", "time": T0 + step * 30_000} for step in range(360)]
+    tester = run([records, [{"query": CLOSING_QUERY, "time": T0 + 4 * 3_600_000}]])
+
+    produced = {
+        (value["query"], value["second"]): value["count"] for value in tester.values("query_counts")
+    }
+    assert len(produced) > 10_000
+    assert produced == expected_counts(records)
