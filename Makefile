@@ -11,6 +11,6 @@ demo: setup
 
 # The test suite CI runs: lint, then real Kafka broker and real Spark, started once per run.
 test: setup
-	.venv/bin/ruff check src tests benchmarks
-	.venv/bin/ruff format --check src tests benchmarks
+	.venv/bin/ruff check src tests benchmarks examples
+	.venv/bin/ruff format --check src tests benchmarks examples
 	.venv/bin/python -m pytest
