@@ -3,8 +3,8 @@
 Run it with `.venv/bin/python benchmarks/sql_apps.py [--events N] [--memory-events M]
 [--rounds R] [--only WORKLOAD]` after `make setup`. Each workload runs R times as millrace
 and as hand-written PySpark, interleaved, each over all its input (trigger available-now, a
-fresh checkpoint each time), and reports events/s and the ratio of the medians, millrace /
-hand-written. Events/s count the time the query spends in micro-batches, as Spark reports it:
+fresh checkpoint each time), after one round of each that warms the JVM up and is not kept,
+and reports events/s and the ratio of the medians, millrace / hand-written. Events/s count the time the query spends in micro-batches, as Spark reports it:
 the throughput of a running app. Wall-clock figures (`wall_*`), from start to stop, add
 starting and stopping, where millrace also compiles the app. Two queries:
 
@@ -188,6 +188,8 @@ def _compare(
     starting (for millrace, compiling the app) and stopping the queries.
     """
     runs: dict[str, list[_Run]] = {"millrace": [], "handwritten_pyspark": []}
+    # A first round warms the JVM's code and Spark's caches for both sides, and is not kept.
+    ours(), theirs()
     for _ in range(rounds):
         millrace, handwritten = ours(), theirs()
         runs["millrace"].append(millrace)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.streaming import StreamingQuery
@@ -290,3 +291,50 @@ def test_reading_or_writing_a_missing_stream_fails_before_any_query_starts(
         read_batch(spark, workspace, "no.such.stream", SCHEMA, time="time", start_ms=0, end_ms=1)
     with pytest.raises(StreamNotFoundError):
         write_stream(spark.range(1).toDF("n"), workspace, "missing", "out", "no.such.stream")
+
+
+def test_each_kind_of_bad_record_gets_its_reason_and_fields_left_out_are_fine(
+    spark: SparkSession,
+    workspace: Workspace,
+    stream_name: str,
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=1)
+    records = [
+        (b'{"time": 1767225600000, "event": "full", "category": "c", "score": 1.5}', None),
+        (b'{"time": 1767225600000, "event": "no category", "score": 2}', None),
+        (b'{"time": 1767225600000, "event": "null score", "category": "c", "score": null}', None),
+        (b"{broken", "value is not valid JSON"),
+        (b"[1, 2]", "value is JSON but not an object"),
+        (
+            b'{"time": 1767225600000, "event": "e", "score": "high"}',
+            "value does not fit the schema: field 'score' should be DOUBLE but holds high",
+        ),
+        (
+            b'{"time": "last tuesday", "event": "e"}',
+            "time field 'time' holds last tuesday, which is neither an ISO-8601 time nor an "
+            "epoch number",
+        ),
+        (b'{"time": "NaN", "event": "e"}', "time field 'time' holds NaN, which is neither"),
+    ]
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for value, _ in records:
+        producer.produce(stream_name, value)
+    producer.flush()
+
+    source = read_stream(spark, workspace, "reasons", stream_name, SCHEMA, time="time")
+    rows, query = _collect(source.records, workspace, "reasons")
+
+    assert source.wait_for_dead_letters(query) == 5
+    assert {row.event: (row.category, row.score) for row in rows} == {
+        "full": ("c", 1.5),
+        "no category": (None, 2.0),
+        "null score": ("c", None),
+    }
+    letters = tail(
+        dead_letter_stream(stream_name), TailStart(from_beginning=True), settings=workspace.settings
+    )
+    reasons = {letter.value["offset"]: letter.value["error"] for letter in letters}
+    assert set(reasons) == {3, 4, 5, 6, 7}
+    for offset, (_, reason) in enumerate(records):
+        if reason is not None:
+            assert reasons[offset].startswith(reason)

@@ -12,7 +12,9 @@ with the same columns, and routes the bad records the same way, at once.
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import re
 from dataclasses import dataclass
 
@@ -304,12 +306,17 @@ def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
 
 
 def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
-    """Every Kafka record with its parsed value, event time and, for a bad one, `_error`."""
+    """Every Kafka record with its parsed value, event time and, for a bad one, `_error`.
+
+    Each record is parsed once into `_parsed`. One in which a column came out empty (a field
+    left out, a JSON null, or a value that does not fit) is parsed again into `_strict`,
+    which keeps the text of a record that does not fit, to tell the good from the bad and to
+    say what is wrong. Keeping that text costs every parse, so the common record is spared it.
+    """
     # The time field is parsed as a STRING, which Spark fills with the JSON text of any value
     # (a number's digits, a string's characters), so one JSON parse serves every column.
-    json_schema = StructType(
-        [*fields, StructField(time, StringType()), StructField(_CORRUPT, StringType())]
-    )
+    lenient_schema = StructType([*fields, StructField(time, StringType())])
+    strict_schema = StructType([*lenient_schema.fields, StructField(_CORRUPT, StringType())])
     text = F.col("value").cast("string")
     with_parts = raw.select(
         F.col("value").alias("_bytes"),
@@ -321,14 +328,29 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
         # Spark would push a filter on `_error` below this projection, pasting the parse into
         # each of the many references to `_parsed` and parsing every record a dozen times;
         # it pushes no filter through a nondeterministic column, so `_parsed` is made one.
-        F.when(
-            F.spark_partition_id() >= 0,
-            F.from_json(
-                text, json_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
-            ),
-        ).alias("_parsed"),
+        F.when(F.spark_partition_id() >= 0, F.from_json(text, lenient_schema)).alias("_parsed"),
         F.col("timestamp").alias("_kafka_time"),
-    ).withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
+    )
+    empty_column = functools.reduce(
+        operator.or_,
+        [F.col(f"_parsed.`{field.name}`").isNull() for field in lenient_schema.fields],
+        F.col("_parsed").isNull(),
+    )
+    with_parts = (
+        with_parts.withColumn("_incomplete", empty_column)
+        .withColumn(
+            "_strict",
+            F.when(
+                F.col("_incomplete"),
+                F.from_json(
+                    F.col("_text"),
+                    strict_schema,
+                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
+                ),
+            ),
+        )
+        .withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
+    )
     as_number = F.expr("try_cast(_time_raw AS DOUBLE)")
     finite = as_number.isNotNull() & ~F.isnan(as_number) & (F.abs(as_number) < float("inf"))
     event_time = (
@@ -343,8 +365,10 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
         )
         .otherwise(F.expr("try_cast(_time_raw AS TIMESTAMP)"))
     )
+    # Nondeterministic for the same reason as `_parsed`: the filter on `_error` then tests a
+    # column computed once, instead of recomputing the event time and the checks inside it.
     return with_parts.withColumn("_event_time", event_time).withColumn(
-        "_error", _error_reason(fields, time)
+        "_error", F.when(F.spark_partition_id() >= 0, _error_reason(fields, time))
     )
 
 
@@ -374,7 +398,7 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
     field_reasons = [
         F.when(
             F.get_json_object("_text", f"$.{field.name}").isNotNull()
-            & F.col(f"_parsed.{field.name}").isNull(),
+            & F.col(f"_strict.{field.name}").isNull(),
             F.concat(
                 F.lit(
                     f"field '{field.name}' should be "
@@ -386,7 +410,9 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
         for field in fields
     ]
     mismatches = F.concat_ws("; ", *field_reasons) if field_reasons else F.lit("")
-    corrupt = F.col("_parsed").isNull() | F.col(f"_parsed.{_CORRUPT}").isNotNull()
+    corrupt = F.col("_incomplete") & (
+        F.col("_strict").isNull() | F.col(f"_strict.{_CORRUPT}").isNotNull()
+    )
     return (
         F.when(F.col("_bytes").isNull(), F.lit("value is empty"))
         .when(corrupt & variant.isNull(), F.lit("value is not valid JSON"))
