@@ -1,0 +1,523 @@
+"""Running a processor app on Spark: bucketed keys, bucket state, event-time timers, outputs.
+
+A processor's keys are spread over a fixed number of hash buckets, and Spark's
+`transformWithState` runs one group per bucket: per micro-batch it reads the bucket's stored
+state (every key's state and timers, as `millrace.processor.execution` keeps them) from one
+`ValueState` holding JSON, calls `execution.run_batch` once with the bucket's records, and
+writes the state back once. The cost grows with micro-batches and buckets, not with keys: no
+key costs a round trip between the Python worker and the JVM.
+
+Timers: each bucket registers one Spark event-time timer, at the earliest event-time timer of
+its keys. When the watermark passes it, `run_batch` runs on the bucket with no records and
+fires what is due. The operator runs in event time, so a processing-time timer stops the app
+with a `ProcessorError`.
+
+Inputs are read from Kafka as raw values, since a processor's records are whole JSON objects
+of any fields: each record is decoded once before the shuffle, to find its key's bucket and
+its event time (for Spark's watermark), and once in its bucket, by the execution core. Values
+that are not JSON objects go to `<stream>.dlq`, as from any millrace reader.
+
+Productions, and the dead letters of `on_error = "dlq"`, are written to Kafka once per
+micro-batch, each production with its deterministic id, so a micro-batch run again writes the
+same ids and millrace readers drop the copies. The state is exactly-once: it is Spark's, in
+the checkpoint under `<workspace>/checkpoints/<processor name>/processor`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from millrace.bus.dead_letters import dead_letter_id
+from millrace.bus.records import ID_HEADER, Record
+from millrace.bus.streams import dead_letter_stream, require_stream
+from millrace.config.workspace import Workspace
+from millrace.engine.dead_letter_routing import create_dead_letter_stream
+from millrace.errors import ProcessorError, StreamNotFoundError
+from millrace.processor.execution import DeadLetter, run_batch
+from millrace.processor.processor import Input, Processor
+
+DEFAULT_BUCKETS = 64
+"""Hash buckets a processor's keys are spread over; each is one group of Spark's operator."""
+
+_OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING"
+_PRODUCTION, _DEAD_LETTER, _LATE = "production", "dead_letter", "late"
+_BUCKET_STATE_SCHEMA = "keys STRING, timer_ms LONG"
+# A ProcessorError raised in a Python worker reaches the driver as the text of a Spark
+# exception; this mark starts its fields, as JSON, so the driver can raise it again.
+_WORKER_ERROR_MARK = "millrace-processor-error:"
+
+
+@dataclass
+class RunningProcessor:
+    """A started processor app: its streaming query and what it has written this run.
+
+    `productions`, `dead_letters` and `late` count, since the start, the records written to
+    output streams, the records and timers sent to dead-letter streams, and the records that
+    came behind the watermark and were not processed.
+    """
+
+    processor: type[Processor]
+    query: StreamingQuery
+    productions: int = 0
+    dead_letters: int = 0
+    late: int = 0
+    _known_streams: set[str] = field(default_factory=set)
+
+    def process_all_available(self) -> None:
+        """Block until the query has processed the data there is; a failure is raised here."""
+        self._surfacing(self.query.processAllAvailable)
+
+    def await_termination(self) -> None:
+        """Block until the query stops; with `available_now` it stops by itself."""
+        self._surfacing(self.query.awaitTermination)
+
+    def stop(self) -> None:
+        """Stop the query, once its running micro-batch is done."""
+        self.query.stop()
+
+    def _surfacing(self, wait: Callable[[], Any]) -> None:
+        try:
+            wait()
+        except StreamingQueryException as error:
+            raise _processor_error_in(str(error)) or error from None
+
+
+def start_processor_app(
+    spark: SparkSession,
+    workspace: Workspace,
+    processor_class: type[Processor],
+    *,
+    available_now: bool = False,
+    max_records_per_batch: int | None = None,
+    buckets: int = DEFAULT_BUCKETS,
+) -> RunningProcessor:
+    """Start `processor_class` on Spark; with `available_now` it stops at the end of input.
+
+    `max_records_per_batch` caps the records each micro-batch reads from an input; `buckets`
+    is the number of hash buckets of keys (keep it once the app has a checkpoint: a key's
+    state lives in its bucket). Its input streams must exist; an output stream that does not
+    exist stops the app at the first micro-batch that produces to it, before anything of that
+    micro-batch is written.
+
+    Example:
+        >>> running = start_processor_app(spark, workspace, WindowCounter)  # doctest: +SKIP
+        >>> running.process_all_available()  # doctest: +SKIP
+        >>> running.stop()  # doctest: +SKIP
+    """
+    processor_class.validate()
+    if buckets < 1:
+        raise ProcessorError(
+            f"{processor_class.__name__} was started with {buckets} buckets",
+            hint="give buckets=1 or more; the default is 64",
+        )
+    for source in processor_class.inputs:
+        _require_stream(workspace, source.stream, f"input of processor {processor_class.name!r}")
+        create_dead_letter_stream(workspace, source.stream)
+    if processor_class.on_error == "dlq":
+        create_dead_letter_stream(workspace, processor_class.name)
+    records = None
+    for source in processor_class.inputs:
+        frame = _read_input(spark, workspace, source, buckets, max_records_per_batch)
+        records = frame if records is None else records.unionByName(frame)
+    assert records is not None  # validate() requires at least one input
+    outputs = records.groupBy("bucket").transformWithState(
+        statefulProcessor=_BucketRunner(processor_class),
+        outputStructType=_OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+    running: RunningProcessor
+    writer = (
+        outputs.writeStream.queryName(f"{processor_class.name}.processor")
+        .foreachBatch(lambda batch, batch_id: _write_outputs(running, workspace, batch))
+        .option("checkpointLocation", str(workspace.checkpoint(processor_class.name, "processor")))
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    running = RunningProcessor(processor_class, writer.start())
+    return running
+
+
+def bucket_of(key: Any, buckets: int) -> int:
+    """The hash bucket of `key`: the same for keys Python finds equal, on every machine.
+
+    Example:
+        >>> bucket_of("cats", 64) == bucket_of("cats", 64)
+        True
+        >>> bucket_of(1, 64) == bucket_of(1.0, 64)
+        True
+    """
+    text = json.dumps(_canonical_key(key), separators=(",", ":"), ensure_ascii=False)
+    return zlib.crc32(text.encode()) % buckets
+
+
+def _read_input(
+    spark: SparkSession,
+    workspace: Workspace,
+    source: Input,
+    buckets: int,
+    max_records_per_batch: int | None,
+) -> DataFrame:
+    """One input's Kafka records, placed in their key's bucket, with Spark's watermark."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", source.stream)
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+    )
+    if max_records_per_batch is not None:
+        reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
+    raw = reader.load()
+    placement = _placement(source, buckets)(F.col("value"))
+    ids = F.filter("headers", lambda header: header.getField("key") == F.lit(ID_HEADER))
+    placed = raw.select(
+        F.lit(source.stream).alias("stream"),
+        placement.getField("bucket").alias("bucket"),
+        F.timestamp_millis(placement.getField("time_ms")).alias("event_time"),
+        F.col("value"),
+        F.col("key").cast("string").alias("record_key"),
+        F.try_element_at(ids, F.lit(1)).getField("value").cast("string").alias("record_id"),
+        F.col("partition").alias("record_bucket"),
+        F.col("offset").alias("record_offset"),
+    )
+    # The watermark is Spark's, per input (the largest event time minus the lateness) and the
+    # smallest over the inputs, as `execution.watermark_after` computes it. The event-time
+    # column is then dropped, so that Spark does not drop late records itself: the execution
+    # core sets them aside and counts them.
+    return placed.withWatermark("event_time", f"{source.lateness_ms} milliseconds").drop(
+        "event_time"
+    )
+
+
+def _placement(source: Input, buckets: int) -> Callable[..., Any]:
+    """A vectorised UDF: each raw value's key bucket and event time (null when unreadable)."""
+
+    def place(value: bytes | None) -> tuple[int, int | None]:
+        try:
+            record = json.loads(value) if value is not None else None
+            if not isinstance(record, dict):
+                return 0, None
+            time_ms = source.time_of(record)
+            return bucket_of(source.key_of(record), buckets), time_ms
+        except Exception:
+            # The record goes to any bucket: the execution core reports its fault there.
+            return 0, None
+
+    @F.pandas_udf("bucket INT, time_ms LONG")  # type: ignore[call-overload]
+    def placement(values: pd.Series) -> pd.DataFrame:
+        return pd.DataFrame(
+            [place(value) for value in values], columns=["bucket", "time_ms"]
+        ).astype({"bucket": "int32", "time_ms": "Int64"})
+
+    return placement
+
+
+class _BucketRunner(StatefulProcessor):
+    """Spark's stateful processor for one bucket: runs the execution core over bucket state."""
+
+    def __init__(self, processor_class: type[Processor]) -> None:
+        self.processor_class = processor_class
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.bucket_state = handle.getValueState("bucket", _BUCKET_STATE_SCHEMA)
+        self.processor = self.processor_class()
+
+    # Spark passes the timer arguments by these names.
+    def handleInputRows(  # noqa: N802 - Spark's callback names
+        self,
+        key: Any,
+        rows: Iterator[Row],
+        timerValues: TimerValues,  # noqa: N803
+    ) -> Iterator[Row]:
+        records: list[Record] = []
+        undecodable: list[Row] = []
+        for row in rows:
+            record = _record_of(row)
+            if record is None:
+                undecodable.append(_undecodable_letter(row))
+            else:
+                records.append(record)
+        yield from undecodable
+        yield from self._run(records, timerValues)
+
+    def handleExpiredTimer(  # noqa: N802
+        self,
+        key: Any,
+        timerValues: TimerValues,  # noqa: N803
+        expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
+    ) -> Iterator[Row]:
+        yield from self._run([], timerValues)
+
+    def close(self) -> None:
+        pass
+
+    def _run(self, records: list[Record], timer_values: TimerValues) -> Iterator[Row]:
+        name = self.processor_class.name
+        kept = self.bucket_state.get() if self.bucket_state.exists() else None
+        stored = _decode_bucket(kept[0]) if kept else {}
+        registered_ms = kept[1] if kept else None
+        watermark_ms = timer_values.getCurrentWatermarkInMs()
+        try:
+            outcome = run_batch(
+                self.processor,
+                stored,
+                records,
+                # Spark's watermark is 0 until an input has seen a record.
+                watermark_ms=watermark_ms if watermark_ms > 0 else None,
+                processing_time_ms=timer_values.getCurrentProcessingTimeInMs(),
+            )
+        except ProcessorError as error:
+            raise RuntimeError(_worker_error_text(error)) from error
+        for key, key_stored in outcome.states.items():
+            if key_stored is None:
+                stored.pop(key, None)
+            else:
+                _require_event_time_timers(name, key, key_stored)
+                stored[key] = key_stored
+        next_timer_ms = min(
+            (
+                time_ms
+                for key_stored in stored.values()
+                for _, time_ms in key_stored.get("timers", {}).values()
+            ),
+            default=None,
+        )
+        if next_timer_ms != registered_ms:
+            if registered_ms is not None:
+                self.handle.deleteTimer(registered_ms)
+            if next_timer_ms is not None:
+                self.handle.registerTimer(next_timer_ms)
+        if stored:
+            self.bucket_state.update((_encode_bucket(name, stored), next_timer_ms))
+        else:
+            self.bucket_state.clear()
+        for production in outcome.productions:
+            yield Row(
+                kind=_PRODUCTION,
+                stream=production.stream,
+                key=_routing_key(production.key),
+                value=json.dumps(production.value, separators=(",", ":"), ensure_ascii=False),
+                id=production.id,
+            )
+        for letter in outcome.dead_letters:
+            yield _processor_letter(name, letter)
+        for record in outcome.late:
+            yield Row(kind=_LATE, stream=record.stream, key=None, value=None, id=record.id)
+
+
+def _record_of(row: Row) -> Record | None:
+    """The record of an input row, with its event time left for the core; None if not JSON."""
+    try:
+        value = json.loads(row.value) if row.value is not None else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    return Record(
+        row.stream,
+        row.record_bucket,
+        row.record_offset,
+        row.record_key,
+        row.record_id,
+        None,
+        value,
+    )
+
+
+def _undecodable_letter(row: Row) -> Row:
+    """The dead letter of a value that is not a JSON object, as every millrace reader writes."""
+    original = bytes(row.value or b"")
+    try:
+        value = json.loads(original)
+        error = f"value is JSON but not an object: {type(value).__name__}"
+    except (UnicodeDecodeError, json.JSONDecodeError) as decode_error:
+        error = "value is empty" if not original else f"value is not valid JSON: {decode_error}"
+    letter = {
+        "error": error,
+        "stream": row.stream,
+        "bucket": row.record_bucket,
+        "offset": row.record_offset,
+        "original": original.decode("utf-8", errors="replace"),
+        "original_base64": base64.b64encode(original).decode("ascii"),
+    }
+    return Row(
+        kind=_DEAD_LETTER,
+        stream=dead_letter_stream(row.stream),
+        key=row.record_key,
+        value=json.dumps(letter),
+        id=dead_letter_id(row.stream, row.record_bucket, row.record_offset),
+    )
+
+
+def _processor_letter(name: str, letter: DeadLetter) -> Row:
+    """A record's dead letter goes to its stream's; a timer's to the processor's own."""
+    fields: dict[str, Any] = {"error": letter.error, "processor": name, "key": letter.key}
+    record = letter.record
+    if record is not None:
+        original = json.dumps(record.value, separators=(",", ":"), ensure_ascii=False)
+        fields |= {
+            "stream": record.stream,
+            "bucket": record.bucket,
+            "offset": record.offset,
+            "original": original,
+            "original_base64": base64.b64encode(original.encode()).decode("ascii"),
+        }
+        target = dead_letter_stream(record.stream)
+        letter_id = f"{name}:{dead_letter_id(record.stream, record.bucket, record.offset)}"
+    else:
+        timer = letter.timer
+        assert timer is not None  # a dead letter holds a record or a timer
+        fields["timer"] = {"tag": timer.tag, "time_ms": timer.time_ms, "domain": timer.domain}
+        target = dead_letter_stream(name)
+        letter_id = f"{name}:dlq:timer:{_canonical_text(letter.key)}:{timer.tag}:{timer.time_ms}"
+    return Row(
+        kind=_DEAD_LETTER,
+        stream=target,
+        key=_routing_key(letter.key),
+        value=json.dumps(fields, default=repr),
+        id=letter_id,
+    )
+
+
+def _require_event_time_timers(name: str, key: Any, key_stored: Mapping[str, Any]) -> None:
+    for tag, (domain, _) in key_stored.get("timers", {}).items():
+        if domain == "processing_time":
+            raise ProcessorError(
+                f"processor {name!r} set processing-time timer {tag!r} for key {key!r}, and the "
+                "Spark runtime runs processors in event time only",
+                hint="Spark's transformWithState takes one time mode per operator; use an "
+                "event-time timer (set_timer(tag, event_time_ms=...)), or run processors that "
+                "need the wall clock with ProcessorTester until both modes are mapped",
+            )
+
+
+def _encode_bucket(name: str, stored: Mapping[Any, Any]) -> str:
+    """A bucket's stored state as JSON: `[[key, key's stored state], ...]`."""
+    try:
+        return json.dumps([[key, key_stored] for key, key_stored in stored.items()])
+    except (TypeError, ValueError) as error:
+        raise RuntimeError(
+            _worker_error_text(
+                ProcessorError(
+                    f"processor {name!r} has a key or state that JSON cannot hold: {error}",
+                    hint="make Input keys str, int, float, bool or tuples of them",
+                )
+            )
+        ) from None
+
+
+def _decode_bucket(text: str) -> dict[Any, Any]:
+    return {_key_from_json(key): key_stored for key, key_stored in json.loads(text)}
+
+
+def _key_from_json(key: Any) -> Any:
+    # A key is hashable, so a list in stored JSON was a tuple.
+    return tuple(_key_from_json(part) for part in key) if isinstance(key, list) else key
+
+
+def _canonical_key(key: Any) -> Any:
+    """`key` as JSON-able data in which keys Python finds equal (1, 1.0, True) are the same."""
+    if isinstance(key, bool):
+        return int(key)
+    if isinstance(key, float) and key.is_integer():
+        return int(key)
+    if isinstance(key, tuple):
+        return [_canonical_key(part) for part in key]
+    return key
+
+
+def _canonical_text(key: Any) -> str:
+    return json.dumps(_canonical_key(key), separators=(",", ":"), default=repr)
+
+
+def _routing_key(key: Any) -> str | None:
+    if key is None or isinstance(key, str):
+        return key
+    return _canonical_text(key)
+
+
+def _worker_error_text(error: ProcessorError) -> str:
+    return _WORKER_ERROR_MARK + json.dumps({"message": error.message, "hint": error.hint})
+
+
+def _processor_error_in(text: str) -> ProcessorError | None:
+    """The `ProcessorError` a Python worker raised, from the text of the failed query's error."""
+    start = text.find(_WORKER_ERROR_MARK)
+    if start < 0:
+        return None
+    try:
+        fields, _ = json.JSONDecoder().raw_decode(text, start + len(_WORKER_ERROR_MARK))
+    except json.JSONDecodeError:
+        return None
+    return ProcessorError(fields["message"], hint=fields["hint"])
+
+
+def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataFrame) -> None:
+    """Write one micro-batch's productions and dead letters to Kafka, in one write."""
+    batch.persist()
+    try:
+        counts = batch.groupBy("kind", "stream").count().collect()
+        for row in counts:
+            if row["kind"] == _PRODUCTION and row["stream"] not in running._known_streams:
+                try:
+                    _require_stream(
+                        workspace, row["stream"], f"output of processor {running.processor.name!r}"
+                    )
+                except ProcessorError as error:
+                    raise RuntimeError(_worker_error_text(error)) from None
+                running._known_streams.add(row["stream"])
+        written = batch.where(F.col("kind") != _LATE)
+        if any(row["kind"] != _LATE for row in counts):
+            (
+                written.select(
+                    F.col("stream").alias("topic"),
+                    "key",
+                    "value",
+                    F.array(
+                        F.struct(
+                            F.lit(ID_HEADER).alias("key"), F.col("id").cast("binary").alias("value")
+                        )
+                    ).alias("headers"),
+                )
+                .write.format("kafka")
+                .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+                .save()
+            )
+        for row in counts:
+            if row["kind"] == _PRODUCTION:
+                running.productions += row["count"]
+            elif row["kind"] == _DEAD_LETTER:
+                running.dead_letters += row["count"]
+            else:
+                running.late += row["count"]
+    finally:
+        batch.unpersist()
+
+
+def _require_stream(workspace: Workspace, stream: str, role: str) -> None:
+    try:
+        require_stream(workspace.settings, stream)
+    except StreamNotFoundError as error:
+        raise ProcessorError(
+            f"stream {stream!r}, {role}, does not exist",
+            hint=f"create it with `millrace stream create {stream}` and start the app again",
+        ) from error

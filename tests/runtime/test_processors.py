@@ -1,0 +1,238 @@
+"""Processor apps on Spark: the same productions, ids and state as ProcessorTester, exactly
+once across restarts, monoids, and failures that stop the app or go to dead letters."""
+
+# Processor classes declare `inputs` as a list, the way users write them.
+# ruff: noqa: RUF012
+
+import uuid
+from collections import Counter
+
+import pytest
+from pyspark.sql import SparkSession
+
+from millrace import Input, MapState, Processor
+from millrace.bus.publisher import Publisher
+from millrace.bus.reader import TailStart, tail
+from millrace.bus.records import Record
+from millrace.bus.streams import create_stream, dead_letter_stream
+from millrace.config.workspace import Workspace
+from millrace.errors import ProcessorError
+from millrace.runtime.processors import start_processor_app
+from millrace.testing import ProcessorTester
+
+T0 = 1_767_225_600_000
+LATENESS_MS = 10_000
+QUERIES = ["cats", "dogs", "fish", "owls"]
+
+
+def window_counter(stream: str, output: str) -> type[Processor]:
+    """The WindowCounter of docs/processor.md, reading `stream` and producing to `output`."""
+
+    class WindowCounter(Processor):
+        name = f"window_counter_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream, key="query", time="ts", lateness="10s")]
+        counts = MapState(key=int, value=int)
+
+        def on_record(self, key, record, ctx):
+            bucket = ctx.event_time_ms // 1000 * 1000
+            self.counts[bucket] = self.counts.get(bucket, 0) + 1
+            ctx.set_timer(f"close-{bucket}", event_time_ms=bucket + 1000)
+
+        def on_timer(self, key, timer, ctx):
+            bucket = timer.time_ms - 1000
+            ctx.produce(
+                output,
+                {"query": key, "bucket": bucket, "count": self.counts.pop(bucket)},
+                time_ms=bucket,
+            )
+
+    return WindowCounter
+
+
+def queries(first: int, count: int) -> list[dict]:
+    """Queries every 150 ms from record `first` on, a little out of order, never late."""
+    return [
+        {"query": QUERIES[n * 7 % len(QUERIES)], "ts": T0 + n * 150 - (n % 5) * 400}
+        for n in range(first, first + count)
+    ]
+
+
+def closing(events: list[dict]) -> dict:
+    """A record far enough ahead that the watermark passes every window of `events`."""
+    return {"query": "closing", "ts": max(event["ts"] for event in events) + LATENESS_MS + 1000}
+
+
+def publish(workspace: Workspace, stream: str, events: list[dict]) -> None:
+    with Publisher(stream, settings=workspace.settings, time_field="ts") as publisher:
+        for event in events:
+            publisher.send(event)
+
+
+def read(workspace: Workspace, stream: str) -> list[Record]:
+    return list(tail(stream, TailStart(from_beginning=True), settings=workspace.settings))
+
+
+def window_counts(events: list[dict]) -> Counter:
+    """Plain Python: records per query and one-second window."""
+    return Counter((event["query"], event["ts"] // 1000 * 1000) for event in events)
+
+
+def produced_counts(records: list[Record]) -> Counter:
+    return Counter(
+        {
+            (record.value["query"], record.value["bucket"]): record.value["count"]
+            for record in records
+        }
+    )
+
+
+def test_window_counter_on_spark_matches_plain_python_and_the_tester(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.counts"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+    processor = window_counter(stream_name, output)
+    events = queries(0, 300)
+    publish(workspace, stream_name, [*events, closing(events)])
+
+    running = start_processor_app(
+        spark, workspace, processor, available_now=True, max_records_per_batch=100
+    )
+    running.await_termination()
+
+    produced = read(workspace, output)
+    assert produced_counts(produced) == window_counts(events)
+    assert len({record.id for record in produced}) == len(produced)
+    assert running.late == 0
+
+    tester = ProcessorTester(processor)
+    inputs = [
+        Record(r.stream, r.bucket, r.offset, r.key, r.id, None, r.value)
+        for r in read(workspace, stream_name)
+    ]
+    for start in range(0, len(inputs), 100):
+        tester.feed(stream_name, inputs[start : start + 100])
+        tester.run_batch()
+    tester.fire_timers()
+    assert {p.id: p.value for p in tester.productions[output]} == {
+        record.id: record.value for record in produced
+    }
+
+
+def test_a_restarted_processor_resumes_its_state_and_loses_or_repeats_no_production(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.counts"
+    create_stream(workspace.settings, stream_name, buckets=2)
+    create_stream(workspace.settings, output, buckets=1)
+    processor = window_counter(stream_name, output)
+    before, after = queries(0, 150), queries(150, 150)
+    publish(workspace, stream_name, before)
+    first = start_processor_app(spark, workspace, processor, max_records_per_batch=60)
+    first.process_all_available()
+    first.stop()
+    produced_before = read(workspace, output)
+    # Windows closed by the first run's watermark were produced; the others wait in state.
+    assert 0 < sum(produced_counts(produced_before).values()) < len(before)
+
+    publish(workspace, stream_name, [*after, closing(after)])
+    second = start_processor_app(spark, workspace, processor, available_now=True)
+    second.await_termination()
+
+    produced = read(workspace, output)
+    assert len({record.id for record in produced}) == len(produced)
+    assert produced_counts(produced) == window_counts(before + after)
+    assert first.late == second.late == 0
+
+
+def test_a_monoid_processor_gives_the_aggregates_of_the_tester(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.totals"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+
+    class QueryTotals(Processor):
+        name = f"query_totals_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream_name, key="query", time="ts")]
+        zero = {"count": 0, "last": 0}
+
+        def lift(self, record):
+            return {"count": 1, "last": record["ts"]}
+
+        def combine(self, a, b):
+            return {"count": a["count"] + b["count"], "last": max(a["last"], b["last"])}
+
+        def on_aggregate(self, key, aggregate, ctx):
+            ctx.produce(output, {"query": key, **aggregate}, key=key)
+
+    events = queries(0, 200)
+    publish(workspace, stream_name, events)
+    running = start_processor_app(
+        spark, workspace, QueryTotals, available_now=True, max_records_per_batch=50
+    )
+    running.await_termination()
+
+    produced = read(workspace, output)
+    tester = ProcessorTester(QueryTotals)
+    inputs = [
+        Record(r.stream, r.bucket, r.offset, r.key, r.id, None, r.value)
+        for r in read(workspace, stream_name)
+    ]
+    for start in range(0, len(inputs), 50):
+        tester.feed(stream_name, inputs[start : start + 50])
+        tester.run_batch()
+    assert sorted((p.id, str(p.value)) for p in tester.productions[output]) == sorted(
+        (record.id, str(record.value)) for record in produced
+    )
+    # No lateness: records behind the previous micro-batches' latest time are late.
+    late = Counter(record.value["query"] for record in tester.late)
+    assert running.late == sum(late.values()) > 0
+    final = Counter({record.value["query"]: record.value["count"] for record in produced})
+    assert final + late == Counter(event["query"] for event in events)
+
+
+def failing_echo(stream: str, output: str, on_error: str) -> type[Processor]:
+    """Produces each record again, and fails on the query 'boom'."""
+
+    class FailingEcho(Processor):
+        name = f"failing_echo_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream, key="query", time="ts")]
+
+        def on_record(self, key, record, ctx):
+            if key == "boom":
+                raise ValueError("boom is not a query")
+            ctx.produce(output, record)
+
+    FailingEcho.on_error = on_error
+    return FailingEcho
+
+
+@pytest.mark.parametrize("on_error", ["stop", "dlq"])
+def test_a_failing_callback_stops_the_app_or_goes_to_the_dead_letters(
+    spark: SparkSession, workspace: Workspace, stream_name: str, on_error: str
+) -> None:
+    output = f"{stream_name}.echo"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+    processor = failing_echo(stream_name, output, on_error)
+    events = queries(0, 20)
+    events[7] = {"query": "boom", "ts": T0}
+    publish(workspace, stream_name, events)
+
+    running = start_processor_app(spark, workspace, processor, available_now=True)
+    if on_error == "stop":
+        with pytest.raises(ProcessorError) as raised:
+            running.await_termination()
+        message = raised.value.message
+        for part in (processor.name, "key 'boom'", stream_name, "bucket 0", "offset 7"):
+            assert part in message
+        assert read(workspace, output) == []
+        return
+    running.await_termination()
+    assert len(read(workspace, output)) == 19
+    letters = read(workspace, dead_letter_stream(stream_name))
+    assert [(letter.value["offset"], letter.value["key"]) for letter in letters] == [(7, "boom")]
+    assert "ValueError: boom is not a query" in letters[0].value["error"]
+    assert running.dead_letters == 1
