@@ -1,11 +1,13 @@
 import json
 from pathlib import Path
 
+from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from tests.cli.test_cli import millrace
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "top_events.sql"
+ZEITGEIST = Path(__file__).parents[2] / "examples" / "zeitgeist.py"
 
 
 def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
@@ -115,3 +117,43 @@ def test_run_batch_writes_the_results_of_a_range_and_says_what_it_wrote(
         "app 'cli_batch' ran over 2026-01-01T00:00:00Z to 2026-01-01T00:01:00Z",
         "table per_minute: 1 row merged",
     ]
+
+
+def test_a_processor_runs_from_the_command_line_over_live_streams(workspace: Workspace) -> None:
+    for stream in ("queries", "query_counts", "query_anomalies"):
+        create_stream(workspace.settings, stream, exist_ok=True)
+    start_ms = 1_767_225_600_000
+    events = [
+        {"query": query, "time": start_ms + second * 1000 + offset * 37}
+        for second in range(12)
+        for query, per_second in (("cats", 3), ("dogs", 1))
+        for offset in range(per_second + second % 2)
+    ]
+    # An hour later: the watermark it sets closes every second above.
+    events.append({"query": "closing", "time": start_ms + 3_600_000})
+    millrace("publish", "queries", "-", stdin="\n".join(json.dumps(e) for e in events))
+
+    ran = millrace("run", f"{ZEITGEIST}:Zeitgeist", "--available-now")
+
+    assert ran.returncode == 0, ran.stderr
+    assert "processor 'zeitgeist' running" in ran.stdout
+    expected: dict[tuple[str, int], int] = {}
+    for event in events[:-1]:
+        second = event["time"] // 1000 * 1000
+        expected[(event["query"], second)] = expected.get((event["query"], second), 0) + 1
+    counts = {
+        (record.value["query"], record.value["second"]): record.value["count"]
+        for record in tail(
+            "query_counts", TailStart(from_beginning=True), settings=workspace.settings
+        )
+    }
+    assert {key: count for key, count in counts.items() if count} == expected
+
+
+def test_run_names_what_is_wrong_with_a_processor_target() -> None:
+    missing = millrace("run", f"{ZEITGEIST}:Nope")
+    assert missing.returncode == 1
+    assert f"{ZEITGEIST} has no 'Nope'" in missing.stderr
+    batch = millrace("run", f"{ZEITGEIST}:Zeitgeist", "--batch")
+    assert batch.returncode == 2
+    assert "run SQL apps only, not processors" in batch.stderr

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.records import event_time_ms
 from millrace.bus.streams import dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.progress import late_rows
 from millrace.engine.session import spark_session, stop_spark_session
+from millrace.engine.user_code import ship_with_tasks
 from millrace.errors import PublishError
+from millrace.processor.loading import is_processor_target, load_processor
+from millrace.runtime.processors import start_processor_app
 from millrace.runtime.sql_apps import (
     RunningApp,
     explain_sql_app,
@@ -43,7 +48,7 @@ def check(app_file: Path) -> None:
 
 
 @click.command()
-@click.argument("app_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("app")
 @click.option("--available-now", is_flag=True, help="Process what the inputs hold now, then stop.")
 @click.option(
     "--batch", is_flag=True, help="Run once over the event times from --from to --to, then stop."
@@ -52,14 +57,23 @@ def check(app_file: Path) -> None:
     "--from", "start", help="With --batch: the first event time, ISO-8601 or epoch ms (or s)."
 )
 @click.option("--to", "end", help="With --batch: the end of the range, not included.")
-def run(
-    app_file: Path, available_now: bool, batch: bool, start: str | None, end: str | None
-) -> None:
-    """Run the SQL app in APP_FILE in the foreground, printing progress, until Ctrl-C.
+def run(app: str, available_now: bool, batch: bool, start: str | None, end: str | None) -> None:
+    """Run APP in the foreground, printing progress, until Ctrl-C.
 
-    With --batch, run it once over the records of its inputs whose event time is from --from
-    up to --to, into the same result tables and streams, and print what it wrote.
+    APP is a SQL app's file, or a processor as module:Class or path/to/file.py:Class.
+    With --batch, run a SQL app once over the records of its inputs whose event time is from
+    --from up to --to, into the same result tables and streams, and print what it wrote.
     """
+    if is_processor_target(app) and not Path(app).exists():
+        if batch or start is not None or end is not None:
+            raise click.UsageError("--batch, --from and --to run SQL apps only, not processors")
+        _run_processor(app, available_now)
+        return
+    app_file = Path(app)
+    if not app_file.is_file():
+        raise click.UsageError(
+            f"no file {app!r}: give a SQL app's file, or a processor as module:Class"
+        )
     if not batch:
         if start is not None or end is not None:
             raise click.UsageError("--from and --to go with --batch")
@@ -127,6 +141,31 @@ def _run_streaming(app_file: Path, available_now: bool) -> None:
         stop_spark_session()
 
 
+def _run_processor(target: str, available_now: bool) -> None:
+    processor = load_processor(target)
+    ship_with_tasks(sys.modules[processor.__module__])
+    workspace = Workspace.locate().require_initialized()
+    spark = spark_session(workspace.settings, processor.name)
+    try:
+        running = start_processor_app(spark, workspace, processor, available_now=available_now)
+        click.echo(f"processor {processor.name!r} running (Ctrl-C stops)")
+        seen: dict[str, int] = {}
+        while running.query.isActive:
+            _echo_query_progress(running.query, seen)
+            time.sleep(_PROGRESS_EVERY_S)
+        running.await_termination()
+        _echo_query_progress(running.query, seen)
+        click.echo(
+            f"{_count(running.productions, 'production')}, "
+            f"{_count(running.late, 'late record')} dropped, "
+            f"{_count(running.dead_letters, 'dead letter')}"
+        )
+    except KeyboardInterrupt:
+        click.echo("stopping...")
+    finally:
+        stop_spark_session()
+
+
 def _run_batch(app_file: Path, start_ms: int, end_ms: int) -> None:
     app = load_app(app_file)
     workspace = Workspace.locate().require_initialized()
@@ -184,11 +223,17 @@ def _iso(time_ms: int) -> str:
 def _echo_progress(running: RunningApp, seen: dict[str, int]) -> None:
     """Print the progress of each query that finished a micro-batch since `seen` was updated."""
     for query in running.queries:
-        progress = query.lastProgress
-        if progress and seen.get(query.name) != progress["batchId"]:
-            seen[query.name] = progress["batchId"]
-            late = late_rows(query) if query in running.tables.values() else None
-            click.echo(_progress_line(query.name, progress, late))
+        late = late_rows(query) if query in running.tables.values() else None
+        _echo_query_progress(query, seen, late)
+
+
+def _echo_query_progress(
+    query: StreamingQuery, seen: dict[str, int], late: int | None = None
+) -> None:
+    progress = query.lastProgress
+    if progress and seen.get(query.name) != progress["batchId"]:
+        seen[query.name] = progress["batchId"]
+        click.echo(_progress_line(query.name, progress, late))
 
 
 def _progress_line(name: str, progress: dict, late: int | None) -> str:

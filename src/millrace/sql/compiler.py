@@ -14,13 +14,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 
-from pyspark import cloudpickle
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -30,6 +26,7 @@ from sqlglot import exp
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.streams import StreamInput, read_batch, read_stream
+from millrace.engine.user_code import ship_with_tasks
 from millrace.errors import SqlError, StreamNotFoundError
 from millrace.sql.aggregates import (
     TOPK_FINISH,
@@ -463,10 +460,7 @@ def _load_function(function: Function) -> UserDefinedFunction:
             f"{module_name!r}: {error}",
             hint="put the module on the PYTHONPATH of the app (or install it in the virtualenv)",
         ) from None
-    if _is_users_module(module):
-        # Spark's Python workers cannot import the user's module unless it is installed: ship
-        # the function's code itself, as on a cluster.
-        cloudpickle.register_pickle_by_value(module)
+    ship_with_tasks(module)
     target = getattr(module, attribute, None)
     if target is None:
         raise SqlError(
@@ -486,13 +480,3 @@ def _load_function(function: Function) -> UserDefinedFunction:
             hint="annotate it, such as `-> float`, or decorate it with @pandas_udf('double')",
         )
     return F.udf(target, returns, useArrow=True)
-
-
-def _is_users_module(module: ModuleType) -> bool:
-    path = getattr(module, "__file__", None)
-    if path is None:
-        return False
-    installed = {
-        sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")
-    }
-    return not any(Path(path).is_relative_to(folder) for folder in installed)
