@@ -1,13 +1,16 @@
 """Processor apps on Spark: the same productions, ids and state as ProcessorTester, exactly
-once across restarts, monoids, and failures that stop the app or go to dead letters."""
+once across restarts, monoids, failures that stop the app or go to dead letters, and records
+that cannot be read."""
 
 # Processor classes declare `inputs` as a list, the way users write them.
 # ruff: noqa: RUF012
 
+import json
 import uuid
 from collections import Counter
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, MapState, Processor
@@ -236,3 +239,39 @@ def test_a_failing_callback_stops_the_app_or_goes_to_the_dead_letters(
     assert [(letter.value["offset"], letter.value["key"]) for letter in letters] == [(7, "boom")]
     assert "ValueError: boom is not a query" in letters[0].value["error"]
     assert running.dead_letters == 1
+
+
+def test_values_that_are_not_json_objects_or_have_no_time_go_to_the_dead_letters(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.echo"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+    processor = failing_echo(stream_name, output, "dlq")
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    raw = [
+        json.dumps({"query": "cats", "ts": T0}).encode(),
+        b"not json",
+        b"[1, 2]",
+        json.dumps({"query": "dogs"}).encode(),
+        json.dumps({"query": "fish", "ts": T0 + 1}).encode(),
+    ]
+    for value in raw:
+        producer.produce(stream_name, value)
+    producer.flush()
+
+    running = start_processor_app(spark, workspace, processor, available_now=True)
+    running.await_termination()
+
+    assert [record.value["query"] for record in read(workspace, output)] == ["cats", "fish"]
+    letters = {
+        letter.value["offset"]: letter.value
+        for letter in read(workspace, dead_letter_stream(stream_name))
+    }
+    assert sorted(letters) == [1, 2, 3]
+    assert letters[1]["error"].startswith("value is not valid JSON")
+    assert letters[1]["original"] == "not json"
+    assert letters[2]["error"] == "value is JSON but not an object: list"
+    assert letters[3]["processor"] == processor.name
+    assert "ts" in letters[3]["error"]
+    assert running.dead_letters == 3

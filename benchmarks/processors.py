@@ -1,0 +1,423 @@
+"""Processor apps next to the same per-key counter hand-written on PySpark's transformWithState.
+
+Run it with `.venv/bin/python benchmarks/processors.py [--records N] [--keys K ...]
+[--batch-records B] [--rounds R] [--only SIDE ...]` after `make setup`. For each key count K
+(1,000 and 100,000 by default) it loads N records with K distinct keys into a Kafka stream of
+its own, then runs three sides over them R times, interleaved, each over all its input
+(trigger available-now, at most B records a micro-batch, a fresh checkpoint and output stream
+each time), after one round of each that warms the JVM up and is not kept:
+
+- `millrace_stateful`: a millrace `Processor` counting in a `ValueState` with per-record
+  Python logic (`on_record`), as `millrace.runtime.processors` runs it;
+- `millrace_monoid`: the same count as a monoid processor (`zero`, `lift`, `combine`), which
+  the runtime pre-aggregates per key and micro-batch before it touches state;
+- `pyspark_transform_with_state`: the same logic written directly against PySpark's
+  `groupBy(key).transformWithState` (Row API) with one `ValueState` per key, the records'
+  JSON decoded in the JVM: the baseline the processor issue compares with.
+
+Every side keeps its counts in state and emits each key's count once, on an event-time timer
+that the watermark passes at the end of the input (the input ends with a record an hour
+later than the rest), to a Kafka stream; each run's output is read back and checked against
+a plain-Python count of the records (a mismatch stops the benchmark with SystemExit).
+
+Records/s count the time the query spends in micro-batches, as Spark reports it (the sum of
+`durationMs.triggerExecution`): the throughput of a running app. Wall-clock figures (`wall_*`),
+from start to stop, add starting and stopping the query. The ratios are of the medians,
+each millrace side over the PySpark baseline. Loading the stream is not measured.
+
+Bytewax, which the issue also names as a baseline, is not installed in the project's
+environment and is left out here.
+
+The result goes to benchmarks/results/processors-*.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from _harness import isolated_workspace, write_results
+from confluent_kafka import Producer
+from pyspark.sql import Row, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+START_MS = 1_767_225_600_000
+RECORDS_PER_S = 10_000
+"""Event-time rate of the generated records: N records span N / RECORDS_PER_S seconds."""
+LATENESS_MS = 30_000
+CLOSING_KEY = "closing"
+PARTITIONS = 2
+SIDES = ("millrace_stateful", "millrace_monoid", "pyspark_transform_with_state")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=400_000)
+    parser.add_argument(
+        "--keys", type=int, action="append", help="distinct keys (repeatable; 1000 and 100000)"
+    )
+    parser.add_argument("--batch-records", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", action="append", choices=SIDES, help="run this side")
+    options = parser.parse_args()
+    key_counts = options.keys or [1_000, 100_000]
+    sides = [side for side in SIDES if not options.only or side in options.only]
+    with isolated_workspace():
+        from millrace.config.workspace import Workspace
+        from millrace.engine.session import spark_session, stop_spark_session
+
+        workspace = Workspace.locate()
+        spark = spark_session(workspace.settings, app_name="millrace-bench-processors")
+        results: dict[str, object] = {
+            "records": options.records,
+            "batch_records": options.batch_records,
+            "rounds": options.rounds,
+            "spark": {
+                "master": workspace.settings.spark_master,
+                "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+                "state_store": spark.conf.get("spark.sql.streaming.stateStore.providerClass"),
+            },
+        }
+        try:
+            for keys in key_counts:
+                load = _load(workspace, options.records, keys)
+                runners = _runners(spark, workspace, load, options.batch_records)
+                results[f"keys_{keys}"] = {
+                    "keys": keys,
+                    **_compare(
+                        spark,
+                        workspace,
+                        load,
+                        options.rounds,
+                        {side: runners[side] for side in sides},
+                    ),
+                }
+        finally:
+            stop_spark_session()
+    write_results("processors", results)
+
+
+def _runners(
+    spark: SparkSession, workspace, load: _Load, batch_records: int
+) -> dict[str, Callable[[], _Run]]:
+    """Each side's run over `load`, by side."""
+    return {
+        "millrace_stateful": lambda: _millrace(spark, workspace, load, _counter, batch_records),
+        "millrace_monoid": lambda: _millrace(
+            spark, workspace, load, _monoid_counter, batch_records
+        ),
+        "pyspark_transform_with_state": lambda: _pyspark(spark, workspace, load, batch_records),
+    }
+
+
+@dataclass(frozen=True)
+class _Load:
+    """A loaded input stream: its name, records, the time every timer is set at, the counts."""
+
+    stream: str
+    records: int
+    emit_ms: int
+    counts: Counter
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One side's run: wall-clock seconds from start to stop, seconds in micro-batches, output."""
+
+    wall_s: float
+    processing_s: float
+    output: str
+
+
+def _compare(
+    spark: SparkSession,
+    workspace,
+    load: _Load,
+    rounds: int,
+    sides: dict[str, Callable[[], _Run]],
+) -> dict[str, object]:
+    """Records/s of every side over interleaved rounds, and each millrace side's ratio."""
+    runs: dict[str, list[_Run]] = {side: [] for side in sides}
+    for round_number in range(rounds + 1):
+        for side, run_side in sides.items():
+            run = run_side()
+            _check(spark, workspace, load, side, run.output)
+            # The first round warms the JVM's code and Spark's caches for every side.
+            if round_number > 0:
+                runs[side].append(run)
+            print(f"{side}: {load.records / run.processing_s:,.0f} records/s", flush=True)
+    result: dict[str, object] = {}
+    for side, side_runs in runs.items():
+        result[f"{side}_records_per_s"] = [load.records / run.processing_s for run in side_runs]
+        result[f"{side}_wall_records_per_s"] = [load.records / run.wall_s for run in side_runs]
+    baseline = "pyspark_transform_with_state"
+    if baseline in runs:
+        for side in runs:
+            if side == baseline:
+                continue
+            for figure in ("records_per_s", "wall_records_per_s"):
+                ratio = statistics.median(result[f"{side}_{figure}"]) / statistics.median(
+                    result[f"{baseline}_{figure}"]
+                )
+                name = "ratio" if figure == "records_per_s" else "wall_ratio"
+                result[f"{side}_to_pyspark_{name}"] = ratio
+    return result
+
+
+def _check(spark: SparkSession, workspace, load: _Load, side: str, output: str) -> None:
+    """Stop the benchmark unless `output` holds exactly one right count per key."""
+    rows = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", output)
+        .load()
+        .select(F.from_json(F.col("value").cast("string"), "key STRING, count LONG").alias("c"))
+        .select("c.*")
+        .collect()
+    )
+    produced = {row["key"]: row["count"] for row in rows}
+    if len(rows) != len(produced) or produced != dict(load.counts):
+        missing = set(load.counts) - set(produced)
+        wrong = {key for key in produced if produced[key] != load.counts.get(key)}
+        raise SystemExit(
+            f"{side} produced {len(rows)} counts for {len(produced)} keys, expected "
+            f"{len(load.counts)}: {len(missing)} keys missing, {len(wrong)} keys wrong"
+        )
+
+
+def _counter(stream: str, output: str, emit_ms: int) -> type:
+    """A stateful millrace processor: a count per key, emitted when the watermark passes."""
+    from millrace import Input, Processor, ValueState
+
+    class Counter(Processor):
+        name = f"bench_counter_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream, key="key", time="time", lateness=f"{LATENESS_MS}ms")]  # noqa: RUF012
+        count = ValueState(int)
+
+        def on_record(self, key, record, ctx):
+            if not self.count.exists():
+                ctx.set_timer("emit", event_time_ms=emit_ms)
+            self.count.set(self.count.get(0) + 1)
+
+        def on_timer(self, key, timer, ctx):
+            ctx.produce(output, {"key": key, "count": self.count.get()})
+
+    return Counter
+
+
+def _monoid_counter(stream: str, output: str, emit_ms: int) -> type:
+    """The same count as a monoid processor: the runtime folds each key's batch first."""
+    from millrace import Input, Processor
+
+    class MonoidCounter(Processor):
+        name = f"bench_monoid_counter_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream, key="key", time="time", lateness=f"{LATENESS_MS}ms")]  # noqa: RUF012
+        zero = 0
+
+        def lift(self, record):
+            return 1
+
+        def combine(self, a, b):
+            return a + b
+
+        def on_aggregate(self, key, aggregate, ctx):
+            if ctx.timer("emit") is None:
+                ctx.set_timer("emit", event_time_ms=emit_ms)
+
+        def on_timer(self, key, timer, ctx):
+            ctx.produce(output, {"key": key, "count": self.aggregate.get()})
+
+    return MonoidCounter
+
+
+def _millrace(
+    spark: SparkSession,
+    workspace,
+    load: _Load,
+    processor: Callable[[str, str, int], type],
+    batch_records: int,
+) -> _Run:
+    from millrace.runtime.processors import start_processor_app
+
+    output = _output_stream(workspace)
+    started = time.perf_counter()
+    running = start_processor_app(
+        spark,
+        workspace,
+        processor(load.stream, output, load.emit_ms),
+        available_now=True,
+        max_records_per_batch=batch_records,
+    )
+    running.await_termination()
+    return _Run(time.perf_counter() - started, _processing_s(running.query), output)
+
+
+class _DirectCounter(StatefulProcessor):
+    """The per-key counter written directly against transformWithState: one group per key."""
+
+    def __init__(self, emit_ms: int) -> None:
+        self.emit_ms = emit_ms
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.count = handle.getValueState("count", "count LONG")
+
+    def handleInputRows(  # noqa: N802 - Spark's callback names
+        self,
+        key: Any,
+        rows: Iterator[Row],
+        timerValues: TimerValues,  # noqa: N803
+    ) -> Iterator[Row]:
+        seen = self.count.exists()
+        count = self.count.get()[0] if seen else 0
+        for _ in rows:
+            count += 1
+        if not seen:
+            self.handle.registerTimer(self.emit_ms)
+        self.count.update((count,))
+        return iter(())
+
+    def handleExpiredTimer(  # noqa: N802
+        self,
+        key: Any,
+        timerValues: TimerValues,  # noqa: N803
+        expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
+    ) -> Iterator[Row]:
+        yield Row(key=key[0], count=self.count.get()[0])
+
+    def close(self) -> None:
+        pass
+
+
+def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) -> _Run:
+    output = _output_stream(workspace)
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", load.stream)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", batch_records)
+        .load()
+    )
+    records = (
+        raw.select(F.from_json(F.col("value").cast("string"), "time LONG, key STRING").alias("r"))
+        .select(F.col("r.key").alias("key"), F.timestamp_millis("r.time").alias("event_time"))
+        .withWatermark("event_time", f"{LATENESS_MS} milliseconds")
+        .drop("event_time")
+    )
+    counts = records.groupBy("key").transformWithState(
+        statefulProcessor=_DirectCounter(load.emit_ms),
+        outputStructType="key STRING, count LONG",
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+    run = uuid.uuid4().hex[:8]
+    started = time.perf_counter()
+    query = (
+        counts.select(F.to_json(F.struct("key", "count")).alias("value"))
+        .writeStream.foreachBatch(
+            lambda batch, _: (
+                batch.write.format("kafka")
+                .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+                .option("topic", output)
+                .save()
+            )
+        )
+        .option("checkpointLocation", str(workspace.checkpoint("bench", run)))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return _Run(time.perf_counter() - started, _processing_s(query), output)
+
+
+def _processing_s(query) -> float:
+    """Seconds `query` spent in its micro-batches, as Spark reports them."""
+    return (
+        sum(progress["durationMs"]["triggerExecution"] for progress in query.recentProgress) / 1000
+    )
+
+
+def _output_stream(workspace) -> str:
+    from millrace.bus.streams import create_stream
+
+    output = f"bench.counts.{uuid.uuid4().hex[:8]}"
+    create_stream(workspace.settings, output, buckets=2)
+    return output
+
+
+def _load(workspace, count: int, keys: int) -> _Load:
+    """`count` records over `keys` keys, then the closing record, and their plain counts."""
+    from millrace.bus.streams import create_stream
+
+    stream = f"bench.records.{keys}"
+    create_stream(workspace.settings, stream, buckets=PARTITIONS)
+    producer = Producer(
+        {
+            "bootstrap.servers": workspace.settings.bootstrap_servers,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "enable.idempotence": True,
+        }
+    )
+    generator = random.Random(keys)
+    counts: Counter = Counter()
+    emit_ms = START_MS + count * 1000 // RECORDS_PER_S + 10_000
+    records = (
+        {
+            "time": START_MS + number * 1000 // RECORDS_PER_S + generator.randrange(-2000, 2000),
+            "key": f"k{generator.randrange(keys)}",
+        }
+        for number in range(count)
+    )
+    for number, record in enumerate(records):
+        counts[record["key"]] += 1
+        _produce(producer, stream, record, f"bench:{keys}:{number}")
+    # A closing record in every partition, so that the micro-batch that reads the last records
+    # reads it too, and its watermark passes every key's timer, its own included.
+    closing = {"time": emit_ms + LATENESS_MS + 3_600_000, "key": CLOSING_KEY}
+    for partition in range(PARTITIONS):
+        counts[CLOSING_KEY] += 1
+        _produce(producer, stream, closing, f"bench:{keys}:closing:{partition}", partition)
+    producer.flush()
+    return _Load(stream, count + PARTITIONS, emit_ms, counts)
+
+
+def _produce(
+    producer: Producer,
+    stream: str,
+    record: dict[str, Any],
+    record_id: str,
+    partition: int | None = None,
+) -> None:
+    placement = {} if partition is None else {"partition": partition}
+    while True:
+        try:
+            producer.produce(
+                stream,
+                json.dumps(record).encode(),
+                key=record["key"].encode(),
+                headers={"id": record_id},
+                **placement,
+            )
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+if __name__ == "__main__":
+    main()
