@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,6 +42,22 @@ def isolated_workspace() -> Iterator[Path]:
     finally:
         cli("down")
         shutil.rmtree(home, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One side's run of a workload: wall-clock seconds from start to stop, seconds spent in
+    micro-batches, and where its output went (a table's path or a stream's name)."""
+
+    wall_s: float
+    processing_s: float
+    output: str
+
+
+def processing_seconds(query) -> float:
+    """Seconds a streaming query spent in its micro-batches, as Spark reports them."""
+    batches = query.recentProgress
+    return sum(progress["durationMs"]["triggerExecution"] for progress in batches) / 1000
 
 
 def cli(*arguments: str, stdin: str | None = None) -> None:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from _harness import isolated_workspace, write_results
+from _harness import Run, isolated_workspace, processing_seconds, write_results
 from confluent_kafka import Producer
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -113,7 +113,7 @@ def main() -> None:
 
 def _runners(
     spark: SparkSession, workspace, load: _Load, batch_records: int
-) -> dict[str, Callable[[], _Run]]:
+) -> dict[str, Callable[[], Run]]:
     """Each side's run over `load`, by side."""
     return {
         "millrace_stateful": lambda: _millrace(spark, workspace, load, _counter, batch_records),
@@ -134,24 +134,15 @@ class _Load:
     counts: Counter
 
 
-@dataclass(frozen=True)
-class _Run:
-    """One side's run: wall-clock seconds from start to stop, seconds in micro-batches, output."""
-
-    wall_s: float
-    processing_s: float
-    output: str
-
-
 def _compare(
     spark: SparkSession,
     workspace,
     load: _Load,
     rounds: int,
-    sides: dict[str, Callable[[], _Run]],
+    sides: dict[str, Callable[[], Run]],
 ) -> dict[str, object]:
     """Records/s of every side over interleaved rounds, and each millrace side's ratio."""
-    runs: dict[str, list[_Run]] = {side: [] for side in sides}
+    runs: dict[str, list[Run]] = {side: [] for side in sides}
     for round_number in range(rounds + 1):
         for side, run_side in sides.items():
             run = run_side()
@@ -250,7 +241,7 @@ def _millrace(
     load: _Load,
     processor: Callable[[str, str, int], type],
     batch_records: int,
-) -> _Run:
+) -> Run:
     from millrace.runtime.processors import start_processor_app
 
     output = _output_stream(workspace)
@@ -263,7 +254,7 @@ def _millrace(
         max_records_per_batch=batch_records,
     )
     running.await_termination()
-    return _Run(time.perf_counter() - started, _processing_s(running.query), output)
+    return Run(time.perf_counter() - started, processing_seconds(running.query), output)
 
 
 class _DirectCounter(StatefulProcessor):
@@ -303,7 +294,7 @@ class _DirectCounter(StatefulProcessor):
         pass
 
 
-def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) -> _Run:
+def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) -> Run:
     output = _output_stream(workspace)
     raw = (
         spark.readStream.format("kafka")
@@ -342,14 +333,7 @@ def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) ->
         .start()
     )
     query.awaitTermination()
-    return _Run(time.perf_counter() - started, _processing_s(query), output)
-
-
-def _processing_s(query) -> float:
-    """Seconds `query` spent in its micro-batches, as Spark reports them."""
-    return (
-        sum(progress["durationMs"]["triggerExecution"] for progress in query.recentProgress) / 1000
-    )
+    return Run(time.perf_counter() - started, processing_seconds(query), output)
 
 
 def _output_stream(workspace) -> str:

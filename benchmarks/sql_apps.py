@@ -41,10 +41,9 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from _harness import isolated_workspace, write_results
+from _harness import Run, isolated_workspace, processing_seconds, write_results
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -167,38 +166,29 @@ def main() -> None:
     write_results("sql-apps", results)
 
 
-@dataclass(frozen=True)
-class _Run:
-    """One side's run: wall-clock seconds from start to stop, seconds in micro-batches, table."""
-
-    wall_s: float
-    processing_s: float
-    table: str
-
-
 def _compare(
     spark: SparkSession,
     events: int,
     rounds: int,
-    ours: Callable[[], _Run],
-    theirs: Callable[[], _Run],
+    ours: Callable[[], Run],
+    theirs: Callable[[], Run],
 ) -> dict[str, object]:
     """Events/s of both sides over interleaved rounds, and the ratios of their medians.
 
     Throughput is events over the time spent in micro-batches; the wall-clock figures add
     starting (for millrace, compiling the app) and stopping the queries.
     """
-    runs: dict[str, list[_Run]] = {"millrace": [], "handwritten_pyspark": []}
+    runs: dict[str, list[Run]] = {"millrace": [], "handwritten_pyspark": []}
     # A first round warms the JVM's code and Spark's caches for both sides, and is not kept.
     ours(), theirs()
     for _ in range(rounds):
         millrace, handwritten = ours(), theirs()
         runs["millrace"].append(millrace)
         runs["handwritten_pyspark"].append(handwritten)
-        if _summary(spark, millrace.table) != _summary(spark, handwritten.table):
+        if _summary(spark, millrace.output) != _summary(spark, handwritten.output):
             raise SystemExit(
-                f"results differ: millrace has {_summary(spark, millrace.table)} "
-                f"(rows, sum of n), hand-written PySpark {_summary(spark, handwritten.table)}"
+                f"results differ: millrace has {_summary(spark, millrace.output)} "
+                f"(rows, sum of n), hand-written PySpark {_summary(spark, handwritten.output)}"
             )
     result: dict[str, object] = {}
     for side, side_runs in runs.items():
@@ -212,7 +202,7 @@ def _compare(
     return result
 
 
-def _millrace_app(spark: SparkSession, workspace, app_text: str) -> _Run:
+def _millrace_app(spark: SparkSession, workspace, app_text: str) -> Run:
     """The whole app, as `millrace run --available-now` runs it."""
     from millrace.runtime.sql_apps import result_table_path, start_sql_app
     from millrace.sql.parser import parse_app
@@ -223,14 +213,14 @@ def _millrace_app(spark: SparkSession, workspace, app_text: str) -> _Run:
     running.await_termination()
     wall_s = time.perf_counter() - started
     table = app.tables[0].name
-    return _Run(
+    return Run(
         wall_s,
-        _processing_s(running.tables[table]),
+        processing_seconds(running.tables[table]),
         str(result_table_path(workspace, app.name, table)),
     )
 
 
-def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFrame) -> _Run:
+def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFrame) -> Run:
     """The app's compiled plan over `events`, appending to Delta."""
     from millrace.sql.compiler import compile_app
     from millrace.sql.parser import parse_app
@@ -240,7 +230,7 @@ def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFr
     return _handwritten(workspace, compiled.tables[app.tables[0].name])
 
 
-def _handwritten(workspace, results: DataFrame) -> _Run:
+def _handwritten(workspace, results: DataFrame) -> Run:
     """A streaming DataFrame run over its input, appending to Delta."""
     run = uuid.uuid4().hex[:8]
     table = str(workspace.tables_dir / "bench" / run)
@@ -253,14 +243,7 @@ def _handwritten(workspace, results: DataFrame) -> _Run:
         .start()
     )
     query.awaitTermination()
-    return _Run(time.perf_counter() - started, _processing_s(query), table)
-
-
-def _processing_s(query) -> float:
-    """Seconds `query` spent in its micro-batches, as Spark reports them."""
-    return (
-        sum(progress["durationMs"]["triggerExecution"] for progress in query.recentProgress) / 1000
-    )
+    return Run(time.perf_counter() - started, processing_seconds(query), table)
 
 
 def _summary(spark: SparkSession, table: str) -> tuple[int, int]:
