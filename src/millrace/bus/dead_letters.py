@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -26,6 +27,25 @@ DEAD_LETTER_RETENTION = "30d"
 def dead_letter_id(stream: str, bucket: int, offset: int) -> str:
     """The id of the dead letter of the record at (`stream`, `bucket`, `offset`)."""
     return f"dlq:{stream}:{bucket}:{offset}"
+
+
+def dead_letter_value(
+    error: str, stream: str, bucket: int, offset: int, original: bytes
+) -> dict[str, Any]:
+    """The fields of the dead letter of the record at (`stream`, `bucket`, `offset`).
+
+    Example:
+        >>> dead_letter_value("value is not valid JSON", "clicks", 0, 17, b"{oops")["original"]
+        '{oops'
+    """
+    return {
+        "error": error,
+        "stream": stream,
+        "bucket": bucket,
+        "offset": offset,
+        "original": original.decode("utf-8", errors="replace"),
+        "original_base64": base64.b64encode(original).decode("ascii"),
+    }
 
 
 class DeadLetterWriter:
@@ -64,14 +84,7 @@ class DeadLetterWriter:
                     "log_level": 0,
                 }
             )
-        value = {
-            "error": error,
-            "stream": self.stream,
-            "bucket": bucket,
-            "offset": offset,
-            "original": original.decode("utf-8", errors="replace"),
-            "original_base64": base64.b64encode(original).decode("ascii"),
-        }
+        value = dead_letter_value(error, self.stream, bucket, offset, original)
         self._producer.produce(
             self.target,
             json.dumps(value).encode("utf-8"),

@@ -131,13 +131,7 @@ def decode_message(message: Message, time_field: str) -> Record:
     record's arrival time. Raises
     `RecordDecodeError` when the value is not a JSON object or its time cannot be read.
     """
-    raw = message.value() or b""
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RecordDecodeError(f"value is not valid JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise RecordDecodeError(f"value is JSON but not an object: {type(value).__name__}")
+    value = decode_value(message.value() or b"")
     try:
         time_ms = event_time_ms(value, time_field)
     except PublishError as error:
@@ -155,6 +149,22 @@ def decode_message(message: Message, time_field: str) -> Record:
         time_ms=time_ms,
         value=value,
     )
+
+
+def decode_value(raw: bytes) -> dict[str, Any]:
+    """The JSON object a record's value holds; `RecordDecodeError` saying why when it is not one.
+
+    Example:
+        >>> decode_value(b'{"page": "home"}')
+        {'page': 'home'}
+    """
+    try:
+        value = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RecordDecodeError(f"value is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise RecordDecodeError(f"value is JSON but not an object: {type(value).__name__}")
+    return value
 
 
 def header(message: Message, name: str) -> str | None:

@@ -36,7 +36,6 @@ the checkpoint under `<workspace>/checkpoints/<processor name>/processor`.
 
 from __future__ import annotations
 
-import base64
 import json
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -55,8 +54,8 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from millrace.bus.dead_letters import dead_letter_id
-from millrace.bus.records import ID_HEADER, Record
+from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
+from millrace.bus.records import ID_HEADER, Record, RecordDecodeError, decode_value
 from millrace.bus.streams import dead_letter_stream, require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
@@ -264,11 +263,10 @@ class _BucketRunner(StatefulProcessor):
         undecodable: list[_Output] = []
         for frame in rows:
             for row in _input_rows(frame):
-                record = _record_of(row)
-                if record is None:
-                    undecodable.append(_undecodable_letter(row))
-                else:
-                    records.append(record)
+                try:
+                    records.append(_record_of(row))
+                except RecordDecodeError as error:
+                    undecodable.append(_undecodable_letter(row, str(error)))
         yield from _frames(undecodable + self._run(records, timerValues))
 
     def handleExpiredTimer(  # noqa: N802
@@ -377,14 +375,14 @@ def _frames(outputs: list[_Output]) -> Iterator[pd.DataFrame]:
         yield pd.DataFrame(outputs, columns=list(_Output._fields))
 
 
-def _record_of(row: _InputRow) -> Record | None:
-    """The record of an input row, with its event time found before the shuffle, or None."""
-    try:
-        value = json.loads(row.value) if row.value is not None else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(value, dict):
-        return None
+def _record_of(row: _InputRow) -> Record:
+    """The record of an input row, with its event time found before the shuffle.
+
+    Raises `RecordDecodeError` when the value is not a JSON object.
+    """
+    if not row.value:
+        raise RecordDecodeError("value is empty")
+    value = decode_value(bytes(row.value))
     return Record(
         row.stream,
         row.record_bucket,
@@ -396,22 +394,11 @@ def _record_of(row: _InputRow) -> Record | None:
     )
 
 
-def _undecodable_letter(row: _InputRow) -> _Output:
+def _undecodable_letter(row: _InputRow, error: str) -> _Output:
     """The dead letter of a value that is not a JSON object, as every millrace reader writes."""
-    original = bytes(row.value or b"")
-    try:
-        value = json.loads(original)
-        error = f"value is JSON but not an object: {type(value).__name__}"
-    except (UnicodeDecodeError, json.JSONDecodeError) as decode_error:
-        error = "value is empty" if not original else f"value is not valid JSON: {decode_error}"
-    letter = {
-        "error": error,
-        "stream": row.stream,
-        "bucket": row.record_bucket,
-        "offset": row.record_offset,
-        "original": original.decode("utf-8", errors="replace"),
-        "original_base64": base64.b64encode(original).decode("ascii"),
-    }
+    letter = dead_letter_value(
+        error, row.stream, row.record_bucket, row.record_offset, bytes(row.value or b"")
+    )
     return _Output(
         _DEAD_LETTER,
         dead_letter_stream(row.stream),
@@ -427,13 +414,9 @@ def _processor_letter(name: str, letter: DeadLetter) -> _Output:
     record = letter.record
     if record is not None:
         original = json.dumps(record.value, separators=(",", ":"), ensure_ascii=False)
-        fields |= {
-            "stream": record.stream,
-            "bucket": record.bucket,
-            "offset": record.offset,
-            "original": original,
-            "original_base64": base64.b64encode(original.encode()).decode("ascii"),
-        }
+        fields |= dead_letter_value(
+            letter.error, record.stream, record.bucket, record.offset, original.encode()
+        )
         target = dead_letter_stream(record.stream)
         letter_id = f"{name}:{dead_letter_id(record.stream, record.bucket, record.offset)}"
     else:
