@@ -37,13 +37,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
-import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 
-from _harness import Run, isolated_workspace, processing_seconds, write_results
+from _harness import Run, isolated_workspace, write_results
+from _sides import compare, handwritten, millrace_app
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -112,30 +110,30 @@ def main() -> None:
         workloads = {
             "kafka_tumbling_topk": (
                 options.events,
-                lambda: _millrace_app(spark, workspace, TOPK_APP),
-                lambda: _handwritten(workspace, _handwritten_topk(kafka())),
+                lambda: millrace_app(spark, workspace, TOPK_APP),
+                lambda: handwritten(workspace, _handwritten_topk(kafka())),
             ),
             "kafka_sliding_count_30s_1s": (
                 options.events,
-                lambda: _millrace_app(spark, workspace, SLIDING_APP),
-                lambda: _handwritten(workspace, _handwritten_sliding(kafka())),
+                lambda: millrace_app(spark, workspace, SLIDING_APP),
+                lambda: handwritten(workspace, _handwritten_sliding(kafka())),
             ),
             "memory_tumbling_topk": (
                 options.memory_events,
                 lambda: _millrace_plan(spark, workspace, TOPK_APP, in_memory()),
-                lambda: _handwritten(workspace, _handwritten_topk(_watermarked(in_memory()))),
+                lambda: handwritten(workspace, _handwritten_topk(_watermarked(in_memory()))),
             ),
             "memory_sliding_count_30s_1s": (
                 options.memory_events,
                 lambda: _millrace_plan(spark, workspace, SLIDING_APP, in_memory()),
-                lambda: _handwritten(workspace, _handwritten_sliding(_watermarked(in_memory()))),
+                lambda: handwritten(workspace, _handwritten_sliding(_watermarked(in_memory()))),
             ),
             "memory_sliding_count_30s_1s_dense": (
                 options.memory_events,
                 lambda: _millrace_plan(
                     spark, workspace, SLIDING_APP, in_memory(DENSE_EVENTS_PER_S)
                 ),
-                lambda: _handwritten(
+                lambda: handwritten(
                     workspace,
                     _handwritten_sliding(_watermarked(in_memory(DENSE_EVENTS_PER_S))),
                 ),
@@ -157,67 +155,14 @@ def main() -> None:
             for name, (events, ours, theirs) in workloads.items():
                 if options.only and name not in options.only:
                     continue
+                sides = {"millrace": ours, "handwritten_pyspark": theirs}
                 results[name] = {
                     "events": events,
-                    **_compare(spark, events, options.rounds, ours, theirs),
+                    **compare(spark, events, options.rounds, sides, check=_same_summary),
                 }
         finally:
             stop_spark_session()
     write_results("sql-apps", results)
-
-
-def _compare(
-    spark: SparkSession,
-    events: int,
-    rounds: int,
-    ours: Callable[[], Run],
-    theirs: Callable[[], Run],
-) -> dict[str, object]:
-    """Events/s of both sides over interleaved rounds, and the ratios of their medians.
-
-    Throughput is events over the time spent in micro-batches; the wall-clock figures add
-    starting (for millrace, compiling the app) and stopping the queries.
-    """
-    runs: dict[str, list[Run]] = {"millrace": [], "handwritten_pyspark": []}
-    # A first round warms the JVM's code and Spark's caches for both sides, and is not kept.
-    ours(), theirs()
-    for _ in range(rounds):
-        millrace, handwritten = ours(), theirs()
-        runs["millrace"].append(millrace)
-        runs["handwritten_pyspark"].append(handwritten)
-        if _summary(spark, millrace.output) != _summary(spark, handwritten.output):
-            raise SystemExit(
-                f"results differ: millrace has {_summary(spark, millrace.output)} "
-                f"(rows, sum of n), hand-written PySpark {_summary(spark, handwritten.output)}"
-            )
-    result: dict[str, object] = {}
-    for side, side_runs in runs.items():
-        result[f"{side}_events_per_s"] = [events / run.processing_s for run in side_runs]
-        result[f"{side}_wall_events_per_s"] = [events / run.wall_s for run in side_runs]
-    for figure in ("events_per_s", "wall_events_per_s"):
-        ratio = statistics.median(result[f"millrace_{figure}"]) / statistics.median(
-            result[f"handwritten_pyspark_{figure}"]
-        )
-        result["ratio_of_medians" if figure == "events_per_s" else "wall_ratio_of_medians"] = ratio
-    return result
-
-
-def _millrace_app(spark: SparkSession, workspace, app_text: str) -> Run:
-    """The whole app, as `millrace run --available-now` runs it."""
-    from millrace.runtime.sql_apps import result_table_path, start_sql_app
-    from millrace.sql.parser import parse_app
-
-    app = parse_app(app_text.format(run=uuid.uuid4().hex[:8]))
-    started = time.perf_counter()
-    running = start_sql_app(spark, workspace, app, available_now=True)
-    running.await_termination()
-    wall_s = time.perf_counter() - started
-    table = app.tables[0].name
-    return Run(
-        wall_s,
-        processing_seconds(running.tables[table]),
-        str(result_table_path(workspace, app.name, table)),
-    )
 
 
 def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFrame) -> Run:
@@ -227,23 +172,19 @@ def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFr
 
     app = parse_app(app_text.format(run=uuid.uuid4().hex[:8]))
     compiled = compile_app(spark, workspace, app, sources={"events": events})
-    return _handwritten(workspace, compiled.tables[app.tables[0].name])
+    return handwritten(workspace, compiled.tables[app.tables[0].name])
 
 
-def _handwritten(workspace, results: DataFrame) -> Run:
-    """A streaming DataFrame run over its input, appending to Delta."""
-    run = uuid.uuid4().hex[:8]
-    table = str(workspace.tables_dir / "bench" / run)
-    started = time.perf_counter()
-    query = (
-        results.writeStream.outputMode("append")
-        .foreachBatch(lambda batch, _: batch.write.format("delta").mode("append").save(table))
-        .option("checkpointLocation", str(workspace.checkpoint("bench", run)))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return Run(time.perf_counter() - started, processing_seconds(query), table)
+def _same_summary(spark: SparkSession, ours: str, theirs: str) -> None:
+    """Stop unless both result tables have as many rows and the same sum of their counts.
+
+    The two sides' TOPK columns differ in shape, so rows are not compared one by one here.
+    """
+    if _summary(spark, ours) != _summary(spark, theirs):
+        raise SystemExit(
+            f"results differ: millrace has {_summary(spark, ours)} (rows, sum of n), "
+            f"hand-written PySpark {_summary(spark, theirs)}"
+        )
 
 
 def _summary(spark: SparkSession, table: str) -> tuple[int, int]:

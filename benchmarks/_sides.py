@@ -1,0 +1,152 @@
+"""The sides a SQL benchmark compares: a millrace app, hand-written PySpark, and the ceiling.
+
+Each side runs a streaming query over the whole of a loaded stream (trigger available-now, a
+fresh checkpoint each time) and reports a `Run`; `compare` interleaves the sides over rounds
+after a warm-up round, checks that the millrace app and the hand-written query wrote the same
+rows, and reports events/s and the ratios of the medians. For the sustained-rate search each
+side can also start without an end (`Started`), for `_load.probe` to watch.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from _harness import Run, processing_seconds
+from _load import processed_offsets
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+BASELINE = "handwritten_pyspark"
+
+
+@dataclass
+class Started:
+    """Queries started without an end, reading `stream`, for a sustained-rate probe."""
+
+    queries: list[StreamingQuery]
+    stream: str
+    on_stop: Callable[[], None] | None = None
+    """How to stop them, when stopping each query is not all (a millrace app's `stop`)."""
+
+    def processed_offsets(self) -> dict[int, int]:
+        """The next offset per bucket that all the queries have processed."""
+        return processed_offsets(self.queries, self.stream)
+
+    def stop(self) -> None:
+        """Stop every query."""
+        if self.on_stop is not None:
+            self.on_stop()
+            return
+        for query in self.queries:
+            query.stop()
+
+
+def millrace_app(spark: SparkSession, workspace, app_text: str, available_now: bool = True):
+    """The app `app_text` (with `{run}` for a fresh name), as `millrace run` runs it.
+
+    With `available_now` it runs over all its input and gives a `Run` whose output is its first
+    result table; otherwise it keeps running and gives the `RunningApp`.
+    """
+    from millrace.runtime.sql_apps import result_table_path, start_sql_app
+    from millrace.sql.parser import parse_app
+
+    app = parse_app(app_text.format(run=uuid.uuid4().hex[:8]))
+    started = time.perf_counter()
+    running = start_sql_app(spark, workspace, app, available_now=available_now)
+    if not available_now:
+        return running
+    running.await_termination()
+    wall_s = time.perf_counter() - started
+    table = app.tables[0].name
+    return Run(
+        wall_s,
+        processing_seconds(running.tables[table]),
+        str(result_table_path(workspace, app.name, table)),
+    )
+
+
+def handwritten(workspace, results: DataFrame, available_now: bool = True):
+    """A hand-written streaming DataFrame appending to a Delta table of its own.
+
+    With `available_now` it runs over all its input and gives a `Run`; otherwise it keeps
+    running and gives the `StreamingQuery`.
+    """
+    run = uuid.uuid4().hex[:8]
+    table = str(workspace.tables_dir / "bench" / run)
+    writer = (
+        results.writeStream.outputMode("append")
+        .foreachBatch(lambda batch, _: batch.write.format("delta").mode("append").save(table))
+        .option("checkpointLocation", str(workspace.checkpoint("bench", run)))
+    )
+    if not available_now:
+        return writer.start()
+    started = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    return Run(time.perf_counter() - started, processing_seconds(query), table)
+
+
+def ceiling(workspace, decoded: DataFrame, available_now: bool = True):
+    """The input read from Kafka and its JSON decoded, then thrown away: no processing at all."""
+    run = uuid.uuid4().hex[:8]
+    writer = (
+        decoded.writeStream.format("noop")
+        .outputMode("append")
+        .option("checkpointLocation", str(workspace.checkpoint("bench", run)))
+    )
+    if not available_now:
+        return writer.start()
+    started = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    return Run(time.perf_counter() - started, processing_seconds(query), "noop")
+
+
+def same_rows(spark: SparkSession, ours: str, theirs: str) -> None:
+    """Stop the benchmark unless the two Delta tables hold the same rows, columns by name."""
+    left = spark.read.format("delta").load(ours)
+    right = spark.read.format("delta").load(theirs).select(*left.columns)
+    missing, extra = right.exceptAll(left).count(), left.exceptAll(right).count()
+    if missing or extra:
+        raise SystemExit(
+            f"results differ: millrace ({ours}) lacks {missing} rows of hand-written PySpark "
+            f"({theirs}) and has {extra} rows it does not"
+        )
+
+
+def compare(
+    spark: SparkSession,
+    events: int,
+    rounds: int,
+    sides: dict[str, Callable[[], Run]],
+    check: Callable[[SparkSession, str, str], None] = same_rows,
+) -> dict[str, object]:
+    """Events/s of every side over interleaved rounds, and each side's ratio to the baseline.
+
+    Throughput is events over the time spent in micro-batches; the wall-clock figures add
+    starting (for millrace, compiling the app) and stopping the queries. `check` stops the
+    benchmark unless the `millrace` and `handwritten_pyspark` sides agree, in every round.
+    """
+    runs: dict[str, list[Run]] = {side: [] for side in sides}
+    # A first round warms the JVM's code and Spark's caches for every side, and is not kept.
+    for side in sides.values():
+        side()
+    for _ in range(rounds):
+        for name, side in sides.items():
+            runs[name].append(side())
+        check(spark, runs["millrace"][-1].output, runs[BASELINE][-1].output)
+    result: dict[str, object] = {}
+    for name, side_runs in runs.items():
+        result[f"{name}_events_per_s"] = [events / run.processing_s for run in side_runs]
+        result[f"{name}_wall_events_per_s"] = [events / run.wall_s for run in side_runs]
+    medians = {name: statistics.median(result[f"{name}_events_per_s"]) for name in sides}
+    result["ratio_of_medians"] = medians["millrace"] / medians[BASELINE]
+    wall_medians = {name: statistics.median(result[f"{name}_wall_events_per_s"]) for name in sides}
+    result["wall_ratio_of_medians"] = wall_medians["millrace"] / wall_medians[BASELINE]
+    if "ceiling" in medians:
+        result["ratio_to_ceiling"] = medians["millrace"] / medians["ceiling"]
+    return result
