@@ -1,4 +1,4 @@
-"""The local Redis: one `redis-server` on loopback, its data, configuration and log in the workspace.
+"""The local Redis: one `redis-server` on loopback, its data, config and log in the workspace.
 
 `millrace up` calls `start_redis`, `millrace down` calls `stop_redis`, `millrace status` calls
 `redis_status`, as they do for the Kafka broker. The server runs detached, so it outlives the
