@@ -30,7 +30,7 @@ def _name() -> str:
     return f"t_{uuid.uuid4().hex[:10]}"
 
 
-def test_a_table_fed_from_100000_key_updates_holds_the_last_value_per_key_and_a_rerun_changes_nothing(
+def test_a_table_fed_from_100000_updates_holds_the_last_value_per_key_and_a_rerun_changes_nothing(
     spark: SparkSession, workspace: Workspace, redis_url: str, stream_name: str
 ) -> None:
     settings = workspace.settings
