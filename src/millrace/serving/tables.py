@@ -381,6 +381,8 @@ def _part_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:  # Spark's session time zone is UTC
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         return value.isoformat(sep=" ")
     return str(value)
 
