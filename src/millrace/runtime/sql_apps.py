@@ -3,8 +3,9 @@
 Each `INSERT INTO STREAM` becomes a query writing the derived stream. Each `CREATE TABLE`
 becomes a query that keeps the results in a Delta table under `<workspace>/tables/<app>/`,
 where `millrace query` (and later the serving layer) reads them, and that also writes them to
-the `emit` stream when the table names one. Mode `final` appends each window once, when the
-watermark closes it; mode `updates` merges every change by the table's key. A running app
+the `emit` stream when the table names one, and upserts them into the serving table that
+`serve` names. Mode `final` appends each window once, when the watermark closes it; mode
+`updates` merges every change by the table's key. A running app
 counts, per result table, the rows dropped for coming after the watermark closed their window.
 
 `run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
