@@ -1,9 +1,9 @@
 """Serving-table write throughput from Spark executors, next to one redis-py pipeline loop.
 
 Run it with `.venv/bin/python benchmarks/serving.py [--rows N] [--keys K] [--partitions P]
-[--rounds R]` after `make setup`. It upserts the same N rows (K distinct keys, a STRING and a
-DOUBLE value each) into a serving table R times per side, interleaved, after one round of
-each that warms up and is not kept:
+[--rounds R]` after `make setup`. It upserts the same N rows (K distinct keys, N / K
+consecutive rows each, a STRING and a DOUBLE value) into a serving table R times per side,
+interleaved, after one round of each that warms up and is not kept:
 
 - `millrace_executors`: `millrace.engine.serving_sink.write_table` on a DataFrame of the rows
   in P partitions: each executor task sends its partition's Arrow batches to Redis as
@@ -52,10 +52,17 @@ def main() -> None:
         settings = workspace.settings
         spark = spark_session(settings, "serving-benchmark")
         rows, keys = options.rows, options.keys
+        # Each key's rows are consecutive, so that they lie in one partition, in order: the
+        # table holds the last of them, as a feed holds the last update of a key's bucket.
+        group = rows // keys
+        if rows % keys or (rows // options.partitions) % group:
+            raise SystemExit("--rows must be a multiple of --keys and of partitions * rows/keys")
         frame = (
             spark.range(rows, numPartitions=options.partitions)
             .select(
-                F.concat(F.lit("k"), (F.col("id") % keys).cast("string")).alias("key"),
+                F.concat(F.lit("k"), (F.col("id") / group).cast("bigint").cast("string")).alias(
+                    "key"
+                ),
                 F.concat(F.lit("t"), (F.col("id") % 97).cast("string")).alias("topic"),
                 (F.col("id") * 0.5).alias("score"),
             )
@@ -63,7 +70,7 @@ def main() -> None:
         )
         frame.count()
         columns = {
-            "key": [f"k{n % keys}" for n in range(rows)],
+            "key": [f"k{n // group}" for n in range(rows)],
             "topic": [f"t{n % 97}" for n in range(rows)],
             "score": [n * 0.5 for n in range(rows)],
         }
