@@ -8,6 +8,8 @@ interleaved, after one round of each that warms up and is not kept:
 - `millrace_executors`: `millrace.engine.serving_sink.write_table` on a DataFrame of the rows
   in P partitions: each executor task sends its partition's Arrow batches to Redis as
   pipelines of `SET key json PX ttl`, as serving-table feeds and apps write;
+- `millrace_one_process`: `millrace.serving.tables.write_rows`, the function each executor
+  task runs, called once in the driver over the rows in memory: what the executors add;
 - `redis_py_pipeline`: the baseline, one Python loop in the driver over the same rows,
   already in memory as Python lists, encoding each row as the same JSON and sending
   `SET ... PX` in pipelines of 5,000 (the fastest a single redis-py client writes them).
@@ -16,7 +18,7 @@ After every run the table is checked: it holds K rows, and sampled rows equal wh
 Python computes as the last row of their key (a mismatch stops the benchmark with SystemExit).
 Rows/s are N over the run's wall-clock seconds (for the executor side this includes Spark
 planning the job; generating the rows is not measured). The ratio is of the medians,
-executors over the baseline. The result goes to benchmarks/results/serving-*.json.
+each millrace side over the baseline. The result goes to benchmarks/results/serving-*.json.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import redis
 from _harness import isolated_workspace, write_results
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
-SIDES = ("millrace_executors", "redis_py_pipeline")
+SIDES = ("millrace_executors", "millrace_one_process", "redis_py_pipeline")
 TTL_MS = 3_600_000
 
 
@@ -46,7 +48,13 @@ def main() -> None:
         from millrace.config.workspace import Workspace
         from millrace.engine.serving_sink import write_table
         from millrace.engine.session import spark_session, stop_spark_session
-        from millrace.serving.tables import TableSpec, create_table, drop_table, get_rows
+        from millrace.serving.tables import (
+            TableSpec,
+            create_table,
+            drop_table,
+            get_rows,
+            write_rows,
+        )
 
         workspace = Workspace.locate()
         settings = workspace.settings
@@ -93,6 +101,8 @@ def main() -> None:
             started = time.perf_counter()
             if side == "millrace_executors":
                 written = write_table(frame, spec, settings.redis)
+            elif side == "millrace_one_process":
+                written = write_rows(settings.redis, spec, columns)
             else:
                 written = _pipeline_loop(settings.redis, spec.name, columns)
             elapsed = time.perf_counter() - started
@@ -123,9 +133,11 @@ def main() -> None:
                 "rounds": options.rounds,
                 "rows_per_s": {side: round(rows / medians[side]) for side in SIDES},
                 "seconds": seconds,
-                "ratio_executors_over_pipeline": round(
-                    medians["redis_py_pipeline"] / medians["millrace_executors"], 2
-                ),
+                "ratios_over_redis_py_pipeline": {
+                    side: round(medians["redis_py_pipeline"] / medians[side], 2)
+                    for side in SIDES
+                    if side != "redis_py_pipeline"
+                },
             },
         )
 

@@ -276,33 +276,62 @@ def write_rows(url: str, spec: TableSpec, columns: Mapping[str, Sequence[Any]]) 
     """
     names = spec.columns
     key_count = len(spec.keys)
-    prefix = f"{_ROW_PREFIX}{spec.name}:"
+    prefix = f"{_ROW_PREFIX}{spec.name}:".encode()
+    # Each SET is packed here in Redis's protocol, once: redis-py's own pipeline packs every
+    # command through several layers of Python, and costs five times as much per row.
+    if spec.ttl_ms is None:
+        head, tail = b"*3\r\n$3\r\nSET\r\n", b""
+    else:
+        ttl = str(spec.ttl_ms).encode()
+        head = b"*5\r\n$3\r\nSET\r\n"
+        tail = b"$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ttl), ttl)
     client = _client(url)
     written = 0
-    pipeline = client.pipeline(transaction=False)
-    pending = 0
+    commands: list[bytes] = []
     with _errors(url):
         for row in zip(*(columns[name] for name in names), strict=True):
             keys = row[:key_count]
             if any(part is None for part in keys):
                 continue
-            text = _key_text_of(keys)
+            key = prefix + _key_text_of(keys).encode()
             value = json.dumps(
                 dict(zip(names, row, strict=True)),
                 separators=(",", ":"),
                 ensure_ascii=False,
                 default=_json_default,
+            ).encode()
+            commands.append(
+                b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (head, len(key), key, len(value), value, tail)
             )
-            pipeline.set(prefix + text, value, px=spec.ttl_ms)
-            pending += 1
-            if pending >= _PIPELINE_ROWS:
-                pipeline.execute()
-                written += pending
-                pending = 0
-        if pending:
-            pipeline.execute()
-            written += pending
+            if len(commands) >= _PIPELINE_ROWS:
+                written += _send(client, commands)
+                commands = []
+        if commands:
+            written += _send(client, commands)
     return written
+
+
+def _send(client: redis.Redis, commands: list[bytes]) -> int:
+    """Send packed commands in one write, then read their replies; the number sent."""
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        connection.send_packed_command([b"".join(commands)])
+        failure = None
+        for _ in commands:
+            # Every reply is read, even after an error, so the connection stays in step.
+            try:
+                connection.read_response()
+            except redis.ResponseError as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+    return len(commands)
 
 
 def lookup_rows(
