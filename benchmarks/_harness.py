@@ -25,16 +25,18 @@ RESULTS = Path(__file__).parent / "results"
 
 @contextmanager
 def isolated_workspace() -> Iterator[Path]:
-    """A fresh initialized workspace with its broker up, in MILLRACE_* for every client."""
+    """A fresh initialized workspace, its broker and Redis up, in MILLRACE_* for every client."""
     home = Path(tempfile.mkdtemp(prefix="millrace-bench-"))
     os.environ.update(
         {
             "MILLRACE_HOME": str(home),
             "MILLRACE_KAFKA_PORT": str(_free_port()),
             "MILLRACE_KAFKA_CONTROLLER_PORT": str(_free_port()),
+            "MILLRACE_REDIS_PORT": str(_free_port()),
         }
     )
     os.environ.pop("MILLRACE_KAFKA", None)
+    os.environ.pop("MILLRACE_REDIS", None)
     cli("init")
     cli("up")
     try:

@@ -16,6 +16,7 @@ from millrace.bus.broker import start_broker, stop_broker
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace, init_workspace
 from millrace.engine.session import spark_session, stop_spark_session
+from millrace.serving.server import start_redis, stop_redis
 
 
 def free_port() -> int:
@@ -35,9 +36,11 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
         "MILLRACE_KAFKA_CONTROLLER_PORT": str(free_port()),
         "MILLRACE_SPARK_MASTER": "local[2]",
         "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "2",
+        "MILLRACE_REDIS_PORT": str(free_port()),
     }
     previous = {name: os.environ.get(name) for name in environment}
     os.environ.pop("MILLRACE_KAFKA", None)
+    os.environ.pop("MILLRACE_REDIS", None)
     os.environ.update(environment)
     located = Workspace.locate()
     init_workspace(located)
@@ -49,6 +52,14 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def redis_url(workspace: Workspace) -> Iterator[str]:
+    """The test run's Redis, started in the workspace on a free port; its URL."""
+    status = start_redis(workspace)
+    yield status.url
+    stop_redis(workspace)
 
 
 @pytest.fixture(scope="session")
@@ -76,6 +87,7 @@ def fresh_workspace(tmp_path: Path) -> Workspace:
         "MILLRACE_HOME": str(tmp_path / "workspace"),
         "MILLRACE_KAFKA_PORT": str(free_port()),
         "MILLRACE_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "MILLRACE_REDIS_PORT": str(free_port()),
     }
     located = Workspace.locate({**os.environ, **environment})
     init_workspace(located)

@@ -102,3 +102,21 @@ class ProcessorError(MillraceError):
     """A processor class is not valid, or its code failed on a record or a timer."""
 
     code = "processor"
+
+
+class ServingError(MillraceError):
+    """The serving store (Redis) could not be started or reached, or a write to it failed."""
+
+    code = "serving"
+
+
+class TableNotFoundError(ServingError):
+    """The named serving table does not exist."""
+
+    code = "table-not-found"
+
+
+class TableSpecError(ServingError):
+    """A serving table's name, columns, types or TTL are not valid, or it exists already."""
+
+    code = "table-invalid"

@@ -36,6 +36,7 @@ from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.errors import ProcessorError
+from millrace.processor import lookups
 from millrace.processor.context import Production
 from millrace.processor.execution import BatchOutcome, DeadLetter, run_batch, watermark_after
 from millrace.processor.processor import Processor
@@ -220,9 +221,17 @@ class ProcessorTester:
         [{'query': 'cats', 'bucket': 1767225600000, 'count': 2}]
     """
 
-    def __init__(self, processor: type[Processor], *, clock_ms: int = 0) -> None:
+    def __init__(
+        self,
+        processor: type[Processor],
+        *,
+        clock_ms: int = 0,
+        tables: Mapping[str, Mapping[Any, Mapping[str, Any]]] | None = None,
+    ) -> None:
+        """`tables` gives the serving tables `ctx.lookup` reads: table -> key -> row."""
         processor.validate()
         self.processor = processor
+        self.tables = lookups.MemoryTables(tables or {})
         self.clock_ms = clock_ms
         self.watermark_ms: int | None = None
         self.productions: dict[str, list[Production]] = {}
@@ -301,13 +310,14 @@ class ProcessorTester:
             []
         """
         records, self._pending = self._pending, []
-        outcome = run_batch(
-            self._instance,
-            self._stored,
-            records,
-            watermark_ms=self.watermark_ms,
-            processing_time_ms=self.clock_ms,
-        )
+        with lookups.using(self.tables):
+            outcome = run_batch(
+                self._instance,
+                self._stored,
+                records,
+                watermark_ms=self.watermark_ms,
+                processing_time_ms=self.clock_ms,
+            )
         for key, stored in outcome.states.items():
             if stored is None:
                 self._stored.pop(key, None)
@@ -398,6 +408,15 @@ class ProcessorTester:
             [{'query': 'cats', 'bucket': 1000, 'count': 2}]
         """
         return [production.value for production in self.productions.get(stream, [])]
+
+    def table_rows(self, table: str) -> list[dict[str, Any]]:
+        """The rows produced to serving table `table` (`ctx.produce_to_table`), in order.
+
+        Example:
+            >>> tester.table_rows("user_totals")  # doctest: +SKIP
+            [{'user': 'u1', 'total': 7}]
+        """
+        return self.values(f"{lookups.TABLE_PREFIX}{table}")
 
     def _key_state(self, key: Any) -> KeyState:
         return KeyState(

@@ -153,16 +153,24 @@ def test_up_down_and_status_describe_the_local_broker(fresh_workspace: Workspace
         "MILLRACE_HOME": str(fresh_workspace.root),
         "MILLRACE_KAFKA_PORT": str(fresh_workspace.settings.kafka_port),
         "MILLRACE_KAFKA_CONTROLLER_PORT": str(fresh_workspace.settings.kafka_controller_port),
+        "MILLRACE_REDIS_PORT": str(fresh_workspace.settings.redis_port),
     }
     address = f"127.0.0.1:{fresh_workspace.settings.kafka_port}"
+    redis_address = f"redis://127.0.0.1:{fresh_workspace.settings.redis_port}/0"
     assert "not running" in millrace("status", environment=environment).stdout
     try:
         started = millrace("up", environment=environment)
         assert started.returncode == 0, started.stderr
         assert f"Kafka broker started, listening on {address}" in started.stdout
+        assert f"Redis started, listening on {redis_address}" in started.stdout
         assert "already running" in millrace("up", environment=environment).stdout
-        assert f"running on {address}" in millrace("status", environment=environment).stdout
+        shown = millrace("status", environment=environment).stdout
+        assert f"running on {address}" in shown
+        assert f"local Redis running on {redis_address}" in shown and "0 tables" in shown
     finally:
         stopped = millrace("down", environment=environment)
     assert "Kafka broker stopped" in stopped.stdout
-    assert "no local broker was running" in millrace("down", environment=environment).stdout
+    assert "Redis stopped" in stopped.stdout
+    again = millrace("down", environment=environment).stdout
+    assert "no local broker was running" in again and "no local Redis was running" in again
+    assert (fresh_workspace.redis_dir / "redis.conf").read_text().count("bind 127.0.0.1") == 1

@@ -7,7 +7,9 @@ import click
 from millrace.bus.broker import broker_status, start_broker, stop_broker
 from millrace.bus.streams import list_streams
 from millrace.config.workspace import Workspace, init_workspace
-from millrace.errors import BusError
+from millrace.errors import BusError, ServingError
+from millrace.serving.server import redis_status, start_redis, stop_redis
+from millrace.serving.tables import list_tables
 
 
 @click.command()
@@ -26,7 +28,7 @@ def init(force: bool) -> None:
 
 @click.command()
 def up() -> None:
-    """Start the local Kafka broker and wait until it accepts clients."""
+    """Start the local Kafka broker and Redis, and wait until they accept clients."""
     workspace = Workspace.locate().require_initialized()
     status = start_broker(workspace)
     if status.external:
@@ -43,11 +45,25 @@ def up() -> None:
         click.echo(
             f"bus: Kafka broker already running on {status.bootstrap_servers} (pid {status.pid})"
         )
+    _redis_up(workspace)
+
+
+def _redis_up(workspace: Workspace) -> None:
+    status = start_redis(workspace)
+    if status.external:
+        click.echo(f"serving: using the existing Redis at {status.url} (redis.url is set)")
+    elif status.started_now:
+        click.echo(
+            f"serving: Redis started, listening on {status.url} "
+            f"(pid {status.pid}, data in {workspace.redis_dir})"
+        )
+    else:
+        click.echo(f"serving: Redis already running on {status.url} (pid {status.pid})")
 
 
 @click.command()
 def down() -> None:
-    """Stop the local Kafka broker cleanly; its data stays in the workspace."""
+    """Stop the local Kafka broker and Redis cleanly; their data stays in the workspace."""
     workspace = Workspace.locate()
     before = broker_status(workspace)
     stop_broker(workspace)
@@ -57,11 +73,19 @@ def down() -> None:
         click.echo(f"bus: Kafka broker stopped (was pid {before.pid})")
     else:
         click.echo("bus: no local broker was running")
+    serving = redis_status(workspace)
+    stop_redis(workspace)
+    if serving.external:
+        click.echo("serving: an existing Redis is configured (redis.url); nothing to stop")
+    elif serving.running:
+        click.echo(f"serving: Redis stopped (was pid {serving.pid})")
+    else:
+        click.echo("serving: no local Redis was running")
 
 
 @click.command()
 def status() -> None:
-    """Show the workspace and whether the bus runs."""
+    """Show the workspace and whether the bus and the serving store run."""
     workspace = Workspace.locate()
     click.echo(
         f"workspace: {workspace.root}"
@@ -82,6 +106,20 @@ def status() -> None:
         )
     else:
         click.echo("bus: local Kafka broker not running (start it with `millrace up`)")
+    serving = redis_status(workspace)
+    if serving.external or serving.running:
+        where = (
+            f"existing Redis at {serving.url}"
+            if serving.external
+            else f"local Redis running on {serving.url} (pid {serving.pid})"
+        )
+        try:
+            count = len(list_tables(workspace.settings))
+            click.echo(f"serving: {where}, reachable, {count} tables")
+        except ServingError:
+            click.echo(f"serving: {where}, NOT reachable")
+    else:
+        click.echo("serving: local Redis not running (start it with `millrace up`)")
 
 
 @click.command()

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from millrace.cli import apps, infra, records, streams
+from millrace.cli import apps, infra, records, streams, tables
 from millrace.errors import MillraceError
 
 
@@ -38,6 +38,7 @@ for command in (
     apps.check,
     apps.run,
     apps.query,
+    tables.table,
 ):
     cli.add_command(command)
 

@@ -72,6 +72,22 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds `millrace up` waits for the local broker to accept connections.",
     ),
     Setting(
+        "redis.url",
+        "MILLRACE_REDIS",
+        "URL of an existing Redis for serving tables (redis://host:6379/0). When set, "
+        "`millrace up` starts no Redis and every client connects there.",
+    ),
+    Setting(
+        "redis.port",
+        "MILLRACE_REDIS_PORT",
+        "Port on 127.0.0.1 where the local Redis that `millrace up` starts listens.",
+    ),
+    Setting(
+        "redis.lookup_cache_s",
+        "MILLRACE_LOOKUP_CACHE_S",
+        "Seconds a lookup join's per-executor cache keeps a looked-up row; 0 turns it off.",
+    ),
+    Setting(
         "spark.master",
         "MILLRACE_SPARK_MASTER",
         "Spark master URL: local[*] runs in this process; spark://host:7077 runs on a cluster.",
@@ -115,6 +131,9 @@ class Settings:
     kafka_controller_port: int = 9093
     kafka_heap: str = "1g"
     kafka_start_timeout_s: float = 90.0
+    redis_url: str = ""
+    redis_port: int = 6379
+    redis_lookup_cache_s: float = 10.0
     spark_master: str = "local[*]"
     spark_shuffle_partitions: int = 0
     spark_driver_memory: str = "2g"
@@ -130,6 +149,16 @@ class Settings:
     def bootstrap_servers(self) -> str:
         """Where Kafka clients connect: the configured cluster or the local broker."""
         return self.kafka_bootstrap or f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def uses_local_redis(self) -> bool:
+        """True when millrace runs its own Redis rather than using an existing one."""
+        return not self.redis_url
+
+    @property
+    def redis(self) -> str:
+        """Where Redis clients connect: the configured URL or the local Redis."""
+        return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
 
 
 def load_settings(config_file: Path | None, environ: Mapping[str, str] | None = None) -> Settings:

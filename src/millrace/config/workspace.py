@@ -51,6 +51,11 @@ class Workspace:
         return self.root / "kafka"
 
     @property
+    def redis_dir(self) -> Path:
+        """Data, configuration and log of the local Redis that serves the serving tables."""
+        return self.root / "redis"
+
+    @property
     def checkpoints_dir(self) -> Path:
         """Spark checkpoints, one folder per app and one below it per query."""
         return self.root / "checkpoints"

@@ -25,6 +25,7 @@ from typing import Any
 
 from millrace.bus.records import Record
 from millrace.errors import ProcessorError
+from millrace.processor import lookups
 from millrace.processor.timers import KeyTimers, Timer
 
 
@@ -175,6 +176,35 @@ class Context:
         )
         self.productions.append(production)
         return production
+
+    def lookup(self, table: str, key: Any) -> dict[str, Any] | None:
+        """The row of serving table `table` with key `key` (a dict of its columns), or None.
+
+        A missing key gives None, never an error. On Spark the row may be up to the
+        `redis.lookup_cache_s` setting old (the executor's cache); see
+        `millrace.processor.lookups` for fetching a micro-batch's keys in one round trip.
+
+        Example:
+            >>> ctx.lookup("classifications", record["dimension_id"])  # doctest: +SKIP
+            {'dimension_id': 'd1', 'topic': 'cats'}
+        """
+        return lookups.lookup(table, key)
+
+    def produce_to_table(self, table: str, row: Mapping[str, Any]) -> Production:
+        """Upsert `row` (its key and value columns) into serving table `table`.
+
+        The runtime writes it with the micro-batch's other productions; the production's
+        stream is `table:<table>`.
+
+        Example:
+            >>> ctx.produce_to_table("user_totals", {"user": key, "total": 7})  # doctest: +SKIP
+        """
+        if not isinstance(table, str) or not table:
+            raise ProcessorError(
+                f"produce_to_table() got table {table!r}, which is not a table name",
+                hint="give the serving table's name as a string",
+            )
+        return self.produce(f"{lookups.TABLE_PREFIX}{table}", row)
 
 
 def production_id(processor: str, key: Any, cause: list[Any], index: int) -> str:

@@ -59,9 +59,12 @@ from millrace.bus.records import ID_HEADER, Record, RecordDecodeError, decode_va
 from millrace.bus.streams import dead_letter_stream, require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
-from millrace.errors import ProcessorError, StreamNotFoundError
+from millrace.engine.serving_sink import write_table
+from millrace.errors import ProcessorError, ServingError, StreamNotFoundError
+from millrace.processor import lookups
 from millrace.processor.execution import DeadLetter, run_batch
 from millrace.processor.processor import Input, Processor
+from millrace.serving.tables import describe_table
 
 DEFAULT_BUCKETS = 64
 """Hash buckets a processor's keys are spread over; each is one group of Spark's operator."""
@@ -142,13 +145,19 @@ def start_processor_app(
         create_dead_letter_stream(workspace, source.stream)
     if processor_class.on_error == "dlq":
         create_dead_letter_stream(workspace, processor_class.name)
+    lookups.require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
     records = None
     for source in processor_class.inputs:
         frame = _read_input(spark, workspace, source, buckets, max_records_per_batch)
         records = frame if records is None else records.unionByName(frame)
     assert records is not None  # validate() requires at least one input
     outputs = records.groupBy("bucket").transformWithStateInPandas(
-        statefulProcessor=_BucketRunner(processor_class),
+        statefulProcessor=_BucketRunner(
+            processor_class,
+            lookups.ServingLookups(
+                workspace.settings.redis, workspace.settings.redis_lookup_cache_s
+            ),
+        ),
         outputStructType=_OUTPUT_SCHEMA,
         outputMode="Append",
         timeMode="EventTime",
@@ -244,10 +253,14 @@ def _placement(source: Input, buckets: int) -> Callable[..., Any]:
 class _BucketRunner(StatefulProcessor):
     """Spark's stateful processor for one bucket: runs the execution core over bucket state."""
 
-    def __init__(self, processor_class: type[Processor]) -> None:
+    def __init__(
+        self, processor_class: type[Processor], lookup_source: lookups.LookupSource | None = None
+    ) -> None:
         self.processor_class = processor_class
+        self.lookup_source = lookup_source
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        lookups.use(self.lookup_source)
         self.handle = handle
         self.bucket_state = handle.getValueState("bucket", _BUCKET_STATE_SCHEMA)
         self.processor = self.processor_class()
@@ -287,6 +300,10 @@ class _BucketRunner(StatefulProcessor):
         registered_ms = kept[1] if kept else None
         watermark_ms = timer_values.getCurrentWatermarkInMs()
         try:
+            # The bucket's lookup keys in one round trip, before the callbacks look them up.
+            lookups.prefetch(
+                getattr(self.processor_class, "lookups", {}), (r.value for r in records)
+            )
             outcome = run_batch(
                 self.processor,
                 stored,
@@ -508,7 +525,10 @@ def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataF
     batch.persist()
     try:
         counts = batch.groupBy("kind", "stream").count().collect()
+        tables = _write_table_productions(running, workspace, batch, counts)
         for row in counts:
+            if row["stream"] in tables:
+                continue
             if row["kind"] == _PRODUCTION and row["stream"] not in running._known_streams:
                 try:
                     _require_stream(
@@ -518,7 +538,9 @@ def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataF
                     raise RuntimeError(_worker_error_text(error)) from None
                 running._known_streams.add(row["stream"])
         written = batch.where(F.col("kind") != _LATE)
-        if any(row["kind"] != _LATE for row in counts):
+        if tables:
+            written = written.where(~F.col("stream").isin(*tables))
+        if any(row["kind"] != _LATE and row["stream"] not in tables for row in counts):
             (
                 written.select(
                     F.col("stream").alias("topic"),
@@ -543,6 +565,33 @@ def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataF
                 running.late += row["count"]
     finally:
         batch.unpersist()
+
+
+def _write_table_productions(
+    running: RunningProcessor, workspace: Workspace, batch: DataFrame, counts: list[Any]
+) -> set[str]:
+    """Upsert the productions to serving tables (`table:<name>`); their stream names."""
+    tables = {
+        row["stream"]
+        for row in counts
+        if row["kind"] == _PRODUCTION and row["stream"].startswith(lookups.TABLE_PREFIX)
+    }
+    for stream in sorted(tables):
+        name = stream.removeprefix(lookups.TABLE_PREFIX)
+        try:
+            spec = describe_table(workspace.settings, name)
+        except ServingError as error:
+            failure = ProcessorError(
+                f"processor {running.processor.name!r} produced to {error.message}",
+                hint=error.hint,
+            )
+            raise RuntimeError(_worker_error_text(failure)) from None
+        schema = ", ".join(f"`{column}` {kind}" for column, kind in spec.keys + spec.values)
+        rows = batch.where(F.col("stream") == stream).select(
+            F.from_json("value", schema).alias("row")
+        )
+        write_table(rows.select("row.*"), spec, workspace.settings.redis)
+    return tables
 
 
 def _require_stream(workspace: Workspace, stream: str, role: str) -> None:

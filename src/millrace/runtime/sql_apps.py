@@ -3,8 +3,9 @@
 Each `INSERT INTO STREAM` becomes a query writing the derived stream. Each `CREATE TABLE`
 becomes a query that keeps the results in a Delta table under `<workspace>/tables/<app>/`,
 where `millrace query` (and later the serving layer) reads them, and that also writes them to
-the `emit` stream when the table names one. Mode `final` appends each window once, when the
-watermark closes it; mode `updates` merges every change by the table's key. A running app
+the `emit` stream when the table names one, and upserts them into the serving table that
+`serve` names. Mode `final` appends each window once, when the watermark closes it; mode
+`updates` merges every change by the table's key. A running app
 counts, per result table, the rows dropped for coming after the watermark closed their window.
 
 `run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
@@ -29,10 +30,13 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.streams import require_stream
+from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.progress import late_rows, watch
+from millrace.engine.serving_sink import write_table
 from millrace.engine.streams import StreamInput, write_batch, write_stream
-from millrace.errors import SqlError, StreamNotFoundError
+from millrace.errors import ServingError, SqlError, StreamNotFoundError
+from millrace.serving.tables import TableSpec, create_table
 from millrace.sql.compiler import compile_app, group_key_columns
 from millrace.sql.parser import ResultTable, SqlApp
 
@@ -131,6 +135,7 @@ def start_sql_app(
         )
     for table in app.tables:
         writer = _ResultTableWriter(workspace, app.name, table)
+        writer.serve(compiled.tables[table.name])
         query = (
             compiled.tables[table.name]
             .writeStream.queryName(f"{app.name}.table.{table.name}")
@@ -197,6 +202,7 @@ def run_sql_app_batch(
                 & (F.col("window_end") <= F.timestamp_millis(F.lit(end_ms)))
             )
         writer = _ResultTableWriter(workspace, app.name, table)
+        writer.serve(rows)
         tables[table.name] = _write_once(rows, writer.write_range)
         if table.emit is not None:
             streams[table.emit] = streams.get(table.emit, 0) + tables[table.name]
@@ -282,6 +288,32 @@ class _ResultTableWriter:
         self.table = table
         self.path = str(result_table_path(workspace, app, table.name))
         self.keys = group_key_columns(table.query)
+        self.serving: TableSpec | None = None
+
+    def serve(self, rows: DataFrame) -> None:
+        """Register the serving table of `serve = '...'`, its columns taken from `rows`.
+
+        The key is the result table's (window bounds and group columns), the values its other
+        columns. Raises `SqlError` when a serving table of that name has other columns.
+        """
+        if self.table.serve is None:
+            return
+        types = {field.name: field.dataType.simpleString().upper() for field in rows.schema}
+        spec = TableSpec(
+            self.table.serve,
+            tuple((key, types[key]) for key in self.keys),
+            tuple((name, kind) for name, kind in types.items() if name not in self.keys),
+            parse_duration_ms(self.table.ttl, what="ttl") if self.table.ttl else None,
+            None,
+            f"sql app {self.app}",
+        )
+        try:
+            self.serving = create_table(self.workspace.settings, spec)
+        except ServingError as error:
+            raise SqlError(
+                f"{self.table.position}: serve = {self.table.serve!r}: {error.message}",
+                hint=error.hint,
+            ) from None
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         batch.persist()
@@ -296,6 +328,8 @@ class _ResultTableWriter:
                     )
             else:
                 self._merge(batch)
+            if self.serving is not None:
+                write_table(batch, self.serving, self.workspace.settings.redis)
             if self.table.emit is not None:
                 revision = batch_id if self.table.mode == "updates" else None
                 self._emit(batch, self.table.emit, revision)
@@ -328,6 +362,8 @@ class _ResultTableWriter:
     def write_range(self, rows: DataFrame) -> None:
         """Merge the results of a batch run by key, and emit them with the ids of 'final'."""
         self._merge(rows)
+        if self.serving is not None:
+            write_table(rows, self.serving, self.workspace.settings.redis)
         if self.table.emit is not None:
             self._emit(rows, self.table.emit, None)
 

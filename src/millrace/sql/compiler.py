@@ -11,23 +11,27 @@ back to `file:line:column`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import sqlglot
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.udf import UserDefinedFunction
 from sqlglot import exp
 
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
+from millrace.engine.serving_sink import lookup_column
 from millrace.engine.streams import StreamInput, read_batch, read_stream
 from millrace.engine.user_code import ship_with_tasks
-from millrace.errors import SqlError, StreamNotFoundError
+from millrace.errors import ServingError, SqlError, StreamNotFoundError
+from millrace.serving.tables import describe_table
 from millrace.sql.aggregates import (
     TOPK_FINISH,
     is_aggregate,
@@ -37,7 +41,7 @@ from millrace.sql.aggregates import (
     topk_finish,
     topk_item,
 )
-from millrace.sql.parser import Function, Position, Query, SqlApp, Window
+from millrace.sql.parser import Function, Lookup, Position, Query, SqlApp, Window
 
 WINDOW_COLUMN = "_window"
 _PYTHON_TO_SPARK = {"float": "double", "int": "bigint", "str": "string", "bool": "boolean"}
@@ -127,7 +131,7 @@ def compile_app(
         except StreamNotFoundError as error:
             raise SqlError(f"{source.position}: input {error.message}", hint=error.hint) from None
         inputs[source.name].records.createOrReplaceTempView(source.name)
-    compiler = _QueryCompiler(spark, app, panes=panes)
+    compiler = _QueryCompiler(spark, app, panes=panes, workspace=workspace)
     for view in app.views:
         compiler.dataframe(view.query, view.position).createOrReplaceTempView(view.name)
     tables = {
@@ -155,17 +159,28 @@ def group_key_columns(query: Query) -> list[str]:
 
 
 class _QueryCompiler:
-    def __init__(self, spark: SparkSession, app: SqlApp, *, panes: bool) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        app: SqlApp,
+        *,
+        panes: bool,
+        workspace: Workspace | None = None,
+    ) -> None:
         self.spark = spark
         self.app = app
         self.panes = panes
+        self.workspace = workspace
         self.plans: dict[str, str] = {}
+        # Views that add a lookup's columns to a table, and the table each one extends.
+        self.lookup_views: dict[str, str] = {}
 
     def dataframe(self, query: Query, position: Position, table: str | None = None) -> DataFrame:
         """The query's DataFrame, on a two-stage plan for a 'final' table that can use one.
 
         `self.plans[table]` tells which plan was chosen, and why.
         """
+        query = self._with_lookups(query)
         tree = self._with_own_aggregates(query.tree.copy(), position)
         if query.windows:
             tree = self._windowed(tree, query.windows, position)
@@ -189,6 +204,76 @@ class _QueryCompiler:
                 return plan.dataframe
         self.plans[table] = _one_stage_description(query, reason)
         return one_stage
+
+    def _with_lookups(self, query: Query) -> Query:
+        """`query` reading, for each `JOIN LOOKUP`, a view of its table with the lookup column.
+
+        The view is the joined table with one more column, named like the lookup's alias, a
+        struct of the serving table's value columns (`c.topic` then reads its field): the
+        rows of a lookup join are the table's rows, with NULLs where the key is missing.
+        """
+        if not query.lookups:
+            return query
+        tree = query.tree.copy()
+        windows = dict(query.windows)
+        for lookup in query.lookups:
+            reference = self._lookup_reference(tree, lookup)
+            view = f"__lookup_{query.offset}_{lookup.alias}"
+            self.spark.table(reference.name).withColumn(
+                lookup.alias, self._lookup_column(lookup, reference)
+            ).createOrReplaceTempView(view)
+            self.lookup_views[view] = reference.name
+            if reference.name in windows:
+                windows[view] = windows.pop(reference.name)
+            reference.replace(exp.to_table(view).as_(reference.alias_or_name))
+        return dataclasses.replace(query, tree=tree, windows=windows)
+
+    def _lookup_reference(self, tree: exp.Query, lookup: Lookup) -> exp.Table:
+        tables = list(tree.find_all(exp.Table))
+        if lookup.left is None and len(tables) == 1:
+            return tables[0]
+        for table in tables:
+            if lookup.left is not None and table.alias_or_name.lower() == lookup.left.lower():
+                return table
+        raise SqlError(
+            f"{lookup.position}: JOIN LOOKUP {lookup.table}: cannot tell which table of the "
+            "FROM clause its key is computed from",
+            hint=f"qualify the key's columns, such as ON {lookup.alias}.k = e.k with FROM t e",
+        )
+
+    def _lookup_column(self, lookup: Lookup, reference: exp.Table) -> Column:
+        if self.workspace is None:
+            raise SqlError(f"{lookup.position}: lookup joins need a workspace")
+        settings = self.workspace.settings
+        try:
+            spec = describe_table(settings, lookup.table)
+        except ServingError as error:
+            raise SqlError(
+                f"{lookup.position}: JOIN LOOKUP: {error.message}", hint=error.hint
+            ) from None
+        given = {column for column, _ in lookup.keys}
+        if given != set(spec.key_names) or len(given) != len(lookup.keys):
+            raise SqlError(
+                f"{lookup.position}: JOIN LOOKUP {lookup.table}: the condition binds "
+                f"{', '.join(sorted(given))}, and the table's key is "
+                f"{', '.join(spec.key_names)}",
+                hint="write one equality per key column of the serving table",
+            )
+        source = self.spark.table(reference.name)
+        if lookup.alias in source.columns:
+            raise SqlError(
+                f"{lookup.position}: JOIN LOOKUP {lookup.table} {lookup.alias}: "
+                f"{reference.name} has a column named {lookup.alias!r} already",
+                hint="give the lookup another alias",
+            )
+        by_column = dict(lookup.keys)
+        keys = []
+        for column in spec.key_names:
+            expression = sqlglot.parse_one(by_column[column], read="spark")
+            for part in expression.find_all(exp.Column):
+                part.set("table", None)
+            keys.append(F.expr(expression.sql(dialect="spark")))
+        return lookup_column(keys, spec, settings.redis, max_age_s=settings.redis_lookup_cache_s)
 
     def _run(self, sql: str, query: Query, position: Position) -> DataFrame:
         try:
@@ -240,6 +325,7 @@ class _QueryCompiler:
         return view
 
     def _time_column(self, name: str, position: Position) -> str:
+        name = self.lookup_views.get(name, name)
         source = self.app.input(name)
         if source is not None:
             return source.time

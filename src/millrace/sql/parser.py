@@ -57,6 +57,17 @@ _WINDOWED_TABLE = re.compile(
     rf"\b(?:FROM|JOIN)\s+(?P<table>{_IDENT})\s*(?P<window>\[[^\]]*\])", re.I
 )
 _WINDOW = re.compile(r"^\s*(?P<size>.+?)(?:\s+SLIDE\s+(?P<slide>.+?))?\s*$", re.I | re.S)
+_LOOKUP_JOIN = re.compile(
+    rf"\bJOIN\s+LOOKUP\s+(?P<table>{_IDENT})\s+(?:AS\s+)?(?P<alias>{_IDENT})\s+ON\s+",
+    re.I | re.S,
+)
+# What ends a lookup's ON condition, outside brackets: the next clause, or a closing bracket.
+_CLAUSE_END = re.compile(
+    r"\b(?:WHERE|GROUP|HAVING|ORDER|LIMIT|UNION|JOIN|LEFT|INNER|CROSS|WINDOW|CLUSTER|"
+    r"DISTRIBUTE|SORT)\b",
+    re.I,
+)
+_TABLE_OPTIONS = ("emit", "mode", "serve", "ttl")
 
 
 @dataclass(frozen=True)
@@ -85,13 +96,32 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Lookup:
+    """`JOIN LOOKUP table alias ON alias.k = expr [AND ...]`: a lookup join on a serving table.
+
+    `keys` pairs each key column of the serving table with the Spark SQL expression, over
+    the table it joins (`left`, the alias or name that the expressions name), giving its value.
+    """
+
+    table: str
+    alias: str
+    keys: tuple[tuple[str, str], ...]
+    left: str | None
+    position: Position
+
+
+@dataclass(frozen=True)
 class Query:
-    """A SELECT of the app: its text with window brackets blanked, and what sqlglot made of it."""
+    """A SELECT of the app: its text with window brackets blanked, and what sqlglot made of it.
+
+    `lookups` are its `JOIN LOOKUP` clauses, which are blanked out of `text` and `tree` too.
+    """
 
     text: str
     offset: int
     windows: dict[str, Window]
     tree: exp.Query
+    lookups: tuple[Lookup, ...] = ()
 
     @property
     def is_aggregation(self) -> bool:
@@ -141,13 +171,18 @@ class Function:
 
 @dataclass(frozen=True)
 class ResultTable:
-    """`CREATE TABLE name [WITH (emit = 's', mode = 'final')] AS SELECT ...`."""
+    """`CREATE TABLE name [WITH (emit = 's', mode = 'final', serve = 't', ttl = '7d')] AS ...`.
+
+    `serve` names the serving table its rows are also upserted into, `ttl` that table's TTL.
+    """
 
     name: str
     query: Query
     emit: str | None
     mode: EmitMode
     position: Position
+    serve: str | None = None
+    ttl: str | None = None
 
 
 @dataclass(frozen=True)
@@ -280,9 +315,11 @@ class _AppParser:
             self.functions.append(Function(match["name"], match["target"], position))
         elif match := _TABLE.match(statement):
             self._define(match["name"], offset)
-            emit, mode = self._table_options(match["options"], offset + (match.start("options")))
+            options_offset = offset + (match.start("options"))
+            emit, mode = self._table_options(match["options"], options_offset)
+            serve, ttl = self._serving_options(match["options"], options_offset)
             query = self._query(match["query"], offset + match.start("query"))
-            table = ResultTable(match["name"], query, emit, mode, position)
+            table = ResultTable(match["name"], query, emit, mode, position, serve=serve, ttl=ttl)
             self._check_result_table(table, offset)
             self.tables.append(table)
         elif match := _INSERT.match(statement):
@@ -337,11 +374,12 @@ class _AppParser:
         options: dict[str, str] = {}
         for start, part in _split_top_level(text or "", ","):
             match = _OPTION.fullmatch(part)
-            if match is None or match["key"].lower() not in ("emit", "mode"):
+            if match is None or match["key"].lower() not in _TABLE_OPTIONS:
                 raise self.error(
                     offset + start,
                     f"table option {part.strip()!r} is not known",
-                    "the options are emit = 'stream_name' and mode = 'final' or 'updates'",
+                    "the options are emit = 'stream_name', mode = 'final' or 'updates', "
+                    "serve = 'serving_table' and ttl = 'duration'",
                 )
             options[match["key"].lower()] = match["value"]
         mode = options.get("mode", "final").lower()
@@ -349,8 +387,77 @@ class _AppParser:
             raise self.error(offset, f"mode {mode!r} is not known", "use 'final' or 'updates'")
         return options.get("emit"), "final" if mode == "final" else "updates"
 
+    def _serving_options(self, text: str | None, offset: int) -> tuple[str | None, str | None]:
+        options = {
+            match["key"].lower(): match["value"]
+            for _, part in _split_top_level(text or "", ",")
+            if (match := _OPTION.fullmatch(part)) is not None
+        }
+        serve, ttl = options.get("serve"), options.get("ttl")
+        if serve is not None and not re.fullmatch(_IDENT, serve):
+            raise self.error(
+                offset,
+                f"serve = {serve!r} is not a serving table name",
+                "name it with letters, digits and underscores",
+            )
+        if ttl is not None:
+            if serve is None:
+                raise self.error(offset, "ttl without serve", "ttl is the serving table's TTL")
+            self._duration(ttl, offset, "ttl")
+        return serve, ttl
+
+    def _lookups(self, text: str, offset: int) -> tuple[str, tuple[Lookup, ...]]:
+        """`text` with its `JOIN LOOKUP` clauses blanked out, and the clauses."""
+        lookups: list[Lookup] = []
+        for match in list(_LOOKUP_JOIN.finditer(text)):
+            start = offset + match.end()
+            end = _condition_end(text, match.end())
+            try:
+                condition = sqlglot.parse_one(text[match.end() : end], read="spark")
+            except sqlglot.errors.ParseError:
+                condition = None
+            pairs = _equalities(condition)
+            keys: list[tuple[str, str]] = []
+            lefts: set[str] = set()
+            for left, right in pairs or []:
+                for mine, other in ((left, right), (right, left)):
+                    if isinstance(mine, exp.Column) and mine.table == match["alias"]:
+                        keys.append((mine.name, other.sql(dialect="spark")))
+                        lefts |= {column.table for column in other.find_all(exp.Column)}
+                        break
+                else:
+                    pairs = None
+            if not pairs or match["alias"] in lefts:
+                raise self.error(
+                    start,
+                    f"JOIN LOOKUP {match['table']} {match['alias']}: the condition must be "
+                    f"{match['alias']}.key = expression [AND ...]",
+                    f"write ON {match['alias']}.dimension_id = e.dimension_id, one equality "
+                    "per key column of the serving table",
+                )
+            lefts.discard("")
+            if len(lefts) > 1:
+                raise self.error(
+                    start,
+                    f"JOIN LOOKUP {match['table']}: the key reads {', '.join(sorted(lefts))}",
+                    "compute the key from one table of the FROM clause",
+                )
+            lookups.append(
+                Lookup(
+                    match["table"],
+                    match["alias"],
+                    tuple(keys),
+                    next(iter(lefts), None),
+                    self.position(offset + match.start()),
+                )
+            )
+            begin = match.start()
+            text = text[:begin] + " " * (end - begin) + text[end:]
+        return text, tuple(lookups)
+
     def _query(self, text: str, offset: int) -> Query:
         windows: dict[str, Window] = {}
+        text, lookups = self._lookups(text, offset)
         blanked = text
         for match in _WINDOWED_TABLE.finditer(text):
             bracket = match["window"]
@@ -385,7 +492,7 @@ class _AppParser:
                         else ""
                     ),
                 )
-        return Query(blanked, offset, windows, tree)
+        return Query(blanked, offset, windows, tree, lookups)
 
     def _window(self, text: str, offset: int) -> Window:
         match = _WINDOW.match(text)
@@ -451,6 +558,45 @@ class _AppParser:
 
     def error(self, offset: int, message: str, hint: str) -> SqlError:
         return SqlError(f"{self.position(offset)}: {message}", hint=hint)
+
+
+def _condition_end(text: str, start: int) -> int:
+    """Where the ON condition that starts at `start` ends: a clause or bracket closing it."""
+    depth, quote, index = 0, "", start
+    while index < len(text):
+        char = text[index]
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"`":
+            quote = char
+        elif char in "([":
+            depth += 1
+        elif char in ")]":
+            if depth == 0:
+                return index
+            depth -= 1
+        elif (
+            depth == 0
+            and (found := _CLAUSE_END.match(text, index))
+            and (index == 0 or not (text[index - 1].isalnum() or text[index - 1] == "_"))
+        ):
+            return found.start()
+        index += 1
+    return len(text)
+
+
+def _equalities(
+    condition: exp.Expression | None,
+) -> list[tuple[exp.Expression, exp.Expression]] | None:
+    """The sides of each `a = b` of a condition made of equalities joined by AND, else None."""
+    if isinstance(condition, exp.EQ):
+        return [(condition.this, condition.expression)]
+    if isinstance(condition, exp.And):
+        left, right = _equalities(condition.this), _equalities(condition.expression)
+        return None if left is None or right is None else left + right
+    if isinstance(condition, exp.Paren):
+        return _equalities(condition.this)
+    return None
 
 
 def _position(text: str, file: str, offset: int) -> Position:

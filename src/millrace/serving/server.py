@@ -1,0 +1,198 @@
+"""The local Redis: one `redis-server` on loopback, its data, config and log in the workspace.
+
+`millrace up` calls `start_redis`, `millrace down` calls `stop_redis`, `millrace status` calls
+`redis_status`, as they do for the Kafka broker. The server runs detached, so it outlives the
+command that started it; its pid file, `redis.conf`, snapshot (`dump.rdb`) and log live in
+`<workspace>/redis/`. When `redis.url` (`MILLRACE_REDIS`) is set, none of this runs: the
+serving tables live in that Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from millrace.config.workspace import Workspace
+from millrace.errors import ServingError
+
+_START_TIMEOUT_S = 30.0
+_STOP_GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class RedisStatus:
+    """What `millrace status` shows about the serving store."""
+
+    url: str
+    running: bool
+    external: bool
+    pid: int | None = None
+    started_now: bool = False
+
+
+def start_redis(workspace: Workspace) -> RedisStatus:
+    """Start the workspace's Redis and wait until it answers PING.
+
+    Starts nothing when `redis.url` points at an existing Redis, or when it already runs.
+    Raises `ServingError` when `redis-server` is not installed, the port is taken, or the
+    server exits or does not answer in 30 s (with the end of its log).
+
+    Example:
+        >>> start_redis(Workspace.locate()).url  # doctest: +SKIP
+        'redis://127.0.0.1:6379/0'
+    """
+    settings = workspace.settings
+    current = redis_status(workspace)
+    if current.external or current.running:
+        return current
+    executable = shutil.which("redis-server")
+    if executable is None:
+        raise ServingError(
+            "redis-server is not installed, so the local serving store cannot start",
+            hint="run scripts/setup.sh (Debian: apt-get install redis-server), or point "
+            "MILLRACE_REDIS at an existing Redis",
+        )
+    _require_free_port(settings.redis_port)
+    paths = _RedisPaths(workspace.redis_dir)
+    paths.write_config(settings.redis_port)
+    process = subprocess.Popen(
+        [executable, str(paths.config)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    paths.pid_file.write_text(str(process.pid))
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    client = redis.Redis.from_url(settings.redis, socket_timeout=1.0)
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            paths.pid_file.unlink(missing_ok=True)
+            raise ServingError(
+                f"redis-server exited with status {process.returncode} while starting; "
+                f"the end of its log ({paths.log}):\n{paths.log_excerpt()}",
+                hint="fix what the log names, then run `millrace up` again",
+            )
+        try:
+            client.ping()
+            return RedisStatus(settings.redis, True, False, process.pid, started_now=True)
+        except redis.RedisError:
+            time.sleep(0.1)
+        finally:
+            client.close()
+    process.kill()
+    paths.pid_file.unlink(missing_ok=True)
+    raise ServingError(
+        f"redis-server did not answer on {settings.redis} within {_START_TIMEOUT_S:.0f} s; "
+        f"the end of its log ({paths.log}):\n{paths.log_excerpt()}",
+        hint="fix what the log names, then run `millrace up` again",
+    )
+
+
+def stop_redis(workspace: Workspace) -> RedisStatus:
+    """Stop the workspace's Redis (SIGTERM: it saves its snapshot, then exits); safe to repeat."""
+    status = redis_status(workspace)
+    if status.running and status.pid is not None:
+        os.kill(status.pid, signal.SIGTERM)
+        if not _wait_for_exit(status.pid, _STOP_GRACE_S):
+            os.kill(status.pid, signal.SIGKILL)
+            _wait_for_exit(status.pid, 5.0)
+    _RedisPaths(workspace.redis_dir).pid_file.unlink(missing_ok=True)
+    return RedisStatus(status.url, False, status.external)
+
+
+def redis_status(workspace: Workspace) -> RedisStatus:
+    """Whether the workspace's Redis runs, judged by its pid file and its process."""
+    settings = workspace.settings
+    if not settings.uses_local_redis:
+        return RedisStatus(settings.redis, True, True)
+    pid = _RedisPaths(workspace.redis_dir).running_pid()
+    return RedisStatus(settings.redis, pid is not None, False, pid)
+
+
+class _RedisPaths:
+    """The files of one local Redis, all under `<workspace>/redis/`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config = root / "redis.conf"
+        self.pid_file = root / "redis.pid"
+        self.log = root / "redis.log"
+
+    def write_config(self, port: int) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(_REDIS_CONF.format(port=port, root=self.root, log=self.log))
+
+    def running_pid(self) -> int | None:
+        """The server's pid if its process is alive and runs this workspace's configuration."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+            command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1]
+        except (OSError, ValueError, IndexError):
+            return None
+        if state.startswith("Z"):
+            return None
+        # redis-server rewrites its process title to `redis-server 127.0.0.1:port`.
+        if b"redis-server" in command_line:
+            return pid
+        return None
+
+    def log_excerpt(self) -> str:
+        lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+        return "\n".join(lines[-25:]) or "(redis-server wrote no log)"
+
+
+def _require_free_port(port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise ServingError(
+                f"port {port} on 127.0.0.1 is in use by another process, so the local Redis "
+                "cannot listen there",
+                hint="stop that process, or choose a free port with redis.port in "
+                "millrace.toml (or MILLRACE_REDIS_PORT)",
+            ) from None
+
+
+def _wait_for_exit(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+            if finished == pid:
+                return True
+        except ChildProcessError:
+            pass
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1]
+        except (OSError, IndexError):
+            return True
+        if state.startswith("Z"):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+_REDIS_CONF = """\
+# Written by `millrace up`; rewritten at every start from millrace.toml.
+bind 127.0.0.1
+protected-mode yes
+port {port}
+daemonize no
+dir {root}
+dbfilename dump.rdb
+logfile {log}
+# Snapshot after 1000 changes in a minute or one change in 15 minutes, and at shutdown.
+save 900 1 60 1000
+"""
