@@ -102,3 +102,9 @@ class ProcessorError(MillraceError):
     """A processor class is not valid, or its code failed on a record or a timer."""
 
     code = "processor"
+
+
+class WarehouseError(MillraceError):
+    """A warehouse table is missing, or a backfill or ad-hoc query cannot run as asked."""
+
+    code = "warehouse"

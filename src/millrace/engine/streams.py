@@ -6,7 +6,8 @@ object, does not fit the declared schema, or holds an unreadable time goes to `<
 with the reason, and is counted: the queries reading the DataFrame count them, and a
 `DeadLetterRouter` writes them after each micro-batch that had any.
 `read_batch` reads the records of an event-time range into a DataFrame that is not streaming,
-with the same columns, and routes the bad records the same way, at once.
+with the same columns, and routes the bad records the same way, at once; it reads them from
+the bus, or from the stream's archive in the warehouse with the same decoding.
 `write_stream` writes a DataFrame to a stream, or to a stream named per row.
 """
 
@@ -30,6 +31,7 @@ from millrace.bus.streams import (
 )
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
+from millrace.engine.archive import read_archive
 from millrace.engine.dead_letter_routing import DeadLetterRouter, write_dead_letters
 from millrace.errors import SchemaError
 
@@ -147,6 +149,7 @@ def read_batch(
     start_ms: int,
     end_ms: int,
     route_dead_letters: bool = True,
+    source: str = "bus",
 ) -> StreamInput:
     """Decode the records of `stream` whose event time is in `[start_ms, end_ms)`, in batch.
 
@@ -158,28 +161,24 @@ def read_batch(
     the range; each keeps the id a streaming read gives it, so a reader can drop the
     letters that both wrote. Times are epoch milliseconds.
 
+    `source="warehouse"` reads the stream's archive (see `millrace.engine.archive`) instead
+    of the bus, as it is when `read_batch` is called: the archived records are the bus's
+    own, decoded by the same code, so the columns, the records kept and the dead letters
+    (with their ids) are those of a read from the bus over the same records.
+
     Example:
         >>> source = read_batch(spark, workspace, "clicks", "page STRING",  # doctest: +SKIP
         ...                     time="time", start_ms=1_767_225_600_000,
         ...                     end_ms=1_767_229_200_000)
         >>> source.records.groupBy("page").count()  # doctest: +SKIP
     """
-    # The end offsets are fixed here, not at each action, so that everything a run derives
-    # from this read (dead letters, results, outputs) comes from the same records. This also
-    # raises `StreamNotFoundError` for a missing stream.
-    ends = {
-        str(bucket.bucket): bucket.end_offset
-        for bucket in describe_stream(workspace.settings, stream).buckets
-    }
+    if source not in ("bus", "warehouse"):
+        raise ValueError(f"source must be 'bus' or 'warehouse', not {source!r}")
     fields = _value_fields(schema, time)
     raw = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("subscribe", stream)
-        .option("startingOffsets", "earliest")
-        .option("endingOffsets", json.dumps({stream: ends}))
-        .option("includeHeaders", "true")
-        .load()
+        _read_bus(spark, workspace, stream)
+        if source == "bus"
+        else read_archive(spark, workspace, stream)
     )
     decoded = _decode(raw, fields, time)
     records = _good_records(decoded, fields, time).where(
@@ -190,6 +189,26 @@ def read_batch(
         return StreamInput(stream, records, None)
     count = write_dead_letters(workspace, stream, _dead_letters(decoded, stream))
     return StreamInput(stream, records, None, batch_dead_letters=count)
+
+
+def _read_bus(spark: SparkSession, workspace: Workspace, stream: str) -> DataFrame:
+    """Every record `stream` holds now, as Kafka's batch reader gives them."""
+    # The end offsets are fixed here, not at each action, so that everything a run derives
+    # from this read (dead letters, results, outputs) comes from the same records. This also
+    # raises `StreamNotFoundError` for a missing stream.
+    ends = {
+        str(bucket.bucket): bucket.end_offset
+        for bucket in describe_stream(workspace.settings, stream).buckets
+    }
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", stream)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps({stream: ends}))
+        .option("includeHeaders", "true")
+        .load()
+    )
 
 
 def write_stream(
