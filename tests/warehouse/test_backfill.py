@@ -77,7 +77,9 @@ def test_backfilling_top_events_over_an_archived_day_gives_the_windows_of_its_li
 
     live = parse_app(_top_events(tmp_path, f"live_{suffix}", events_stream, posts).read_text())
     start_sql_app(spark, workspace, live, available_now=True).await_termination()
-    start_archive(spark, workspace, events_stream, available_now=True).awaitTermination()
+    start_archive(
+        spark, workspace, events_stream, available_now=True, time_field="event_time"
+    ).awaitTermination()
 
     app_file = _top_events(tmp_path, f"backfill_{suffix}", events_stream, backfilled_posts)
     run = backfill(

@@ -26,7 +26,14 @@ _PROGRESS_EVERY_S = 2.0
 @click.argument("streams", nargs=-1)
 @click.option("--all", "all_marked", is_flag=True, help="Every stream created with --archive.")
 @click.option("--available-now", is_flag=True, help="Archive what the streams hold now, then stop.")
-def archive(streams: tuple[str, ...], all_marked: bool, available_now: bool) -> None:
+@click.option(
+    "--time",
+    "time_field",
+    help="The value's field holding the event time, for event_date (default: events.time_field).",
+)
+def archive(
+    streams: tuple[str, ...], all_marked: bool, available_now: bool, time_field: str | None
+) -> None:
     """Archive STREAMS exactly-once into the warehouse, until Ctrl-C.
 
     Each stream's records go, as the bus stored them, to the Delta table
@@ -40,7 +47,10 @@ def archive(streams: tuple[str, ...], all_marked: bool, available_now: bool) -> 
     spark = spark_session(workspace.settings, "millrace-archive")
     try:
         queries = [
-            start_archive(spark, workspace, name, available_now=available_now) for name in names
+            start_archive(
+                spark, workspace, name, available_now=available_now, time_field=time_field
+            )
+            for name in names
         ]
         click.echo(f"archiving {', '.join(names)} (Ctrl-C stops)")
         seen: dict[str, int] = {}

@@ -33,12 +33,16 @@ def start_archive(
     stream: str,
     *,
     available_now: bool = False,
+    time_field: str | None = None,
     max_records_per_batch: int | None = None,
 ) -> StreamingQuery:
     """Start the query `_archive.<stream>` that writes `stream` exactly-once to its archive.
 
     It starts where its checkpoint left off, or at the first record the stream keeps. With
     `available_now` it stops once it has archived what the stream holds when it starts.
+    `time_field` names the value's field that holds the event time (by default the
+    `events.time_field` setting, which the publisher uses too): its UTC date is the record's
+    `event_date`, or the date it reached the bus when it holds no readable time.
     `max_records_per_batch` caps the records of each micro-batch. A record the bus dropped
     (its retention passed) before the job archived it stops the query with Spark's data-loss
     error, rather than leaving a silent gap in the archive.
@@ -58,7 +62,16 @@ def start_archive(
     )
     if max_records_per_batch is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
-    records = reader.load().select(*ARCHIVE_COLUMNS[:-1], F.to_date("timestamp").alias(EVENT_DATE))
+    # Imported here: `streams` reads archives through this module.
+    from millrace.engine.streams import event_time_column
+
+    time_field = time_field or workspace.settings.events_time_field
+    raw_time = F.get_json_object(F.col("value").cast("string"), f"$.{time_field}")
+    event_time = event_time_column(raw_time, F.col("timestamp"))
+    records = reader.load().select(
+        *ARCHIVE_COLUMNS[:-1],
+        F.to_date(F.coalesce(event_time, F.col("timestamp"))).alias(EVENT_DATE),
+    )
     writer = (
         records.writeStream.format("delta")
         .queryName(f"{ARCHIVE_APP}.{stream}")

@@ -370,10 +370,24 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
         )
         .withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
     )
-    as_number = F.expr("try_cast(_time_raw AS DOUBLE)")
+    event_time = event_time_column(F.col("_time_raw"), F.col("_kafka_time"))
+    # Nondeterministic for the same reason as `_parsed`: the filter on `_error` then tests a
+    # column computed once, instead of recomputing the event time and the checks inside it.
+    return with_parts.withColumn("_event_time", event_time).withColumn(
+        "_error", F.when(F.spark_partition_id() >= 0, _error_reason(fields, time))
+    )
+
+
+def event_time_column(raw: Column, arrival: Column) -> Column:
+    """The event time that the text `raw` of a time field holds, as a TIMESTAMP.
+
+    `raw` is the field's JSON text: ISO-8601, or epoch milliseconds or seconds. A NULL `raw`
+    (no such field) gives `arrival`; text that is no time gives NULL.
+    """
+    as_number = raw.try_cast("double")
     finite = as_number.isNotNull() & ~F.isnan(as_number) & (F.abs(as_number) < float("inf"))
-    event_time = (
-        F.when(F.col("_time_raw").isNull(), F.col("_kafka_time"))
+    return (
+        F.when(raw.isNull(), arrival)
         .when(
             finite,
             F.timestamp_millis(
@@ -382,12 +396,7 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
                 .cast("long")
             ),
         )
-        .otherwise(F.expr("try_cast(_time_raw AS TIMESTAMP)"))
-    )
-    # Nondeterministic for the same reason as `_parsed`: the filter on `_error` then tests a
-    # column computed once, instead of recomputing the event time and the checks inside it.
-    return with_parts.withColumn("_event_time", event_time).withColumn(
-        "_error", F.when(F.spark_partition_id() >= 0, _error_reason(fields, time))
+        .otherwise(raw.try_cast("timestamp"))
     )
 
 

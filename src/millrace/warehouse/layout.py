@@ -2,11 +2,12 @@
 
 The warehouse is the `warehouse/` folder of the workspace, the paper's Hive. Each archived
 stream is one Delta table, `warehouse/<stream>`, holding each record as the bus stored it:
-Kafka's `key`, `value`, `headers`, `partition`, `offset` and `timestamp` columns, plus the
-`event_date` partition column (the UTC date of the record's bus timestamp, which millrace's
-publisher sets to the event time). Storing the raw record is the point: a backfill decodes an
-archived record with exactly the code that decodes it on a live read, so it gives the same
-results and routes the same records to the dead-letter stream.
+Kafka's `key`, `value`, `headers`, `partition`, `offset` and `timestamp` (arrival) columns,
+plus the `event_date` partition column: the UTC date of the event time in the value's time
+field, or of the arrival when the value holds no readable time. Storing the raw record is
+the point: a backfill decodes an archived record with exactly the code that decodes it on a
+live read, so it gives the same results and routes the same records to the dead-letter
+stream.
 
 The archive job of a stream keeps its checkpoint under `checkpoints/_archive/<stream>`.
 Streams created with `millrace stream create --archive` are listed in `warehouse/streams.json`.
@@ -22,7 +23,7 @@ from millrace.config.workspace import Workspace
 from millrace.errors import WarehouseError
 
 EVENT_DATE = "event_date"
-"""The partition column of an archive table: the UTC date of the record's bus timestamp."""
+"""The partition column of an archive table: the UTC date of the record's event time."""
 
 ARCHIVE_COLUMNS = ("key", "value", "headers", "partition", "offset", "timestamp", EVENT_DATE)
 """The columns of an archive table, in order: Kafka's record columns, then `EVENT_DATE`."""
