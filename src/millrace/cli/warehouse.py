@@ -14,7 +14,7 @@ from millrace.cli.apps import _count, _echo_dead_letters, _echo_query_progress, 
 from millrace.config.workspace import Workspace
 from millrace.engine.archive import read_archive, start_archive
 from millrace.engine.session import spark_session, stop_spark_session
-from millrace.runtime.adhoc_sql import run_query
+from millrace.runtime.adhoc_sql import QueryResult, run_query
 from millrace.runtime.backfill import backfill as run_backfill
 from millrace.sql.parser import load_app
 from millrace.warehouse.layout import archive_path, streams_marked_for_archive
@@ -148,6 +148,11 @@ def sql(query: str, as_json: bool, app_files: tuple[Path, ...], limit: int) -> N
         for row in result.rows:
             click.echo(json.dumps(row, default=str, ensure_ascii=False))
         return
+    print_table(result)
+
+
+def print_table(result: QueryResult) -> None:
+    """Print the rows of `result` as a table, then their count."""
     table = Table(*result.columns)
     for row in result.rows:
         table.add_row(*(_cell(row[column]) for column in result.columns))

@@ -15,8 +15,9 @@ Errors name the line and column of the query, as a SQL app's errors do.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from millrace.config.workspace import Workspace
 from millrace.engine.archive import archive_view
 from millrace.engine.streams import read_batch
 from millrace.errors import SqlError
-from millrace.sql.parser import SqlApp
+from millrace.sql.parser import InputTable, SqlApp
 from millrace.warehouse.layout import archived_streams, is_archived, view_name
 
 # Event times that every record falls between: the whole archive, for a decoded view.
@@ -50,46 +51,59 @@ class QueryResult:
 
 
 def register_views(
-    spark: SparkSession, workspace: Workspace, apps: Sequence[SqlApp] = ()
+    spark: SparkSession,
+    workspace: Workspace,
+    apps: Sequence[SqlApp] = (),
+    *,
+    used_by: str | None = None,
 ) -> dict[str, str]:
     """Register the warehouse's views (see the module docstring); what each holds, by name.
+
+    With `used_by`, only the views whose names that query text mentions are registered (each
+    costs a look at its table), though all are described.
 
     Example:
         >>> register_views(spark, workspace)  # doctest: +SKIP
         {'warehouse__events_stream': 'archive of stream events_stream', ...}
     """
-    views: dict[str, DataFrame] = {}
+    makers: dict[str, Callable[[], DataFrame]] = {}
     described: dict[str, str] = {}
     for stream in archived_streams(workspace):
         name = view_name("warehouse", stream)
-        views[name] = archive_view(spark, workspace, stream)
+        makers[name] = functools.partial(archive_view, spark, workspace, stream)
         described[name] = f"archive of stream {stream}"
     tables_dir = workspace.tables_dir
     for table in sorted(tables_dir.glob("*/*")) if tables_dir.is_dir() else []:
         if (table / "_delta_log").is_dir():
             name = view_name(table.parent.name, table.name)
-            views[name] = spark.read.format("delta").load(str(table))
+            makers[name] = functools.partial(spark.read.format("delta").load, str(table))
             described[name] = f"result table {table.name} of app {table.parent.name}"
     for app in apps:
         for source in app.inputs:
             if not is_archived(workspace, source.stream):
                 continue
             name = view_name(app.name, source.name)
-            views[name] = read_batch(
-                spark,
-                workspace,
-                source.stream,
-                source.schema,
-                time=source.time,
-                start_ms=_EARLIEST_MS,
-                end_ms=_LATEST_MS,
-                route_dead_letters=False,
-                source="warehouse",
-            ).records
+            makers[name] = functools.partial(_decoded, spark, workspace, source)
             described[name] = f"input {source.name} of app {app.name}, decoded from the archive"
-    for name, frame in views.items():
-        frame.createOrReplaceTempView(name)
+    mentioned = None if used_by is None else used_by.lower()
+    for name, make in makers.items():
+        if mentioned is None or name.lower() in mentioned:
+            make().createOrReplaceTempView(name)
     return described
+
+
+def _decoded(spark: SparkSession, workspace: Workspace, source: InputTable) -> DataFrame:
+    return read_batch(
+        spark,
+        workspace,
+        source.stream,
+        source.schema,
+        time=source.time,
+        start_ms=_EARLIEST_MS,
+        end_ms=_LATEST_MS,
+        route_dead_letters=False,
+        source="warehouse",
+    ).records
 
 
 def run_query(
@@ -115,7 +129,7 @@ def run_query(
             f"{_NAME}:1:1: millrace sql runs queries only",
             hint="start with SELECT, WITH, FROM, VALUES, TABLE, SHOW, DESCRIBE or EXPLAIN",
         )
-    views = register_views(spark, workspace, apps)
+    views = register_views(spark, workspace, apps, used_by=text)
     try:
         frame = spark.sql(text)
         if limit is not None:
