@@ -120,3 +120,9 @@ class TableSpecError(ServingError):
     """A serving table's name, columns, types or TTL are not valid, or it exists already."""
 
     code = "table-invalid"
+
+
+class WarehouseError(MillraceError):
+    """A warehouse table is missing, or a backfill or ad-hoc query cannot run as asked."""
+
+    code = "warehouse"

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from millrace.cli import apps, infra, records, streams, tables
+from millrace.cli import apps, infra, records, streams, tables, warehouse
 from millrace.errors import MillraceError
 
 
@@ -39,6 +39,9 @@ for command in (
     apps.run,
     apps.query,
     tables.table,
+    warehouse.archive,
+    warehouse.backfill,
+    warehouse.sql,
 ):
     cli.add_command(command)
 

@@ -7,6 +7,7 @@ import click
 from millrace.bus import streams as bus_streams
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
+from millrace.warehouse.layout import mark_for_archive
 
 
 @click.group()
@@ -23,10 +24,20 @@ def stream() -> None:
     show_default=True,
     help="How long records are kept: 12h, 3d, 2w... or 'forever'.",
 )
-def create(name: str, buckets: int, retention: str) -> None:
+@click.option(
+    "--archive", is_flag=True, help="Mark it for archiving to the warehouse (millrace archive)."
+)
+def create(name: str, buckets: int, retention: str, archive: bool) -> None:
     """Create stream NAME."""
-    bus_streams.create_stream(_settings(), name, buckets=buckets, retention=retention)
+    workspace = Workspace.locate().require_initialized()
+    bus_streams.create_stream(workspace.settings, name, buckets=buckets, retention=retention)
     click.echo(f"created stream {name!r} with {buckets} buckets, retention {retention}")
+    if archive:
+        mark_for_archive(workspace, name)
+        click.echo(
+            f"marked for archiving: run `millrace archive {name}` (or `millrace archive --all`) "
+            "to keep copying it to the warehouse"
+        )
 
 
 @stream.command(name="list")

@@ -6,7 +6,8 @@ object, does not fit the declared schema, or holds an unreadable time goes to `<
 with the reason, and is counted: the queries reading the DataFrame count them, and a
 `DeadLetterRouter` writes them after each micro-batch that had any.
 `read_batch` reads the records of an event-time range into a DataFrame that is not streaming,
-with the same columns, and routes the bad records the same way, at once.
+with the same columns, and routes the bad records the same way, at once; it reads them from
+the bus, or from the stream's archive in the warehouse with the same decoding.
 `write_stream` writes a DataFrame to a stream, or to a stream named per row.
 """
 
@@ -30,6 +31,7 @@ from millrace.bus.streams import (
 )
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
+from millrace.engine.archive import read_archive
 from millrace.engine.dead_letter_routing import DeadLetterRouter, write_dead_letters
 from millrace.errors import SchemaError
 
@@ -147,6 +149,7 @@ def read_batch(
     start_ms: int,
     end_ms: int,
     route_dead_letters: bool = True,
+    source: str = "bus",
 ) -> StreamInput:
     """Decode the records of `stream` whose event time is in `[start_ms, end_ms)`, in batch.
 
@@ -158,28 +161,24 @@ def read_batch(
     the range; each keeps the id a streaming read gives it, so a reader can drop the
     letters that both wrote. Times are epoch milliseconds.
 
+    `source="warehouse"` reads the stream's archive (see `millrace.engine.archive`) instead
+    of the bus, as it is when `read_batch` is called: the archived records are the bus's
+    own, decoded by the same code, so the columns, the records kept and the dead letters
+    (with their ids) are those of a read from the bus over the same records.
+
     Example:
         >>> source = read_batch(spark, workspace, "clicks", "page STRING",  # doctest: +SKIP
         ...                     time="time", start_ms=1_767_225_600_000,
         ...                     end_ms=1_767_229_200_000)
         >>> source.records.groupBy("page").count()  # doctest: +SKIP
     """
-    # The end offsets are fixed here, not at each action, so that everything a run derives
-    # from this read (dead letters, results, outputs) comes from the same records. This also
-    # raises `StreamNotFoundError` for a missing stream.
-    ends = {
-        str(bucket.bucket): bucket.end_offset
-        for bucket in describe_stream(workspace.settings, stream).buckets
-    }
+    if source not in ("bus", "warehouse"):
+        raise ValueError(f"source must be 'bus' or 'warehouse', not {source!r}")
     fields = _value_fields(schema, time)
     raw = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("subscribe", stream)
-        .option("startingOffsets", "earliest")
-        .option("endingOffsets", json.dumps({stream: ends}))
-        .option("includeHeaders", "true")
-        .load()
+        _read_bus(spark, workspace, stream)
+        if source == "bus"
+        else read_archive(spark, workspace, stream)
     )
     decoded = _decode(raw, fields, time)
     records = _good_records(decoded, fields, time).where(
@@ -190,6 +189,26 @@ def read_batch(
         return StreamInput(stream, records, None)
     count = write_dead_letters(workspace, stream, _dead_letters(decoded, stream))
     return StreamInput(stream, records, None, batch_dead_letters=count)
+
+
+def _read_bus(spark: SparkSession, workspace: Workspace, stream: str) -> DataFrame:
+    """Every record `stream` holds now, as Kafka's batch reader gives them."""
+    # The end offsets are fixed here, not at each action, so that everything a run derives
+    # from this read (dead letters, results, outputs) comes from the same records. This also
+    # raises `StreamNotFoundError` for a missing stream.
+    ends = {
+        str(bucket.bucket): bucket.end_offset
+        for bucket in describe_stream(workspace.settings, stream).buckets
+    }
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", stream)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps({stream: ends}))
+        .option("includeHeaders", "true")
+        .load()
+    )
 
 
 def write_stream(
@@ -351,10 +370,24 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
         )
         .withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
     )
-    as_number = F.expr("try_cast(_time_raw AS DOUBLE)")
+    event_time = event_time_column(F.col("_time_raw"), F.col("_kafka_time"))
+    # Nondeterministic for the same reason as `_parsed`: the filter on `_error` then tests a
+    # column computed once, instead of recomputing the event time and the checks inside it.
+    return with_parts.withColumn("_event_time", event_time).withColumn(
+        "_error", F.when(F.spark_partition_id() >= 0, _error_reason(fields, time))
+    )
+
+
+def event_time_column(raw: Column, arrival: Column) -> Column:
+    """The event time that the text `raw` of a time field holds, as a TIMESTAMP.
+
+    `raw` is the field's JSON text: ISO-8601, or epoch milliseconds or seconds. A NULL `raw`
+    (no such field) gives `arrival`; text that is no time gives NULL.
+    """
+    as_number = raw.try_cast("double")
     finite = as_number.isNotNull() & ~F.isnan(as_number) & (F.abs(as_number) < float("inf"))
-    event_time = (
-        F.when(F.col("_time_raw").isNull(), F.col("_kafka_time"))
+    return (
+        F.when(raw.isNull(), arrival)
         .when(
             finite,
             F.timestamp_millis(
@@ -363,12 +396,7 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
                 .cast("long")
             ),
         )
-        .otherwise(F.expr("try_cast(_time_raw AS TIMESTAMP)"))
-    )
-    # Nondeterministic for the same reason as `_parsed`: the filter on `_error` then tests a
-    # column computed once, instead of recomputing the event time and the checks inside it.
-    return with_parts.withColumn("_event_time", event_time).withColumn(
-        "_error", F.when(F.spark_partition_id() >= 0, _error_reason(fields, time))
+        .otherwise(raw.try_cast("timestamp"))
     )
 
 

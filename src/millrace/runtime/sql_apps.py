@@ -167,7 +167,13 @@ class BatchRun:
 
 
 def run_sql_app_batch(
-    spark: SparkSession, workspace: Workspace, app: SqlApp, *, start_ms: int, end_ms: int
+    spark: SparkSession,
+    workspace: Workspace,
+    app: SqlApp,
+    *,
+    start_ms: int,
+    end_ms: int,
+    source: str = "bus",
 ) -> BatchRun:
     """Run `app` once over its inputs' records with event times in `[start_ms, end_ms)`.
 
@@ -179,6 +185,7 @@ def run_sql_app_batch(
     can drop the emitted records it has seen. Each `INSERT INTO STREAM` writes the records
     of the range, keeping the input records' ids. Unlike a streaming run, records that came
     later than the input's lateness are counted. Times are epoch milliseconds.
+    `source="warehouse"` reads the inputs from their archives (a backfill) instead of the bus.
 
     Example:
         >>> run = run_sql_app_batch(spark, workspace, load_app(Path("app.sql")),  # doctest: +SKIP
@@ -187,7 +194,9 @@ def run_sql_app_batch(
         {'top_events_5min': 24}
     """
     _require_output_streams(workspace, app)
-    compiled = compile_app(spark, workspace, app, time_range=(start_ms, end_ms))
+    compiled = compile_app(
+        spark, workspace, app, time_range=(start_ms, end_ms), batch_source=source
+    )
     tables: dict[str, int] = {}
     streams: dict[str, int] = {}
     for stream, records in compiled.inserts.items():

@@ -72,11 +72,13 @@ def compile_app(
     panes: bool = True,
     max_records_per_batch: int | None = None,
     sources: Mapping[str, DataFrame] | None = None,
+    batch_source: str = "bus",
 ) -> CompiledApp:
     """Build the DataFrames of `app`, without starting any query.
 
     With `time_range` (start and end, epoch ms), the inputs are read in batch: the records
-    whose event time is in `[start, end)`, and the DataFrames are not streaming.
+    whose event time is in `[start, end)`, and the DataFrames are not streaming;
+    `batch_source="warehouse"` reads them from the streams' archives instead of the bus.
     `panes=False` keeps every result table on a one-stage plan (for comparing plans).
     `max_records_per_batch` caps each micro-batch. `sources` gives DataFrames to read instead
     of some inputs' streams, by input table name, with the input's columns (including its
@@ -127,6 +129,7 @@ def compile_app(
                     start_ms=time_range[0],
                     end_ms=time_range[1],
                     route_dead_letters=route_dead_letters,
+                    source=batch_source,
                 )
         except StreamNotFoundError as error:
             raise SqlError(f"{source.position}: input {error.message}", hint=error.hint) from None

@@ -1,0 +1,168 @@
+"""CLI verbs for the warehouse: `millrace archive`, `millrace backfill`, `millrace sql`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from millrace.cli.apps import _count, _echo_dead_letters, _echo_query_progress, _epoch_ms, _iso
+from millrace.config.workspace import Workspace
+from millrace.engine.archive import read_archive, start_archive
+from millrace.engine.session import spark_session, stop_spark_session
+from millrace.runtime.adhoc_sql import QueryResult, run_query
+from millrace.runtime.backfill import backfill as run_backfill
+from millrace.sql.parser import load_app
+from millrace.warehouse.layout import archive_path, streams_marked_for_archive
+
+_PROGRESS_EVERY_S = 2.0
+
+
+@click.command()
+@click.argument("streams", nargs=-1)
+@click.option("--all", "all_marked", is_flag=True, help="Every stream created with --archive.")
+@click.option("--available-now", is_flag=True, help="Archive what the streams hold now, then stop.")
+@click.option(
+    "--time",
+    "time_field",
+    help="The value's field holding the event time, for event_date (default: events.time_field).",
+)
+def archive(
+    streams: tuple[str, ...], all_marked: bool, available_now: bool, time_field: str | None
+) -> None:
+    """Archive STREAMS exactly-once into the warehouse, until Ctrl-C.
+
+    Each stream's records go, as the bus stored them, to the Delta table
+    <workspace>/warehouse/<stream>, partitioned by event date. A job that is stopped and
+    started again goes on from where it stopped, writing no record twice.
+    """
+    workspace = Workspace.locate().require_initialized()
+    names = list(dict.fromkeys([*streams, *(streams_marked_for_archive(workspace) * all_marked)]))
+    if not names:
+        raise click.UsageError("name the streams to archive, or give --all")
+    spark = spark_session(workspace.settings, "millrace-archive")
+    try:
+        queries = [
+            start_archive(
+                spark, workspace, name, available_now=available_now, time_field=time_field
+            )
+            for name in names
+        ]
+        click.echo(f"archiving {', '.join(names)} (Ctrl-C stops)")
+        seen: dict[str, int] = {}
+        while any(query.isActive for query in queries):
+            for query in queries:
+                _echo_query_progress(query, seen)
+            time.sleep(_PROGRESS_EVERY_S)
+        for query in queries:
+            query.awaitTermination()
+            _echo_query_progress(query, seen)
+        for name in names:
+            records = read_archive(spark, workspace, name).count()
+            path = archive_path(workspace, name)
+            click.echo(f"stream {name}: {_count(records, 'record')} in {path}")
+    except KeyboardInterrupt:
+        click.echo("stopping...")
+    finally:
+        stop_spark_session()
+
+
+@click.command()
+@click.argument("app")
+@click.option("--from", "start", required=True, help="The first event time, ISO-8601 or epoch ms.")
+@click.option("--to", "end", required=True, help="The end of the range, not included.")
+@click.option(
+    "--into",
+    "into",
+    multiple=True,
+    required=True,
+    help="A result table or output stream of APP to write; may be repeated.",
+)
+def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
+    """Re-run APP in batch over the archived records from --from to --to.
+
+    APP is a SQL app's file. Its inputs are read from the warehouse and decoded by the code
+    of its streaming run; the outputs named by --into get the same final results as the
+    streaming run, merged by key, so running a backfill again changes nothing.
+    """
+    start_ms, end_ms = _epoch_ms("--from", start), _epoch_ms("--to", end)
+    if start_ms >= end_ms:
+        raise click.UsageError(f"--to ({end}) must come after --from ({start})")
+    workspace = Workspace.locate().require_initialized()
+    try:
+        result = run_backfill(
+            spark_session(workspace.settings, "millrace-backfill"),
+            workspace,
+            app,
+            start_ms=start_ms,
+            end_ms=end_ms,
+            into=into,
+        )
+    finally:
+        stop_spark_session()
+    click.echo(
+        f"app {result.app.name!r} backfilled over {_iso(start_ms)} to {_iso(end_ms)} "
+        "from the warehouse"
+    )
+    for table, rows in result.tables.items():
+        click.echo(f"table {table}: {_count(rows, 'row')} merged")
+    for stream, records in result.streams.items():
+        click.echo(f"stream {stream}: {_count(records, 'record')} written")
+    _echo_dead_letters(result.app, result.dead_letters)
+
+
+@click.command()
+@click.argument("query")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+@click.option(
+    "--app",
+    "app_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A SQL app whose input tables to add, decoded, as <app>__<input>; may be repeated.",
+)
+@click.option("--limit", type=int, default=1000, show_default=True, help="Rows to print at most.")
+def sql(query: str, as_json: bool, app_files: tuple[Path, ...], limit: int) -> None:
+    """Run the Spark SQL QUERY over the warehouse and the SQL apps' result tables.
+
+    Tables: warehouse__<stream> for each archived stream (value as JSON text) and
+    <app>__<table> for each result table; a '.' or '-' in a name becomes '_'.
+    """
+    apps = [load_app(path) for path in app_files]
+    workspace = Workspace.locate().require_initialized()
+    try:
+        result = run_query(
+            spark_session(workspace.settings, "millrace-sql"),
+            workspace,
+            query,
+            apps=apps,
+            limit=limit,
+        )
+    finally:
+        stop_spark_session()
+    if as_json:
+        for row in result.rows:
+            click.echo(json.dumps(row, default=str, ensure_ascii=False))
+        return
+    print_table(result)
+
+
+def print_table(result: QueryResult) -> None:
+    """Print the rows of `result` as a table, then their count."""
+    table = Table(*result.columns)
+    for row in result.rows:
+        table.add_row(*(_cell(row[column]) for column in result.columns))
+    Console(soft_wrap=True).print(table)
+    click.echo(_count(len(result.rows), "row"))
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return str(value)

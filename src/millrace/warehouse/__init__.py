@@ -1,0 +1,1 @@
+"""The warehouse: every archived stream as a Delta table of its records as the bus kept them."""

@@ -1,0 +1,115 @@
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from millrace.bus.publisher import Publisher
+from millrace.config.workspace import Workspace
+from millrace.runtime.adhoc_sql import QueryResult
+from millrace.warehouse.layout import streams_marked_for_archive
+from tests.cli.test_cli import millrace
+
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+EVENTS = [
+    {"event_time": START_MS + n * 7_000, "category": ("movies", "news")[n % 2], "n": n}
+    for n in range(100)
+]
+IN_RANGE = [event for event in EVENTS if event["event_time"] < START_MS + 600_000]
+APP = (
+    "CREATE APPLICATION {app};\n"
+    "CREATE INPUT TABLE events (event_time, category, n INT)\n"
+    "  FROM STREAM('{stream}') TIME event_time LATENESS '1 minute';\n"
+    "CREATE TABLE per_minute AS\n"
+    "SELECT category, COUNT(*) AS n FROM events [1 minute] GROUP BY category;\n"
+)
+
+
+@dataclass(frozen=True)
+class Archived:
+    stream: str
+    app: str
+    app_file: Path
+    backfill_stdout: list[str]
+
+
+@pytest.fixture(scope="module")
+def archived(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Archived:
+    """A stream created with --archive, published to, archived and backfilled from the CLI."""
+    stream = f"test.cli_{uuid.uuid4().hex[:8]}"
+    created = millrace("stream", "create", stream, "--buckets", "2", "--archive")
+    assert created.returncode == 0, created.stderr
+    assert f"run `millrace archive {stream}`" in created.stdout
+    assert stream in streams_marked_for_archive(workspace)
+    with Publisher(stream, settings=workspace.settings, time_field="event_time") as out:
+        for event in EVENTS:
+            out.send(event)
+    done = millrace("archive", stream, "--available-now", "--time", "event_time")
+    assert done.returncode == 0, done.stderr
+    assert f"stream {stream}: {len(EVENTS)} records in " in done.stdout
+
+    app = f"cli_backfill_{uuid.uuid4().hex[:8]}"
+    app_file = tmp_path_factory.mktemp("apps") / "per_minute.sql"
+    app_file.write_text(APP.format(app=app, stream=stream))
+    backfilled = millrace(
+        "backfill", str(app_file), "--from", "2026-01-01T00:00:00Z",
+        "--to", "2026-01-01T00:10:00Z", "--into", "per_minute",
+    )  # fmt: skip
+    assert backfilled.returncode == 0, backfilled.stderr
+    return Archived(stream, app, app_file, backfilled.stdout.splitlines())
+
+
+def test_backfill_says_what_it_wrote(archived: Archived) -> None:
+    windows = {(event["event_time"] // 60_000, event["category"]) for event in IN_RANGE}
+    assert archived.backfill_stdout == [
+        f"app '{archived.app}' backfilled over 2026-01-01T00:00:00Z to "
+        "2026-01-01T00:10:00Z from the warehouse",
+        f"table per_minute: {len(windows)} rows merged",
+    ]
+
+
+def test_sql_reads_the_archive_the_decoded_inputs_and_the_result_tables(
+    archived: Archived,
+) -> None:
+    view, app = "warehouse__" + archived.stream.replace(".", "_"), archived.app
+    queried = millrace(
+        "sql",
+        "--json",
+        "--app",
+        str(archived.app_file),
+        f"SELECT (SELECT COUNT(*) FROM {view}) AS archived,\n"
+        f"  (SELECT SUM(CAST(get_json_object(value, '$.n') AS INT)) FROM {view}) AS n_total,\n"
+        f"  (SELECT SUM(n) FROM {app}__per_minute) AS counted,\n"
+        f"  (SELECT COUNT(*) FROM {app}__events WHERE category = 'news') AS news,\n"
+        f"  (SELECT COUNT(DISTINCT event_date) FROM {view}) AS days",
+    )
+    assert queried.returncode == 0, queried.stderr
+    [row] = [json.loads(line) for line in queried.stdout.splitlines()]
+    assert row == {
+        "archived": len(EVENTS),
+        "n_total": sum(event["n"] for event in EVENTS),
+        "counted": len(IN_RANGE),
+        "news": sum(1 for event in EVENTS if event["category"] == "news"),
+        "days": len({event["event_time"] // 86_400_000 for event in EVENTS}),
+    }
+
+
+def test_sql_prints_a_table_of_the_rows_and_their_count(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from millrace.cli.warehouse import print_table
+
+    rows = [
+        {"category": "movies", "n": 43, "day": date(2026, 1, 1), "top": [{"item": "a"}]},
+        {"category": "news", "n": None, "day": date(2026, 1, 2), "top": []},
+    ]
+    print_table(QueryResult(["category", "n", "day", "top"], rows, {}))
+    lines = capsys.readouterr().out.splitlines()
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if "│" in line]
+    assert cells == [
+        ["movies", "43", "2026-01-01", '[{"item": "a"}]'],
+        ["news", "NULL", "2026-01-02", "[]"],
+    ]
+    assert lines[-1] == "2 rows"
