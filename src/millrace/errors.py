@@ -102,3 +102,21 @@ class ProcessorError(MillraceError):
     """A processor class is not valid, or its code failed on a record or a timer."""
 
     code = "processor"
+
+
+class AppNotFoundError(MillraceError):
+    """No deployed app of that name is in the workspace's registry."""
+
+    code = "app-not-found"
+
+
+class LifecycleError(MillraceError):
+    """A deployed app could not be started, stopped or rolled back as asked."""
+
+    code = "lifecycle"
+
+
+class StateSchemaError(LifecycleError):
+    """An app's new code needs state that its checkpoint cannot give it."""
+
+    code = "state-schema"

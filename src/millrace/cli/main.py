@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from millrace.cli import apps, infra, records, streams
+from millrace.cli import apps, infra, lifecycle, records, streams
 from millrace.errors import MillraceError
 
 
@@ -38,6 +38,13 @@ for command in (
     apps.check,
     apps.run,
     apps.query,
+    lifecycle.deploy,
+    lifecycle.ps,
+    lifecycle.logs,
+    lifecycle.stop,
+    lifecycle.restart,
+    lifecycle.history,
+    lifecycle.rollback,
 ):
     cli.add_command(command)
 

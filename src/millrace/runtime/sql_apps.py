@@ -32,6 +32,7 @@ from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.streams import StreamInput, write_batch, write_stream
+from millrace.engine.triggers import Trigger
 from millrace.errors import SqlError, StreamNotFoundError
 from millrace.sql.compiler import compile_app, group_key_columns
 from millrace.sql.parser import ResultTable, SqlApp
@@ -105,10 +106,12 @@ def start_sql_app(
     *,
     available_now: bool = False,
     max_records_per_batch: int | None = None,
+    trigger: Trigger | None = None,
 ) -> RunningApp:
     """Compile `app` and start its queries; with `available_now` they stop at the end of input.
 
-    `max_records_per_batch` caps the records each micro-batch reads from an input.
+    `max_records_per_batch` caps the records each micro-batch reads from an input; `trigger`
+    sets when micro-batches run (`available_now` is short for `Trigger("available-now")`).
 
     Example:
         >>> running = start_sql_app(spark, workspace, load_app(Path("app.sql")))  # doctest: +SKIP
@@ -127,6 +130,7 @@ def start_sql_app(
                 f"insert.{stream}",
                 stream,
                 available_now=available_now,
+                trigger=trigger,
             )
         )
     for table in app.tables:
@@ -142,6 +146,8 @@ def start_sql_app(
         )
         if available_now:
             query = query.trigger(availableNow=True)
+        elif trigger is not None:
+            query = trigger.apply(query, f"{app.name}.table.{table.name}", foreach_batch=True)
         running.tables[table.name] = query.start()
         running.queries.append(running.tables[table.name])
     return running
