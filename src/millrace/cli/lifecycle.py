@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from millrace.cli.apps import _epoch_ms  # the same time parsing as `run --batch`
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.runtime import checkpoints, lifecycle, registry
@@ -109,6 +110,11 @@ def stop(app: str, timeout: float) -> None:
 @click.option("--trigger", help="A new trigger; default: the one it ran with.")
 @click.option("--master", help="A new Spark master URL; default: the one it ran with.")
 @click.option("--fresh", is_flag=True, help="Move the checkpoint aside and start over.")
+@click.option(
+    "--from",
+    "start_from",
+    help="With --fresh: earliest (default), latest, or a time (ISO-8601 or epoch ms).",
+)
 @click.option("--force", is_flag=True, help="Start even if the state schema looks incompatible.")
 def restart(
     app: str,
@@ -116,9 +122,19 @@ def restart(
     trigger: str | None,
     master: str | None,
     fresh: bool,
+    start_from: str | None,
     force: bool,
 ) -> None:
-    """Stop APP and start it again with its (new) code, resuming from its checkpoint."""
+    """Stop APP and start it again with its (new) code, resuming from its checkpoint.
+
+    With --fresh, the checkpoint (offsets and state) is moved under
+    <workspace>/apps/APP/backups/ and the app starts over, reading its inputs from --from.
+    """
+    if start_from is not None and not fresh:
+        raise click.UsageError("--from goes with --fresh")
+    where: str | int = start_from or "earliest"
+    if where not in ("earliest", "latest"):
+        where = _epoch_ms("--from", str(where))
     workspace = _workspace()
     before = registry.load(workspace, app)
     record = lifecycle.restart(
@@ -128,6 +144,7 @@ def restart(
         trigger=_trigger(trigger),
         master=master,
         fresh=fresh,
+        start_from=where,  # type: ignore[arg-type]
         force=force,
     )
     changed = "new code" if record.source_hash != before.source_hash else "same code"
@@ -165,8 +182,6 @@ def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool
 
     What is removed is kept under <workspace>/apps/APP/backups/.
     """
-    from millrace.cli.apps import _epoch_ms  # the same time parsing as `run --batch`
-
     if (to_batch is None) == (to_time is None):
         raise click.UsageError("give --to-batch N or --to-time TIME")
     done = lifecycle.rollback(

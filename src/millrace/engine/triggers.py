@@ -89,4 +89,5 @@ class Trigger:
                 hint="run it with --trigger micro-batch or interval:DURATION; real-time mode "
                 "runs stateless INSERT INTO STREAM apps",
             )
-        return writer.trigger(realTime=milliseconds)
+        # Real-time mode runs in update mode only; a stateless query's rows are the same in it.
+        return writer.outputMode("update").trigger(realTime=milliseconds)

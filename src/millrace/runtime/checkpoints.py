@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -219,3 +220,52 @@ def _iso(time_ms: int | None) -> str | None:
         return None
     moment = datetime.fromtimestamp(time_ms / 1000, UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def seed_start(
+    old: Path, new: Path, offsets_of: Callable[[str], dict[int, int]]
+) -> dict[str, dict[str, dict[int, int]]]:
+    """Make the fresh checkpoints under `new` start reading where `offsets_of` says.
+
+    A query without a checkpoint starts at its sources' starting offsets (millrace reads
+    from the earliest), which Spark writes at the first start in `sources/<i>/0` and reads
+    from there afterwards. For each query of the old checkpoint folder `old`, this writes
+    those files for the same sources (a source's stream is read from the old file) with
+    the offsets `offsets_of(stream)` gives, and moves the dead-letter routers' marks
+    there too, so bad records before the start are not routed again. The new code must read
+    the same streams in the same order. Returns, per query, the offsets written per stream.
+    """
+    seeded: dict[str, dict[str, dict[int, int]]] = {}
+    for query in sorted(old.iterdir()) if old.is_dir() else []:
+        for source in sorted((query / "sources").glob("*/0")):
+            _, old_offsets = _read_initial_offsets(source)
+            offsets = {stream: offsets_of(stream) for stream in old_offsets}
+            target = new / query.name / "sources" / source.parent.name / "0"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(
+                {
+                    stream: {str(b): o for b, o in sorted(by.items())}
+                    for stream, by in offsets.items()
+                }
+            )
+            # Spark's Kafka source writes a zero byte first, then its version and the offsets.
+            target.write_bytes(b"\0v1\n" + text.encode())
+            seeded.setdefault(query.name, {}).update(offsets)
+        prefix = "dead-letters."
+        if query.name.startswith(prefix) and (query / "routed.json").is_file():
+            routed = offsets_of(query.name.removeprefix(prefix))
+            target = new / query.name / "routed.json"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(_as_json(routed)))
+    return seeded
+
+
+def _read_initial_offsets(path: Path) -> tuple[str, dict[str, dict[int, int]]]:
+    text = path.read_bytes().lstrip(b"\0").decode()
+    version, _, offsets = text.partition("\n")
+    parsed = json.loads(offsets)
+    return version, {s: {int(b): o for b, o in by.items()} for s, by in parsed.items()}
+
+
+def _as_json(offsets: dict[int, int]) -> dict[str, int]:
+    return {str(bucket): offset for bucket, offset in sorted(offsets.items())}

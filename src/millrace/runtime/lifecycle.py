@@ -28,10 +28,11 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.sql.streaming import StreamingQuery
 
+from millrace.bus.offsets import stream_offsets
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AppNotFoundError, LifecycleError
@@ -135,6 +136,7 @@ def restart(
     trigger: Trigger | None = None,
     master: str | None = None,
     fresh: bool = False,
+    start_from: Literal["earliest", "latest"] | int = "earliest",
     force: bool = False,
     timeout_s: float = STOP_TIMEOUT_S,
 ) -> AppRecord:
@@ -142,8 +144,9 @@ def restart(
 
     The code is read again (its hash recomputed); the app resumes from its checkpoint with
     its state, unless `fresh`, which moves the checkpoint aside under `apps/<name>/backups/`
-    first so the app starts over from the earliest records of its inputs. `trigger` and
-    `master` default to those it ran with.
+    first so the app starts over with empty state, reading its inputs from `start_from`:
+    their earliest records, their end, or the first records at or after a time (epoch ms).
+    `trigger` and `master` default to those it ran with.
 
     Example:
         >>> restart(workspace, "top_events").source_hash != old.source_hash  # doctest: +SKIP
@@ -162,7 +165,13 @@ def restart(
     if record.status == "running":
         stop(workspace, name, timeout_s=timeout_s)
     if fresh:
-        _move_aside(workspace, name)
+        moved = _move_aside(workspace, name)
+        if moved is not None and start_from != "earliest":
+            checkpoints.seed_start(
+                moved,
+                workspace.checkpoints_dir / name,
+                lambda stream: stream_offsets(workspace.settings, stream, start_from),
+            )
     config = dict(record.config)
     if trigger is not None:
         config["trigger"] = str(trigger)

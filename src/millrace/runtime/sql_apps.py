@@ -293,7 +293,12 @@ class _ResultTableWriter:
         batch.persist()
         try:
             if self.table.mode == "final":
-                if not self._committed(batch_id):
+                last = self._last_appended()
+                if last is not None and batch_id < last:
+                    # A batch recomputed after `millrace rollback`: its windows may be in the
+                    # table already, so they are merged by key rather than appended twice.
+                    self._merge(batch)
+                elif last != batch_id:
                     (
                         batch.write.format("delta")
                         .mode("append")
@@ -312,8 +317,8 @@ class _ResultTableWriter:
     def _marker(self) -> str:
         return f"millrace:{self.app}.{self.table.name}:batch:"
 
-    def _committed(self, batch_id: int) -> bool:
-        """True when micro-batch `batch_id` is the last one appended to the table.
+    def _last_appended(self) -> int | None:
+        """The micro-batch last appended to the table, None when none was.
 
         A batch is run again when the app stopped after appending it but before Spark
         recorded it as done. Each append carries the batch id in its commit's metadata, and
@@ -328,8 +333,8 @@ class _ResultTableWriter:
             for line in commit.read_text().splitlines():
                 metadata = json.loads(line).get("commitInfo", {}).get("userMetadata") or ""
                 if metadata.startswith(self._marker):
-                    return metadata == f"{self._marker}{batch_id}"
-        return False
+                    return int(metadata.removeprefix(self._marker))
+        return None
 
     def write_range(self, rows: DataFrame) -> None:
         """Merge the results of a batch run by key, and emit them with the ids of 'final'."""
