@@ -11,6 +11,8 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from millrace.bus.publisher import Publisher
@@ -42,11 +44,10 @@ def _publish(workspace: Workspace, stream: str, categories: list[str], first: in
 
 
 def _table(spark: SparkSession, workspace: Workspace, app: str) -> dict[str, int]:
-    path = workspace.tables_dir / app / "per_category"
-    if not (path / "_delta_log").is_dir():
+    path = str(workspace.tables_dir / app / "per_category")
+    if not DeltaTable.isDeltaTable(spark, path):
         return {}
-    rows = spark.read.format("delta").load(str(path)).collect()
-    return {row["category"]: row["n"] for row in rows}
+    return {row["category"]: row["n"] for row in spark.read.format("delta").load(path).collect()}
 
 
 def _wait_for(what: str, check, app: str, workspace: Workspace) -> None:
@@ -59,6 +60,9 @@ def _wait_for(what: str, check, app: str, workspace: Workspace) -> None:
         time.sleep(1.0)
 
 
+# Three starts of a Spark application and their first micro-batches: on a machine shared with
+# other Spark work that takes longer than the suite's default limit.
+@pytest.mark.timeout(1800)
 def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
     workspace: Workspace, spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -216,6 +220,7 @@ def _productions(workspace: Workspace, stream: str) -> dict[str, dict]:
     return {record.id: record.value for record in records}
 
 
+@pytest.mark.timeout(1200)
 def test_a_processor_is_deployed_stopped_and_restarted_with_new_code_keeping_its_state(
     workspace: Workspace, tmp_path: Path
 ) -> None:

@@ -215,3 +215,39 @@ def test_triggers_parse_from_their_command_line_form() -> None:
     for wrong in ("hourly", "interval", "interval:soon", "available-now:1s"):
         with pytest.raises(ConfigError):
             Trigger.parse(wrong)
+
+
+def test_a_fresh_start_is_seeded_with_the_offsets_of_the_streams_the_old_checkpoint_read(
+    fresh_workspace: Workspace, tmp_path: Path
+) -> None:
+    old = tmp_path / "old"
+    (old / "table.t" / "sources" / "0").mkdir(parents=True)
+    (old / "table.t" / "sources" / "0" / "0").write_bytes(b'\0v1\n{"clicks":{"0":0,"1":0}}')
+    (old / "dead-letters.clicks").mkdir()
+    (old / "dead-letters.clicks" / "routed.json").write_text('{"0": 3, "1": 4}')
+    new = tmp_path / "new"
+    seeded = checkpoints.seed_start(old, new, lambda stream: {0: 10, 1: 12})
+    assert seeded == {"table.t": {"clicks": {0: 10, 1: 12}}}
+    written = (new / "table.t" / "sources" / "0" / "0").read_bytes()
+    assert written == b'\0v1\n{"clicks": {"0": 10, "1": 12}}'
+    assert json.loads((new / "dead-letters.clicks" / "routed.json").read_text()) == {
+        "0": 10,
+        "1": 12,
+    }
+
+
+def test_stream_offsets_at_the_start_the_end_and_a_time(
+    workspace: Workspace, stream_name: str
+) -> None:
+    from millrace.bus.offsets import stream_offsets
+    from millrace.bus.publisher import Publisher
+    from millrace.bus.streams import create_stream
+
+    create_stream(workspace.settings, stream_name, buckets=1)
+    with Publisher(stream_name, settings=workspace.settings) as publisher:
+        for second in range(5):
+            publisher.send({"time": 1_767_225_600_000 + 1000 * second, "n": second})
+    assert stream_offsets(workspace.settings, stream_name, "earliest") == {0: 0}
+    assert stream_offsets(workspace.settings, stream_name, "latest") == {0: 5}
+    assert stream_offsets(workspace.settings, stream_name, 1_767_225_602_500) == {0: 3}
+    assert stream_offsets(workspace.settings, stream_name, 1_767_225_700_000) == {0: 5}

@@ -186,8 +186,9 @@ def _run_streaming(
     fingerprint = sql_fingerprint(app)
     if not force:
         check_state(workspace, app.name, fingerprint)
-    spark = spark_session(workspace.settings, app.name)
+    # Installed before Spark starts, which takes the longest: a stop then waits for no batch.
     stopping = _stop_on_sigterm()
+    spark = spark_session(workspace.settings, app.name)
     try:
         running = start_sql_app(spark, workspace, app, trigger=trigger)
         record_state(workspace, app.name, fingerprint)
@@ -223,8 +224,9 @@ def _run_processor(target: str, trigger: Trigger | None, master: str | None, for
     fingerprint = processor_fingerprint(processor)
     if not force:
         check_state(workspace, processor.name, fingerprint)
-    spark = spark_session(workspace.settings, processor.name)
+    # Installed before Spark starts, which takes the longest: a stop then waits for no batch.
     stopping = _stop_on_sigterm()
+    spark = spark_session(workspace.settings, processor.name)
     try:
         running = start_processor_app(spark, workspace, processor, trigger=trigger)
         record_state(workspace, processor.name, fingerprint)

@@ -50,6 +50,9 @@ from millrace.sql.parser import load_app
 STOP_TIMEOUT_S = 120.0
 """How long `stop` waits for the running micro-batches to finish before killing the app."""
 
+GRACE_S = 60.0
+"""How long a stopping app waits for a query to be between micro-batches before stopping it."""
+
 _IDLE_POLL_S = 0.05
 
 
@@ -271,7 +274,7 @@ def rollback(
     return RolledBack(done, restarted)
 
 
-def stop_gracefully(queries: list[StreamingQuery], timeout_s: float = STOP_TIMEOUT_S) -> None:
+def stop_gracefully(queries: list[StreamingQuery], timeout_s: float = GRACE_S) -> None:
     """Stop each query between two micro-batches: once it runs no trigger, or at `timeout_s`.
 
     Spark's `stop` cancels a micro-batch in flight (it runs again at the next start, so

@@ -28,6 +28,7 @@ from millrace.config.workspace import Workspace
 from millrace.errors import StateSchemaError
 from millrace.processor.processor import Processor
 from millrace.runtime.processors import DEFAULT_BUCKETS
+from millrace.sql.aggregates import is_aggregate
 from millrace.sql.compiler import group_key_columns
 from millrace.sql.parser import SqlApp
 
@@ -51,7 +52,7 @@ def sql_fingerprint(app: SqlApp) -> Fingerprint:
         if isinstance(query.tree, exp.Select):
             for expression in query.tree.expressions:
                 for node in expression.walk():
-                    if isinstance(node, exp.AggFunc | exp.Anonymous) and _is_call(node):
+                    if is_aggregate(node):
                         aggregates.append(node.sql(dialect="spark"))
         found[f"table.{table.name}"] = {
             "keys": group_key_columns(query),
@@ -137,11 +138,6 @@ def recorded_state(workspace: Workspace, app: str) -> Fingerprint:
     """The fingerprint recorded for `app`'s checkpoint, or an empty one."""
     path: Path = workspace.checkpoints_dir / app / FINGERPRINT_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def _is_call(node: exp.Expression) -> bool:
-    # sqlglot parses functions it does not know, such as TOPK, as Anonymous.
-    return not isinstance(node, exp.Anonymous) or bool(node.name)
 
 
 def _type_name(value_type: Any) -> str:
