@@ -108,6 +108,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[str, int]]:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 def test_an_app_runs_on_a_standalone_cluster_with_master(
     workspace: Workspace, spark: SparkSession, cluster: tuple[str, int], tmp_path: Path
 ) -> None:

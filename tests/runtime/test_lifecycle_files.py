@@ -8,6 +8,7 @@ V.zip` snapshots named by state version (batch + 1), shared `SSTs/`, and `_metad
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -244,10 +245,17 @@ def test_stream_offsets_at_the_start_the_end_and_a_time(
     from millrace.bus.streams import create_stream
 
     create_stream(workspace.settings, stream_name, buckets=1)
+    # A time is matched against Kafka's timestamp: when the record reached the bus.
     with Publisher(stream_name, settings=workspace.settings) as publisher:
-        for second in range(5):
-            publisher.send({"time": 1_767_225_600_000 + 1000 * second, "n": second})
+        for n in range(2):
+            publisher.send({"n": n})
+    time.sleep(1.5)
+    between_ms = int(time.time() * 1000)
+    time.sleep(0.5)
+    with Publisher(stream_name, settings=workspace.settings) as publisher:
+        for n in range(2, 5):
+            publisher.send({"n": n})
     assert stream_offsets(workspace.settings, stream_name, "earliest") == {0: 0}
     assert stream_offsets(workspace.settings, stream_name, "latest") == {0: 5}
-    assert stream_offsets(workspace.settings, stream_name, 1_767_225_602_500) == {0: 3}
-    assert stream_offsets(workspace.settings, stream_name, 1_767_225_700_000) == {0: 5}
+    assert stream_offsets(workspace.settings, stream_name, between_ms) == {0: 2}
+    assert stream_offsets(workspace.settings, stream_name, between_ms + 3_600_000) == {0: 5}

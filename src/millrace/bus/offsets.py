@@ -22,8 +22,8 @@ def stream_offsets(
 ) -> dict[int, int]:
     """The offset of each bucket of `stream`: its first, its next, or its first at a time.
 
-    With a time (epoch ms), each bucket's offset is that of its first record whose time is at
-    or after it, or the bucket's end when it has none.
+    With a time (epoch ms), each bucket's offset is that of its first record that reached the
+    bus at or after it (Kafka's timestamp is the arrival time), or the bucket's end.
     """
     buckets = require_stream(settings, stream)
     consumer = Consumer(

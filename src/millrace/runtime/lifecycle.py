@@ -148,7 +148,8 @@ def restart(
     The code is read again (its hash recomputed); the app resumes from its checkpoint with
     its state, unless `fresh`, which moves the checkpoint aside under `apps/<name>/backups/`
     first so the app starts over with empty state, reading its inputs from `start_from`:
-    their earliest records, their end, or the first records at or after a time (epoch ms).
+    their earliest records, their end, or the first records that reached the bus at or after
+    a time (epoch ms).
     `trigger` and `master` default to those it ran with.
 
     Example:
