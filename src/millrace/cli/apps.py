@@ -137,8 +137,10 @@ def _run(
             raise click.UsageError("--from and --to go with --batch")
         _run_streaming(app_file, trigger, master, force)
         return
+    if available_now:
+        raise click.UsageError("use --batch or --available-now, not both")
     if trigger is not None:
-        raise click.UsageError("use --batch or --available-now (or --trigger), not both")
+        raise click.UsageError("--trigger goes with streaming runs, not --batch")
     if start is None or end is None:
         raise click.UsageError("--batch needs --from and --to, such as --from 2026-01-01T00:00:00Z")
     start_ms, end_ms = _epoch_ms("--from", start), _epoch_ms("--to", end)
