@@ -49,13 +49,16 @@ def test_an_interval_trigger_reaches_every_query_of_an_app(
         running.stop()
 
 
-def test_real_time_mode_is_refused_for_a_result_table(
+def test_real_time_mode_is_refused_for_an_app_with_a_result_table_before_any_query_starts(
     spark: SparkSession, workspace: Workspace
 ) -> None:
     run = uuid.uuid4().hex[:8]
-    stream = f"test.realtime-table.{run}"
-    create_stream(workspace.settings, stream)
-    app = parse_app(TABLE_APP.format(name=f"realtime_table_{run}", stream=stream))
+    stream, output = f"test.realtime-table.{run}", f"test.realtime-table-out.{run}"
+    for name in (stream, output):
+        create_stream(workspace.settings, name)
+    # With an INSERT too, which real-time mode could run: the app starts all or nothing.
+    insert = f"INSERT INTO STREAM('{output}') SELECT category FROM events;\n"
+    app = parse_app(TABLE_APP.format(name=f"realtime_table_{run}", stream=stream) + insert)
     with pytest.raises(EngineError, match="cannot run in Spark's real-time mode") as refused:
         start_sql_app(spark, workspace, app, trigger=Trigger.parse("real-time:5s"))
     assert "--trigger micro-batch" in refused.value.hint

@@ -66,22 +66,13 @@ class Trigger:
     def __str__(self) -> str:
         return self.kind if self.duration is None else f"{self.kind}:{self.duration}"
 
-    def apply(
-        self, writer: DataStreamWriter, query: str, *, foreach_batch: bool
-    ) -> DataStreamWriter:
-        """`writer` set to run with this trigger; `query` names it in errors.
+    def check(self, query: str, *, foreach_batch: bool) -> None:
+        """Raise `EngineError` when query `query` cannot run with this trigger.
 
         `foreach_batch` says whether the query writes through `foreachBatch`, which Spark's
-        real-time mode does not run: such a query with `real-time` raises `EngineError`.
+        real-time mode does not run.
         """
-        if self.kind == "micro-batch":
-            return writer
-        if self.kind == "available-now":
-            return writer.trigger(availableNow=True)
-        milliseconds = f"{parse_duration_ms(self.duration or '0s')} milliseconds"
-        if self.kind == "interval":
-            return writer.trigger(processingTime=milliseconds)
-        if foreach_batch:
+        if self.kind == "real-time" and foreach_batch:
             raise EngineError(
                 f"query {query!r} cannot run in Spark's real-time mode: it writes each "
                 "micro-batch through foreachBatch (a result table or a processor's outputs), "
@@ -89,5 +80,18 @@ class Trigger:
                 hint="run it with --trigger micro-batch or interval:DURATION; real-time mode "
                 "runs stateless INSERT INTO STREAM apps",
             )
+
+    def apply(
+        self, writer: DataStreamWriter, query: str, *, foreach_batch: bool
+    ) -> DataStreamWriter:
+        """`writer` set to run with this trigger; `query` names it in errors (see `check`)."""
+        self.check(query, foreach_batch=foreach_batch)
+        if self.kind == "micro-batch":
+            return writer
+        if self.kind == "available-now":
+            return writer.trigger(availableNow=True)
+        milliseconds = f"{parse_duration_ms(self.duration or '0s')} milliseconds"
+        if self.kind == "interval":
+            return writer.trigger(processingTime=milliseconds)
         # Real-time mode runs in update mode only; a stateless query's rows are the same in it.
         return writer.outputMode("update").trigger(realTime=milliseconds)

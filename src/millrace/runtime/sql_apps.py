@@ -118,6 +118,9 @@ def start_sql_app(
         >>> running.await_termination()  # doctest: +SKIP
     """
     _require_output_streams(workspace, app)
+    for table in app.tables if trigger is not None else []:
+        # Checked before any query starts, so that none is left running.
+        trigger.check(f"{app.name}.table.{table.name}", foreach_batch=True)
     watch(spark)
     compiled = compile_app(spark, workspace, app, max_records_per_batch=max_records_per_batch)
     running = RunningApp(app, inputs=compiled.inputs)
