@@ -126,3 +126,21 @@ class WarehouseError(MillraceError):
     """A warehouse table is missing, or a backfill or ad-hoc query cannot run as asked."""
 
     code = "warehouse"
+
+
+class AppNotFoundError(MillraceError):
+    """No deployed app of that name is in the workspace's registry."""
+
+    code = "app-not-found"
+
+
+class LifecycleError(MillraceError):
+    """A deployed app could not be started, stopped or rolled back as asked."""
+
+    code = "lifecycle"
+
+
+class StateSchemaError(LifecycleError):
+    """An app's new code needs state that its checkpoint cannot give it."""
+
+    code = "state-schema"

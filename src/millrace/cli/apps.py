@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import signal
 import sys
-import time
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,16 +19,26 @@ from millrace.bus.streams import dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.progress import late_rows
 from millrace.engine.session import spark_session, stop_spark_session
+from millrace.engine.triggers import Trigger
 from millrace.engine.user_code import ship_with_tasks
-from millrace.errors import PublishError
+from millrace.errors import ConfigError, PublishError
 from millrace.processor.loading import is_processor_target, load_processor
+from millrace.runtime import registry
+from millrace.runtime.lifecycle import stop_gracefully
 from millrace.runtime.processors import start_processor_app
+from millrace.runtime.registry import DEPLOYED_APP_ENV
 from millrace.runtime.sql_apps import (
     RunningApp,
     explain_sql_app,
     query_result_table,
     run_sql_app_batch,
     start_sql_app,
+)
+from millrace.runtime.state_schema import (
+    check_state,
+    processor_fingerprint,
+    record_state,
+    sql_fingerprint,
 )
 from millrace.sql.parser import SqlApp, load_app
 
@@ -57,17 +70,62 @@ def check(app_file: Path) -> None:
     "--from", "start", help="With --batch: the first event time, ISO-8601 or epoch ms (or s)."
 )
 @click.option("--to", "end", help="With --batch: the end of the range, not included.")
-def run(app: str, available_now: bool, batch: bool, start: str | None, end: str | None) -> None:
-    """Run APP in the foreground, printing progress, until Ctrl-C.
+@click.option(
+    "--trigger", help="micro-batch (default), interval:10s, available-now or real-time[:5m]."
+)
+@click.option("--master", help="Spark master URL, such as spark://127.0.0.1:7077.")
+@click.option("--force", is_flag=True, help="Start even if the state schema looks incompatible.")
+def run(
+    app: str,
+    available_now: bool,
+    batch: bool,
+    start: str | None,
+    end: str | None,
+    trigger: str | None,
+    master: str | None,
+    force: bool,
+) -> None:
+    """Run APP in the foreground, printing progress, until Ctrl-C (or SIGTERM).
 
     APP is a SQL app's file, or a processor as module:Class or path/to/file.py:Class.
     With --batch, run a SQL app once over the records of its inputs whose event time is from
     --from up to --to, into the same result tables and streams, and print what it wrote.
+    Ctrl-C or SIGTERM lets each query finish its running micro-batch, then stops the app.
     """
+    deployed = os.environ.get(DEPLOYED_APP_ENV)
+    try:
+        _run(app, available_now, batch, start, end, trigger, master, force)
+    except BaseException as error:
+        if deployed:
+            code = error.code if isinstance(error, SystemExit) else 1
+            registry.record_exit(Workspace.locate(), deployed, code if isinstance(code, int) else 1)
+        raise
+    if deployed:
+        registry.record_exit(Workspace.locate(), deployed, 0)
+
+
+def _run(
+    app: str,
+    available_now: bool,
+    batch: bool,
+    start: str | None,
+    end: str | None,
+    trigger_text: str | None,
+    master: str | None,
+    force: bool,
+) -> None:
+    if available_now and trigger_text is not None:
+        raise click.UsageError("use --available-now or --trigger, not both")
+    trigger = Trigger("available-now") if available_now else None
+    if trigger_text is not None:
+        try:
+            trigger = Trigger.parse(trigger_text)
+        except ConfigError as error:
+            raise click.BadParameter(error.message, param_hint="--trigger") from None
     if is_processor_target(app) and not Path(app).exists():
         if batch or start is not None or end is not None:
             raise click.UsageError("--batch, --from and --to run SQL apps only, not processors")
-        _run_processor(app, available_now)
+        _run_processor(app, trigger, master, force)
         return
     app_file = Path(app)
     if not app_file.is_file():
@@ -77,16 +135,18 @@ def run(app: str, available_now: bool, batch: bool, start: str | None, end: str 
     if not batch:
         if start is not None or end is not None:
             raise click.UsageError("--from and --to go with --batch")
-        _run_streaming(app_file, available_now)
+        _run_streaming(app_file, trigger, master, force)
         return
     if available_now:
         raise click.UsageError("use --batch or --available-now, not both")
+    if trigger is not None:
+        raise click.UsageError("--trigger goes with streaming runs, not --batch")
     if start is None or end is None:
         raise click.UsageError("--batch needs --from and --to, such as --from 2026-01-01T00:00:00Z")
     start_ms, end_ms = _epoch_ms("--from", start), _epoch_ms("--to", end)
     if start_ms >= end_ms:
         raise click.UsageError(f"--to ({end}) must come after --from ({start})")
-    _run_batch(app_file, start_ms, end_ms)
+    _run_batch(app_file, start_ms, end_ms, master)
 
 
 @click.command()
@@ -120,39 +180,69 @@ def query(table: str, conditions: tuple[str, ...], last: int | None) -> None:
         click.echo(json.dumps(row, default=str, ensure_ascii=False))
 
 
-def _run_streaming(app_file: Path, available_now: bool) -> None:
+def _run_streaming(
+    app_file: Path, trigger: Trigger | None, master: str | None, force: bool
+) -> None:
     app = load_app(app_file)
-    workspace = Workspace.locate().require_initialized()
+    workspace = _workspace(master)
+    fingerprint = sql_fingerprint(app)
+    if not force:
+        check_state(workspace, app.name, fingerprint)
+    # Installed before Spark starts, which takes the longest: a stop then waits for no batch.
+    stopping = _stop_on_sigterm()
     spark = spark_session(workspace.settings, app.name)
     try:
-        running = start_sql_app(spark, workspace, app, available_now=available_now)
+        running = start_sql_app(spark, workspace, app, trigger=trigger)
+        record_state(workspace, app.name, fingerprint)
         click.echo(f"app {app.name!r} running: {len(running.queries)} queries (Ctrl-C stops)")
         seen: dict[str, int] = {}
-        while any(query.isActive for query in running.queries):
-            _echo_progress(running, seen)
-            time.sleep(_PROGRESS_EVERY_S)
-        running.await_termination()
+        try:
+            while any(query.isActive for query in running.queries) and not stopping.is_set():
+                _echo_progress(running, seen)
+                stopping.wait(_PROGRESS_EVERY_S)
+        except KeyboardInterrupt:
+            stopping.set()
+        if stopping.is_set():
+            click.echo("stopping once the running micro-batches are done...")
+            stop_gracefully(running.queries)
+            running.stop()
+        else:
+            running.await_termination()
         # The last batches may have ended after the last look: their lines give the totals.
         _echo_progress(running, seen)
         _echo_dead_letters(app, running.dead_letters())
+        if stopping.is_set():
+            click.echo("stopped")
     except KeyboardInterrupt:
         click.echo("stopping...")
     finally:
         stop_spark_session()
 
 
-def _run_processor(target: str, available_now: bool) -> None:
+def _run_processor(target: str, trigger: Trigger | None, master: str | None, force: bool) -> None:
     processor = load_processor(target)
     ship_with_tasks(sys.modules[processor.__module__])
-    workspace = Workspace.locate().require_initialized()
+    workspace = _workspace(master)
+    fingerprint = processor_fingerprint(processor)
+    if not force:
+        check_state(workspace, processor.name, fingerprint)
+    # Installed before Spark starts, which takes the longest: a stop then waits for no batch.
+    stopping = _stop_on_sigterm()
     spark = spark_session(workspace.settings, processor.name)
     try:
-        running = start_processor_app(spark, workspace, processor, available_now=available_now)
+        running = start_processor_app(spark, workspace, processor, trigger=trigger)
+        record_state(workspace, processor.name, fingerprint)
         click.echo(f"processor {processor.name!r} running (Ctrl-C stops)")
         seen: dict[str, int] = {}
-        while running.query.isActive:
-            _echo_query_progress(running.query, seen)
-            time.sleep(_PROGRESS_EVERY_S)
+        try:
+            while running.query.isActive and not stopping.is_set():
+                _echo_query_progress(running.query, seen)
+                stopping.wait(_PROGRESS_EVERY_S)
+        except KeyboardInterrupt:
+            stopping.set()
+        if stopping.is_set():
+            click.echo("stopping once the running micro-batch is done...")
+            stop_gracefully([running.query])
         running.await_termination()
         _echo_query_progress(running.query, seen)
         click.echo(
@@ -160,15 +250,34 @@ def _run_processor(target: str, available_now: bool) -> None:
             f"{_count(running.late, 'late record')} dropped, "
             f"{_count(running.dead_letters, 'dead letter')}"
         )
+        if stopping.is_set():
+            click.echo("stopped")
     except KeyboardInterrupt:
         click.echo("stopping...")
     finally:
         stop_spark_session()
 
 
-def _run_batch(app_file: Path, start_ms: int, end_ms: int) -> None:
-    app = load_app(app_file)
+def _workspace(master: str | None) -> Workspace:
+    """The workspace, its Spark master replaced by `master` when one is given."""
     workspace = Workspace.locate().require_initialized()
+    if master is None:
+        return workspace
+    return dataclasses.replace(
+        workspace, settings=dataclasses.replace(workspace.settings, spark_master=master)
+    )
+
+
+def _stop_on_sigterm() -> threading.Event:
+    """An event set when the process gets SIGTERM, as `millrace stop` sends it."""
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
+    return stopping
+
+
+def _run_batch(app_file: Path, start_ms: int, end_ms: int, master: str | None) -> None:
+    app = load_app(app_file)
+    workspace = _workspace(master)
     try:
         result = run_sql_app_batch(
             spark_session(workspace.settings, app.name),

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from millrace.cli import apps, infra, records, streams, tables, warehouse
+from millrace.cli import apps, infra, lifecycle, records, streams, tables, warehouse
 from millrace.errors import MillraceError
 
 
@@ -42,6 +42,13 @@ for command in (
     warehouse.archive,
     warehouse.backfill,
     warehouse.sql,
+    lifecycle.deploy,
+    lifecycle.ps,
+    lifecycle.logs,
+    lifecycle.stop,
+    lifecycle.restart,
+    lifecycle.history,
+    lifecycle.rollback,
 ):
     cli.add_command(command)
 

@@ -33,6 +33,7 @@ from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.archive import read_archive
 from millrace.engine.dead_letter_routing import DeadLetterRouter, write_dead_letters
+from millrace.engine.triggers import Trigger
 from millrace.errors import SchemaError
 
 RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
@@ -221,12 +222,14 @@ def write_stream(
     key: str | None = None,
     output_mode: str = "append",
     available_now: bool = False,
+    trigger: Trigger | None = None,
 ) -> StreamingQuery:
     """Start a query named `<app>.<query>` that writes `records` to a stream as JSON.
 
     `stream` is a stream name, or a column naming each row's stream (those streams must
     exist). `key` names the column used as the routing key. The value holds every column but
     the `RECORD_COLUMNS`; the `id` header is the `record_id` column when there is one.
+    `trigger`, when given, sets when micro-batches run (`available_now` is its shorthand).
 
     Example:
         >>> write_stream(source.records, workspace, "demo", "copy", "clicks_copy")  # doctest: +SKIP
@@ -245,6 +248,8 @@ def write_stream(
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
+    elif trigger is not None:
+        writer = trigger.apply(writer, f"{app}.{query}", foreach_batch=False)
     return writer.start()
 
 

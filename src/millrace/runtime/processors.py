@@ -60,6 +60,7 @@ from millrace.bus.streams import dead_letter_stream, require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
 from millrace.engine.serving_sink import write_table
+from millrace.engine.triggers import Trigger
 from millrace.errors import ProcessorError, ServingError, StreamNotFoundError
 from millrace.processor import lookups
 from millrace.processor.execution import DeadLetter, run_batch
@@ -120,6 +121,7 @@ def start_processor_app(
     available_now: bool = False,
     max_records_per_batch: int | None = None,
     buckets: int = DEFAULT_BUCKETS,
+    trigger: Trigger | None = None,
 ) -> RunningProcessor:
     """Start `processor_class` on Spark; with `available_now` it stops at the end of input.
 
@@ -127,7 +129,7 @@ def start_processor_app(
     is the number of hash buckets of keys (keep it once the app has a checkpoint: a key's
     state lives in its bucket). Its input streams must exist; an output stream that does not
     exist stops the app at the first micro-batch that produces to it, before anything of that
-    micro-batch is written.
+    micro-batch is written. `trigger` sets when micro-batches run.
 
     Example:
         >>> running = start_processor_app(spark, workspace, WindowCounter)  # doctest: +SKIP
@@ -170,6 +172,8 @@ def start_processor_app(
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
+    elif trigger is not None:
+        writer = trigger.apply(writer, f"{processor_class.name}.processor", foreach_batch=True)
     running = RunningProcessor(processor_class, writer.start())
     return running
 

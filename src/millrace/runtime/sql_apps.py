@@ -35,6 +35,7 @@ from millrace.config.workspace import Workspace
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.serving_sink import write_table
 from millrace.engine.streams import StreamInput, write_batch, write_stream
+from millrace.engine.triggers import Trigger
 from millrace.errors import ServingError, SqlError, StreamNotFoundError
 from millrace.serving.tables import TableSpec, create_table
 from millrace.sql.compiler import compile_app, group_key_columns
@@ -109,16 +110,21 @@ def start_sql_app(
     *,
     available_now: bool = False,
     max_records_per_batch: int | None = None,
+    trigger: Trigger | None = None,
 ) -> RunningApp:
     """Compile `app` and start its queries; with `available_now` they stop at the end of input.
 
-    `max_records_per_batch` caps the records each micro-batch reads from an input.
+    `max_records_per_batch` caps the records each micro-batch reads from an input; `trigger`
+    sets when micro-batches run (`available_now` is short for `Trigger("available-now")`).
 
     Example:
         >>> running = start_sql_app(spark, workspace, load_app(Path("app.sql")))  # doctest: +SKIP
         >>> running.await_termination()  # doctest: +SKIP
     """
     _require_output_streams(workspace, app)
+    for table in app.tables if trigger is not None else []:
+        # Checked before any query starts, so that none is left running.
+        trigger.check(f"{app.name}.table.{table.name}", foreach_batch=True)
     watch(spark)
     compiled = compile_app(spark, workspace, app, max_records_per_batch=max_records_per_batch)
     running = RunningApp(app, inputs=compiled.inputs)
@@ -131,6 +137,7 @@ def start_sql_app(
                 f"insert.{stream}",
                 stream,
                 available_now=available_now,
+                trigger=trigger,
             )
         )
     for table in app.tables:
@@ -147,6 +154,8 @@ def start_sql_app(
         )
         if available_now:
             query = query.trigger(availableNow=True)
+        elif trigger is not None:
+            query = trigger.apply(query, f"{app.name}.table.{table.name}", foreach_batch=True)
         running.tables[table.name] = query.start()
         running.queries.append(running.tables[table.name])
     return running
@@ -328,7 +337,12 @@ class _ResultTableWriter:
         batch.persist()
         try:
             if self.table.mode == "final":
-                if not self._committed(batch_id):
+                last = self._last_appended()
+                if last is not None and batch_id < last:
+                    # A batch recomputed after `millrace rollback`: its windows may be in the
+                    # table already, so they are merged by key rather than appended twice.
+                    self._merge(batch)
+                elif last != batch_id:
                     (
                         batch.write.format("delta")
                         .mode("append")
@@ -349,8 +363,8 @@ class _ResultTableWriter:
     def _marker(self) -> str:
         return f"millrace:{self.app}.{self.table.name}:batch:"
 
-    def _committed(self, batch_id: int) -> bool:
-        """True when micro-batch `batch_id` is the last one appended to the table.
+    def _last_appended(self) -> int | None:
+        """The micro-batch last appended to the table, None when none was.
 
         A batch is run again when the app stopped after appending it but before Spark
         recorded it as done. Each append carries the batch id in its commit's metadata, and
@@ -365,8 +379,8 @@ class _ResultTableWriter:
             for line in commit.read_text().splitlines():
                 metadata = json.loads(line).get("commitInfo", {}).get("userMetadata") or ""
                 if metadata.startswith(self._marker):
-                    return metadata == f"{self._marker}{batch_id}"
-        return False
+                    return int(metadata.removeprefix(self._marker))
+        return None
 
     def write_range(self, rows: DataFrame) -> None:
         """Merge the results of a batch run by key, and emit them with the ids of 'final'."""

@@ -1,0 +1,250 @@
+"""CLI verbs for deployed apps: deploy, ps, logs, stop, restart, history, rollback."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from millrace.cli.apps import _epoch_ms  # the same time parsing as `run --batch`
+from millrace.config.workspace import Workspace
+from millrace.engine.triggers import Trigger
+from millrace.runtime import checkpoints, lifecycle, registry
+from millrace.runtime.registry import AppRecord
+
+_FOLLOW_POLL_S = 0.5
+
+
+def _workspace() -> Workspace:
+    return Workspace.locate().require_initialized()
+
+
+def _trigger(text: str | None) -> Trigger | None:
+    return Trigger.parse(text) if text is not None else None
+
+
+@click.command()
+@click.argument("app")
+@click.option(
+    "--trigger", help="micro-batch (default), interval:10s, available-now, real-time[:5m]."
+)
+@click.option("--master", help="Spark master URL, such as spark://127.0.0.1:7077.")
+@click.option("--force", is_flag=True, help="Start even if the state schema looks incompatible.")
+def deploy(app: str, trigger: str | None, master: str | None, force: bool) -> None:
+    """Start APP detached, as its own Spark application, and record it in the workspace.
+
+    APP is a SQL app's file, or a processor as module:Class or path/to/file.py:Class.
+    """
+    record = lifecycle.deploy(
+        _workspace(), app, trigger=_trigger(trigger), master=master, force=force
+    )
+    click.echo(f"app {record.name!r} deployed: pid {record.pid}, log {record.log}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per app.")
+def ps(as_json: bool) -> None:
+    """List the deployed apps: status, pid, uptime, trigger, last batch and input rate."""
+    workspace = _workspace()
+    rows = [_ps_row(workspace, record) for record in registry.list_apps(workspace)]
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    if not rows:
+        click.echo("no deployed apps; start one with `millrace deploy APP`")
+        return
+    columns = ("app", "status", "pid", "uptime", "trigger", "last_batch", "last_batch_at")
+    columns += ("input_rate", "processing_lag", "watermark_lag")
+    table = [[_cell(row.get(column)) for column in columns] for row in rows]
+    widths = [
+        max(len(column), *(len(line[i]) for line in table)) for i, column in enumerate(columns)
+    ]
+    for line in [[column.upper() for column in columns], *table]:
+        cells = zip(line, widths, strict=True)
+        click.echo("  ".join(cell.ljust(width) for cell, width in cells).rstrip())
+
+
+@click.command()
+@click.argument("app")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing what the app writes.")
+@click.option("-n", "--lines", type=int, default=50, show_default=True, help="Last lines to show.")
+def logs(app: str, follow: bool, lines: int) -> None:
+    """Print the log of deployed app APP (its output and Spark's warnings)."""
+    record = registry.load(_workspace(), app)
+    path = Path(record.log)
+    if not path.is_file():
+        click.echo(f"no log yet at {path}")
+        return
+    with path.open(encoding="utf-8", errors="replace") as log:
+        for line in log.readlines()[-lines:] if lines > 0 else []:
+            click.echo(line, nl=False)
+        while follow:
+            line = log.readline()
+            if line:
+                click.echo(line, nl=False)
+            else:
+                time.sleep(_FOLLOW_POLL_S)
+
+
+@click.command()
+@click.argument("app")
+@click.option(
+    "--timeout",
+    type=float,
+    default=lifecycle.STOP_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the running micro-batch before killing the app.",
+)
+def stop(app: str, timeout: float) -> None:
+    """Stop deployed app APP gracefully: its running micro-batch finishes first."""
+    record = lifecycle.stop(_workspace(), app, timeout_s=timeout)
+    click.echo(f"app {record.name!r} {record.status}")
+
+
+@click.command()
+@click.argument("app")
+@click.option("--source", help="Run this source instead of the recorded one (same app name).")
+@click.option("--trigger", help="A new trigger; default: the one it ran with.")
+@click.option("--master", help="A new Spark master URL; default: the one it ran with.")
+@click.option("--fresh", is_flag=True, help="Move the checkpoint aside and start over.")
+@click.option(
+    "--from",
+    "start_from",
+    help="With --fresh: earliest (default), latest, or a time (ISO-8601 or epoch ms).",
+)
+@click.option("--force", is_flag=True, help="Start even if the state schema looks incompatible.")
+def restart(
+    app: str,
+    source: str | None,
+    trigger: str | None,
+    master: str | None,
+    fresh: bool,
+    start_from: str | None,
+    force: bool,
+) -> None:
+    """Stop APP and start it again with its (new) code, resuming from its checkpoint.
+
+    With --fresh, the checkpoint (offsets and state) is moved under
+    <workspace>/apps/APP/backups/ and the app starts over, reading its inputs from --from.
+    """
+    if start_from is not None and not fresh:
+        raise click.UsageError("--from goes with --fresh")
+    where: str | int = start_from or "earliest"
+    if where not in ("earliest", "latest"):
+        where = _epoch_ms("--from", str(where))
+    workspace = _workspace()
+    before = registry.load(workspace, app)
+    record = lifecycle.restart(
+        workspace,
+        app,
+        source=source,
+        trigger=_trigger(trigger),
+        master=master,
+        fresh=fresh,
+        start_from=where,  # type: ignore[arg-type]
+        force=force,
+    )
+    changed = "new code" if record.source_hash != before.source_hash else "same code"
+    resumed = "from scratch" if fresh else "from its checkpoint"
+    click.echo(f"app {record.name!r} restarted ({changed}, {resumed}): pid {record.pid}")
+
+
+@click.command()
+@click.argument("app")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per batch.")
+def history(app: str, as_json: bool) -> None:
+    """List the batches of APP from its checkpoints' write-ahead log: offsets and times."""
+    batches = checkpoints.history(_workspace(), app)
+    if not batches:
+        click.echo(f"app {app!r} has no batches in its checkpoints yet")
+    for batch in batches:
+        row = batch.as_dict()
+        if as_json:
+            click.echo(json.dumps(row))
+            continue
+        committed = row["committed"] or "not committed"
+        click.echo(
+            f"{row['query']}  batch {row['batch']}  started {row['started']}  "
+            f"committed {committed}  offsets {json.dumps(row['offsets'])}"
+        )
+
+
+@click.command()
+@click.argument("app")
+@click.option("--to-batch", type=int, help="The last batch to keep.")
+@click.option("--to-time", help="Keep the batches committed up to this time (ISO-8601 or epoch).")
+@click.option("--no-start", is_flag=True, help="Leave the app stopped after the rollback.")
+def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool) -> None:
+    """Stop APP, move its checkpoints back to a batch, and start it to recompute from there.
+
+    What is removed is kept under <workspace>/apps/APP/backups/.
+    """
+    if (to_batch is None) == (to_time is None):
+        raise click.UsageError("give --to-batch N or --to-time TIME")
+    done = lifecycle.rollback(
+        _workspace(),
+        app,
+        to_batch=to_batch,
+        to_time_ms=_epoch_ms("--to-time", to_time) if to_time is not None else None,
+        start=not no_start,
+    )
+    for query, batch_id in sorted(done.rollback.to_batch.items()):
+        removed = done.rollback.removed_batches.get(query, [])
+        click.echo(f"{query}: back to batch {batch_id}, {len(removed)} later batches removed")
+    if not done.rollback.to_batch:
+        click.echo("nothing to roll back: no query is past that point")
+    click.echo(f"backup: {done.rollback.backup}")
+    if done.record is not None:
+        click.echo(f"app {app!r} started again: pid {done.record.pid}")
+
+
+def _ps_row(workspace: Workspace, record: AppRecord) -> dict:
+    """What `ps` shows of one app. Lags are the monitor's (`millrace.runtime.monitor`)."""
+    last = checkpoints.last_batches(workspace, record.name)
+    newest = max(last.values(), key=lambda batch: batch.started_ms or 0, default=None)
+    uptime = lifecycle.uptime_s(record)
+    return {
+        "app": record.name,
+        "kind": record.kind,
+        "status": record.status,
+        "pid": record.pid if record.status == "running" else None,
+        "uptime": _duration(uptime) if uptime is not None else None,
+        "trigger": record.trigger,
+        "last_batch": {query: batch.batch_id for query, batch in last.items()} or None,
+        "last_batch_at": newest.as_dict()["started"] if newest is not None else None,
+        "input_rate": _input_rate(record),
+        "processing_lag": None,
+        "watermark_lag": None,
+    }
+
+
+def _input_rate(record: AppRecord) -> float | None:
+    """Rows per second of the app's last progress lines, as `millrace run` logs them."""
+    path = Path(record.log)
+    if record.status != "running" or not path.is_file():
+        return None
+    rates: dict[str, float] = {}
+    with path.open(encoding="utf-8", errors="replace") as log:
+        log.seek(max(0, path.stat().st_size - 16_384))
+        for line in log.read().splitlines():
+            query, _, rest = line.partition(": batch ")
+            if rest and "/s)" in rest:
+                rates[query] = float(rest.split("(", 1)[1].split("/s)", 1)[0])
+    return round(sum(rates.values()), 1) if rates else None
+
+
+def _duration(seconds: float) -> str:
+    minutes, second = divmod(int(seconds), 60)
+    hours, minute = divmod(minutes, 60)
+    return f"{hours}h{minute:02d}m" if hours else f"{minute}m{second:02d}s"
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ",".join(f"{key}={item}" for key, item in value.items())
+    return str(value)

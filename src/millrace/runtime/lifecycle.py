@@ -1,0 +1,371 @@
+"""Deployed apps: starting them detached, watching, stopping, restarting, rolling back.
+
+`deploy` starts `millrace run SOURCE` as a process of its own (its own Spark application,
+in its own process group, its output appended to `<workspace>/apps/<app>/app.log`) and
+records it in the registry (`millrace.runtime.registry`). `stop` sends that process SIGTERM,
+which `millrace run` answers by letting each query finish its running micro-batch, stopping
+the queries and routing their dead letters; the process group is killed only if it has not
+ended within the timeout. `restart` stops the app and deploys it again from its source, with
+a new hash when the code changed, resuming from the checkpoint: offsets and state. Before an
+app starts, `millrace.runtime.state_schema` checks that its state can be carried over.
+`rollback` stops the app, moves its checkpoints back to a batch (`millrace.runtime.checkpoints`)
+keeping a backup under `apps/<app>/backups/`, and deploys it again, so that it recomputes
+the later batches.
+
+`stop_gracefully` is the other half of a graceful stop: what `millrace run` does on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pyspark.sql.streaming import StreamingQuery
+
+from millrace.bus.offsets import stream_offsets
+from millrace.config.workspace import Workspace
+from millrace.engine.triggers import Trigger
+from millrace.errors import AppNotFoundError, LifecycleError
+from millrace.processor.loading import is_processor_target, load_processor
+from millrace.runtime import checkpoints, registry
+from millrace.runtime.registry import AppRecord
+from millrace.runtime.state_schema import (
+    Fingerprint,
+    check_state,
+    processor_fingerprint,
+    sql_fingerprint,
+)
+from millrace.sql.parser import load_app
+
+STOP_TIMEOUT_S = 120.0
+"""How long `stop` waits for the running micro-batches to finish before killing the app."""
+
+GRACE_S = 60.0
+"""How long a stopping app waits for a query to be between micro-batches before stopping it."""
+
+_IDLE_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class AppSource:
+    """What a source names: the app's kind and name, the source as `run` takes it, its state."""
+
+    kind: registry.Kind
+    name: str
+    source: str
+    fingerprint: Fingerprint
+
+
+def describe_source(source: str) -> AppSource:
+    """Load the app `source` names (a SQL file, `module:Class` or `file.py:Class`), checked.
+
+    Paths are made absolute, so the deployed process finds them from any folder.
+
+    Example:
+        >>> describe_source("examples/top_events.sql").name  # doctest: +SKIP
+        'top_events'
+    """
+    if is_processor_target(source) and not Path(source).exists():
+        where, _, name = source.rpartition(":")
+        if where.endswith(".py"):
+            source = f"{Path(where).absolute()}:{name}"
+        processor = load_processor(source)
+        return AppSource("processor", processor.name, source, processor_fingerprint(processor))
+    path = Path(source)
+    if not path.is_file():
+        raise LifecycleError(
+            f"no file {source!r}",
+            hint="give a SQL app's file, or a processor as module:Class or file.py:Class",
+        )
+    app = load_app(path)
+    return AppSource("sql", app.name, str(path.absolute()), sql_fingerprint(app))
+
+
+def deploy(
+    workspace: Workspace,
+    source: str,
+    *,
+    trigger: Trigger | None = None,
+    master: str | None = None,
+    force: bool = False,
+) -> AppRecord:
+    """Start the app of `source` detached, as its own Spark application, and record it.
+
+    Raises `LifecycleError` when an app of that name already runs, `StateSchemaError`
+    (unless `force`) when its checkpoint holds state the code cannot carry over.
+
+    Example:
+        >>> trigger = Trigger.parse("interval:10s")
+        >>> deploy(workspace, "examples/top_events.sql", trigger=trigger)  # doctest: +SKIP
+        AppRecord(name='top_events', kind='sql', ..., status='running')
+    """
+    described = describe_source(source)
+    try:
+        existing: AppRecord | None = registry.load(workspace, described.name)
+    except AppNotFoundError:
+        existing = None
+    if existing is not None and existing.status == "running":
+        raise LifecycleError(
+            f"app {described.name!r} already runs (pid {existing.pid}, from {existing.source})",
+            hint=f"`millrace restart {described.name}` starts it again with new code; "
+            f"`millrace stop {described.name}` stops it",
+        )
+    if not force:
+        check_state(workspace, described.name, described.fingerprint)
+    config: dict[str, Any] = {
+        "trigger": str(trigger or Trigger()),
+        "master": master,
+        "cwd": str(Path.cwd()),
+        "force": force,
+    }
+    return _start(workspace, described, config)
+
+
+def restart(
+    workspace: Workspace,
+    name: str,
+    *,
+    source: str | None = None,
+    trigger: Trigger | None = None,
+    master: str | None = None,
+    fresh: bool = False,
+    start_from: Literal["earliest", "latest"] | int = "earliest",
+    force: bool = False,
+    timeout_s: float = STOP_TIMEOUT_S,
+) -> AppRecord:
+    """Stop app `name` if it runs and start it again from its source (or `source`).
+
+    The code is read again (its hash recomputed); the app resumes from its checkpoint with
+    its state, unless `fresh`, which moves the checkpoint aside under `apps/<name>/backups/`
+    first so the app starts over with empty state, reading its inputs from `start_from`:
+    their earliest records, their end, or the first records that reached the bus at or after
+    a time (epoch ms).
+    `trigger` and `master` default to those it ran with.
+
+    Example:
+        >>> restart(workspace, "top_events").source_hash != old.source_hash  # doctest: +SKIP
+        True
+    """
+    record = registry.load(workspace, name)
+    described = describe_source(source or record.source)
+    if described.name != name:
+        raise LifecycleError(
+            f"{described.source} holds app {described.name!r}, not {name!r}",
+            hint="restart takes the app's own source; deploy another app with `millrace deploy`",
+        )
+    if not fresh and not force:
+        # Checked before stopping, so that code that cannot run leaves the app running.
+        check_state(workspace, name, described.fingerprint)
+    if record.status == "running":
+        stop(workspace, name, timeout_s=timeout_s)
+    if fresh:
+        moved = _move_aside(workspace, name)
+        if moved is not None and start_from != "earliest":
+            checkpoints.seed_start(
+                moved,
+                workspace.checkpoints_dir / name,
+                lambda stream: stream_offsets(workspace.settings, stream, start_from),
+            )
+    config = dict(record.config)
+    if trigger is not None:
+        config["trigger"] = str(trigger)
+    if master is not None:
+        config["master"] = master
+    config["force"] = force
+    return _start(workspace, described, config)
+
+
+def stop(workspace: Workspace, name: str, *, timeout_s: float = STOP_TIMEOUT_S) -> AppRecord:
+    """Stop app `name` gracefully: its running micro-batches finish, then its process ends.
+
+    The process gets SIGTERM; if it is still there after `timeout_s`, its whole process
+    group (Python and Spark's JVM) is killed, which loses nothing (the micro-batch in flight
+    runs again at the next start) but takes longer to recover. An app that is not running is
+    left as it is.
+
+    Example:
+        >>> stop(workspace, "top_events").status  # doctest: +SKIP
+        'stopped'
+    """
+    record = registry.load(workspace, name)
+    if record.status == "running" and record.pid is not None:
+        os.kill(record.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while registry.process_alive(record.pid, record.proc_start):
+            if time.monotonic() > deadline:
+                os.killpg(record.pid, signal.SIGKILL)
+                break
+            time.sleep(0.2)
+        _reap(record.pid)
+    status: registry.Status = (
+        "stopped" if record.status in ("running", "stopped") else record.status
+    )
+    stopped = dataclasses.replace(record, status=status, stopped_at=registry.now_iso())
+    registry.save(workspace, stopped)
+    return stopped
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """A finished rollback: what moved, where the backup is, and the app started again."""
+
+    rollback: checkpoints.Rollback
+    record: AppRecord | None
+
+
+def rollback(
+    workspace: Workspace,
+    name: str,
+    *,
+    to_batch: int | None = None,
+    to_time_ms: int | None = None,
+    start: bool = True,
+    timeout_s: float = STOP_TIMEOUT_S,
+) -> RolledBack:
+    """Stop app `name`, move its queries back to a batch, and (with `start`) deploy it again.
+
+    `to_batch` names a batch id, applied to each query of the app that has committed it (a
+    query with fewer batches is left as it is); `to_time_ms` picks, per query, the last batch
+    committed at or before that time (none: the query starts over). What is removed is kept
+    under `apps/<name>/backups/<time>-rollback/`.
+
+    Example:
+        >>> rollback(workspace, "top_events", to_batch=3).rollback.removed_batches  # doctest: +SKIP
+        {'table.top_events_5min': [4, 5, 6]}
+    """
+    if (to_batch is None) == (to_time_ms is None):
+        raise LifecycleError(
+            "rollback needs a batch or a time, and only one",
+            hint="give --to-batch N or --to-time TIME",
+        )
+    record = registry.load(workspace, name)
+    batches = checkpoints.history(workspace, name)
+    if to_batch is not None:
+        last = {batch.query: batch.batch_id for batch in batches}
+        targets = {query: to_batch for query, newest in last.items() if newest > to_batch}
+    else:
+        assert to_time_ms is not None
+        targets = checkpoints.batch_at(batches, to_time_ms)
+        last = {batch.query: batch.batch_id for batch in batches}
+        targets = {query: n for query, n in targets.items() if last[query] > n}
+    if record.status == "running":
+        stop(workspace, name, timeout_s=timeout_s)
+    # The log is read again: batches ran between the first read and the stop.
+    if to_batch is not None:
+        targets = {
+            batch.query: to_batch
+            for batch in checkpoints.history(workspace, name)
+            if batch.batch_id > to_batch
+        }
+    done = checkpoints.rollback(workspace, name, targets, _backup_dir(workspace, name, "rollback"))
+    restarted = None
+    if start:
+        described = describe_source(record.source)
+        restarted = _start(workspace, described, dict(record.config))
+    return RolledBack(done, restarted)
+
+
+def stop_gracefully(queries: list[StreamingQuery], timeout_s: float = GRACE_S) -> None:
+    """Stop each query between two micro-batches: once it runs no trigger, or at `timeout_s`.
+
+    Spark's `stop` cancels a micro-batch in flight (it runs again at the next start, so
+    nothing is lost, but its work is); this waits for the moment a query is between two
+    micro-batches. A micro-batch that starts in the instant between the look and the stop
+    is cancelled as by `stop`.
+
+    Example:
+        >>> stop_gracefully(running.queries)  # doctest: +SKIP
+    """
+    deadline = time.monotonic() + timeout_s
+    for query in queries:
+        while query.isActive and time.monotonic() < deadline:
+            if not query.status["isTriggerActive"]:
+                break
+            time.sleep(_IDLE_POLL_S)
+        query.stop()
+
+
+def uptime_s(record: AppRecord) -> float | None:
+    """Seconds since a running app started, None for one that is not running."""
+    if record.status != "running" or record.started_at is None:
+        return None
+    started = datetime.fromisoformat(record.started_at.replace("Z", "+00:00"))
+    return max(0.0, (datetime.now(UTC) - started).total_seconds())
+
+
+def _start(workspace: Workspace, described: AppSource, config: dict[str, Any]) -> AppRecord:
+    folder = registry.app_dir(workspace, described.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "app.log"
+    command = [sys.executable, "-m", "millrace.cli.main", "run", described.source]
+    command += ["--trigger", str(config.get("trigger") or Trigger())]
+    if config.get("master"):
+        command += ["--master", str(config["master"])]
+    if config.get("force"):
+        command += ["--force"]
+    environment = {
+        **os.environ,
+        registry.DEPLOYED_APP_ENV: described.name,
+        "MILLRACE_HOME": str(workspace.root),
+        # Output goes to a file: Python must not hold it back in a buffer.
+        "PYTHONUNBUFFERED": "1",
+    }
+    registry.clear_exit(workspace, described.name)
+    with log.open("ab") as output:
+        output.write(f"--- {registry.now_iso()} millrace run {described.source}\n".encode())
+        output.flush()
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=config.get("cwd") or None,
+            env=environment,
+            start_new_session=True,
+        )
+    record = AppRecord(
+        name=described.name,
+        kind=described.kind,
+        source=described.source,
+        source_hash=registry.source_hash(described.source),
+        checkpoint=str(workspace.checkpoints_dir / described.name),
+        log=str(log),
+        config=config,
+        pid=process.pid,
+        proc_start=registry.process_start(process.pid),
+        started_at=registry.now_iso(),
+        status="running",
+    )
+    registry.save(workspace, record)
+    return record
+
+
+def _move_aside(workspace: Workspace, name: str) -> Path | None:
+    checkpoint = workspace.checkpoints_dir / name
+    if not checkpoint.exists():
+        return None
+    target = _backup_dir(workspace, name, "fresh")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(checkpoint), str(target))
+    return target
+
+
+def _backup_dir(workspace: Workspace, name: str, why: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return registry.app_dir(workspace, name) / "backups" / f"{stamp}-{why}"
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit of `pid` when this process started it, so it leaves no zombie."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
