@@ -30,6 +30,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
+from millrace.engine.metrics import publish_metrics
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.streams import StreamInput, write_batch, write_stream
 from millrace.errors import SqlError, StreamNotFoundError
@@ -116,6 +117,7 @@ def start_sql_app(
     """
     _require_output_streams(workspace, app)
     watch(spark)
+    publish_metrics(spark, workspace, app.name)
     compiled = compile_app(spark, workspace, app, max_records_per_batch=max_records_per_batch)
     running = RunningApp(app, inputs=compiled.inputs)
     for stream, records in compiled.inserts.items():
