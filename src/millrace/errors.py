@@ -102,3 +102,9 @@ class ProcessorError(MillraceError):
     """A processor class is not valid, or its code failed on a record or a timer."""
 
     code = "processor"
+
+
+class AppNotFoundError(MillraceError):
+    """No app of that name has a checkpoint in the workspace or published a batch lately."""
+
+    code = "app-not-found"
