@@ -5,6 +5,7 @@ import hypothesis
 import pytest
 import schemathesis
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
 from millrace.api.app import create_app, serve
@@ -28,16 +29,22 @@ def test_metrics_expose_the_lag_gauges(client: TestClient, lagging_app: str) -> 
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    lines = response.text.splitlines()
-    assert f'millrace_app_lag_records{{app="{lagging_app}"}} 7.0' in lines
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
     stream = lagging_app.replace("paused_", "paused.in.")
-    assert f'millrace_input_lag_records{{app="{lagging_app}",stream="{stream}"}} 7.0' in lines
-    assert any(
-        line.startswith(f'millrace_input_lag_seconds{{app="{lagging_app}"') for line in lines
-    )
-    assert any(
-        line.startswith(f'millrace_app_last_batch_id{{app="{lagging_app}"}}') for line in lines
-    )
+    app_label = (("app", lagging_app),)
+    input_labels = (("app", lagging_app), ("stream", stream))
+    assert samples[("millrace_app_lag_records", app_label)] == 7
+    assert samples[("millrace_input_lag_records", input_labels)] == 7
+    assert samples[("millrace_input_lag_seconds", input_labels)] >= 0
+    assert samples[("millrace_app_last_batch_id", app_label)] >= 0
+    ends = end_offsets(client.app.state.workspace.settings, stream)
+    for bucket, end in ends.items():
+        labels = (("app", lagging_app), ("bucket", str(bucket)), ("stream", stream))
+        assert samples[("millrace_input_end_offset", labels)] == end
 
 
 def test_apps_and_streams_as_json(
