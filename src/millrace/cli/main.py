@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from millrace.cli import apps, infra, records, streams
+from millrace.cli import apps, infra, monitor, records, streams
 from millrace.errors import MillraceError
 
 
@@ -38,6 +38,9 @@ for command in (
     apps.check,
     apps.run,
     apps.query,
+    monitor.serve,
+    monitor.top,
+    monitor.monitor_,
 ):
     cli.add_command(command)
 
