@@ -6,18 +6,16 @@ import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from pyspark.sql import SparkSession
 
 from millrace.api.app import create_app, serve
 from millrace.bus.internal import end_offsets
 from millrace.config.workspace import Workspace
 from millrace.errors import ConfigError
-from tests.monitor.apps import paused_app
 
 
 @pytest.fixture(scope="module")
-def lagging_app(spark: SparkSession, workspace: Workspace) -> str:
-    return paused_app(spark, workspace, read=20, waiting=7)
+def lagging_app(paused_app: str) -> str:
+    return paused_app
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +35,8 @@ def test_metrics_expose_the_lag_gauges(client: TestClient, lagging_app: str) -> 
     stream = lagging_app.replace("paused_", "paused.in.")
     app_label = (("app", lagging_app),)
     input_labels = (("app", lagging_app), ("stream", stream))
-    assert samples[("millrace_app_lag_records", app_label)] == 7
-    assert samples[("millrace_input_lag_records", input_labels)] == 7
+    assert samples[("millrace_app_lag_records", app_label)] == 5
+    assert samples[("millrace_input_lag_records", input_labels)] == 5
     assert samples[("millrace_input_lag_seconds", input_labels)] >= 0
     assert samples[("millrace_app_last_batch_id", app_label)] >= 0
     ends = end_offsets(client.app.state.workspace.settings, stream)
@@ -52,14 +50,14 @@ def test_apps_and_streams_as_json(
 ) -> None:
     app = client.get(f"/apps/{lagging_app}").json()
     stream = lagging_app.replace("paused_", "paused.in.")
-    assert app["lag_records"] == 7
+    assert app["lag_records"] == 5
     assert [lag["stream"] for lag in app["inputs"]] == [stream]
     assert lagging_app in [listed["name"] for listed in client.get("/apps").json()]
 
     described = client.get(f"/streams/{stream}").json()
     ends = end_offsets(workspace.settings, stream)
     assert {b["bucket"]: b["end_offset"] for b in described["buckets"]} == ends
-    assert described["records"] == 27
+    assert described["records"] == 15
     assert stream in [listed["name"] for listed in client.get("/streams").json()]
 
 

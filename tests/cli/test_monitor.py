@@ -9,16 +9,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 
 from millrace.config.workspace import Workspace
 from tests.cli.test_cli import millrace
-from tests.monitor.apps import paused_app
 
 
 @pytest.fixture(scope="module")
-def paused(spark: SparkSession, workspace: Workspace) -> str:
-    return paused_app(spark, workspace, read=10, waiting=5)
+def paused(paused_app: str) -> str:
+    return paused_app
 
 
 @pytest.fixture

@@ -1,17 +1,21 @@
 """Every micro-batch of an app publishes one metrics record, whose counts match what Spark
 reported for that batch and what the input stream holds."""
 
+import json
 import time
 import uuid
 from pathlib import Path
 
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
+from millrace import Input, Processor
 from millrace.bus.internal import METRICS_STREAM, end_offsets, read_after
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.metrics import publish_metrics
+from millrace.runtime.processors import start_processor_app
 from millrace.runtime.sql_apps import start_sql_app
 from millrace.sql.parser import parse_app
 
@@ -90,3 +94,40 @@ def test_each_batch_publishes_its_progress_with_the_right_counts(
         m["batch_duration_ms"] >= 0 and "triggerExecution" in m["durations_ms"] for m in metrics
     )
     assert publish_metrics(spark, workspace, app_name).failures == 0
+
+
+def test_a_processor_app_publishes_its_dead_letters_per_batch(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    source, target = f"p.in.{suffix}", f"p.out.{suffix}"
+    create_stream(workspace.settings, source, buckets=1)
+    create_stream(workspace.settings, target, buckets=1)
+
+    class Echo(Processor):
+        name = f"echo_{suffix}"
+        inputs = [Input(source, key="query", time="ts", lateness="10s")]  # noqa: RUF012
+
+        def on_record(self, key, record, ctx):
+            ctx.produce(target, record)
+
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers, "log_level": 0})
+    values = [
+        b"not json",
+        b"[1]",
+        *(json.dumps({"query": "q", "ts": START_MS + n}).encode() for n in range(8)),
+    ]
+    for value in values:
+        producer.produce(source, value)
+    producer.flush()
+    since_ms = int(time.time() * 1000) - 1000
+
+    running = start_processor_app(spark, workspace, Echo, available_now=True)
+    running.await_termination()
+    reported = [p for p in running.query.recentProgress if p["numInputRows"] > 0]
+
+    metrics = published_metrics(workspace, Echo.name, since_ms, len(reported))
+    assert sum(m["input_rows"] for m in metrics) == len(values)
+    assert sum(m["dead_letter_rows"] for m in metrics) == running.dead_letters == 2
+    assert sum(m["late_rows"] for m in metrics) == running.late
+    assert all(m["query"] == f"{Echo.name}.processor" for m in metrics)

@@ -40,7 +40,7 @@ def run_reader_app(spark: SparkSession, workspace: Workspace, app: str, stream: 
     return len(query.recentProgress)
 
 
-def paused_app(spark: SparkSession, workspace: Workspace, read: int, waiting: int) -> str:
+def run_paused_app(spark: SparkSession, workspace: Workspace, read: int, waiting: int) -> str:
     """An app that read `read` records and stopped, with `waiting` records published since.
 
     Returns once its batches are on the metrics stream.
