@@ -13,11 +13,13 @@ from millrace import Input, Processor
 from millrace.bus.internal import METRICS_STREAM, end_offsets, read_after
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
+from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
-from millrace.engine.metrics import publish_metrics
+from millrace.engine.metrics import MetricsListener, publish_metrics
 from millrace.runtime.processors import start_processor_app
 from millrace.runtime.sql_apps import start_sql_app
 from millrace.sql.parser import parse_app
+from tests.conftest import free_port
 
 START_MS = 1_767_225_600_000
 
@@ -131,3 +133,12 @@ def test_a_processor_app_publishes_its_dead_letters_per_batch(
     assert sum(m["dead_letter_rows"] for m in metrics) == running.dead_letters == 2
     assert sum(m["late_rows"] for m in metrics) == running.late
     assert all(m["query"] == f"{Echo.name}.processor" for m in metrics)
+
+
+def test_a_bus_that_does_not_answer_is_counted_not_raised(tmp_path: Path) -> None:
+    dead_bus = Workspace(tmp_path, Settings(kafka_bootstrap=f"127.0.0.1:{free_port()}"))
+    listener = MetricsListener(dead_bus)
+    record = {"app": "a", "query": "a.q", "run_id": "r", "batch_id": 0, "time": "2026-01-01"}
+    listener._send(record)
+    listener._send({**record, "batch_id": 1})
+    assert (listener.published, listener.failures) == (0, 2)

@@ -9,7 +9,7 @@ them back to compute lag and to evaluate alerts.
 Spark calls listeners on a thread of its own after the micro-batch is done, so publishing
 never holds up a batch; the producer queues records and returns. A bus that does not answer
 never stops the app: failures are counted in `MetricsListener.failures` and logged, and
-the stream is created again on the next batch if it was missing.
+the bus is tried again 30 seconds later (the stream created again if it was missing).
 
 Each record's id is `metrics:<run id>:<batch id>`, so a reader can drop a second copy.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -36,6 +37,9 @@ _DEAD_LETTER_METRICS = "millrace.dead_letters."
 """Prefix of the observed metrics (with a `bad` field) of the dead-letter routers."""
 _OUTPUT_METRICS = "millrace.outputs."
 """Prefix of the observed metric (dead_letters, late) that `observe_outputs` adds."""
+
+_RETRY_AFTER_S = 30.0
+"""After a failure, records are counted as failed, without trying the bus, for this long."""
 
 _listeners: dict[int, MetricsListener] = {}
 _lock = threading.Lock()
@@ -89,6 +93,7 @@ class MetricsListener(StreamingQueryListener):
         """Records that could not be published (bus down, stream missing, refused)."""
         self._publisher: Publisher | None = None
         self._send_lock = threading.Lock()
+        self._retry_at = 0.0
 
     def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
         """Nothing to publish before the first batch."""
@@ -116,6 +121,11 @@ class MetricsListener(StreamingQueryListener):
 
     def _send(self, record: dict[str, Any]) -> None:
         with self._send_lock:
+            if time.monotonic() < self._retry_at:
+                # Spark's listeners share one event queue: waiting on a bus that just failed,
+                # for every batch, would delay the other listeners' events.
+                self.failures += 1
+                return
             try:
                 if self._publisher is None:
                     create_internal_stream(self.workspace.settings, METRICS_STREAM)
@@ -133,10 +143,12 @@ class MetricsListener(StreamingQueryListener):
                 # made again, since its connection may be what failed.
                 self.failures += 1 + _refused_count(error)
                 self._publisher = None
+                self._retry_at = time.monotonic() + _RETRY_AFTER_S
                 _log.warning("metrics of %s not published: %s", record.get("query"), error)
             except Exception:
                 self.failures += 1
                 self._publisher = None
+                self._retry_at = time.monotonic() + _RETRY_AFTER_S
                 _log.exception("metrics of %s not published", record.get("query"))
 
     def _flush(self) -> None:
