@@ -3,7 +3,11 @@ the `stopped` rule whose threshold the pause passed fires to a webhook on loopba
 
 import json
 import os
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,6 +16,7 @@ import pytest
 
 from millrace.config.workspace import Workspace
 from tests.cli.test_cli import millrace
+from tests.conftest import free_port
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +92,36 @@ def test_a_paused_app_fires_the_stopped_alert_to_the_webhook(
     assert alert["kind"] == "stopped" and alert["value"] > 1
     assert "5 records wait" in alert["message"]
     assert "firing: paused too long: no batch for" in result.stdout
+
+
+def test_serve_answers_on_loopback_and_refuses_other_addresses_without_a_token(
+    workspace: Workspace, paused: str, tmp_path: Path
+) -> None:
+    environment = watching_home(workspace, tmp_path, "")
+    refused = millrace("serve", "--host", "0.0.0.0", environment=environment)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error[config]: millrace serve binds to 0.0.0.0")
+    assert "Traceback" not in refused.stderr
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "millrace.cli.main", "serve", "--port", str(port)],
+        env={**os.environ, **environment},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        apps = None
+        while apps is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/apps", timeout=30) as answer:
+                    apps = json.loads(answer.read())
+            except OSError:
+                time.sleep(0.5)
+        assert apps is not None, "millrace serve did not answer"
+        [app] = [app for app in apps if app["name"] == paused]
+        assert app["lag_records"] == 5
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -77,14 +77,23 @@ def serve(workspace: Workspace, *, host: str, port: int, token: str | None) -> N
     Raises `ConfigError` when `host` is not a loopback address and there is no token: the
     service would answer anyone who can reach the machine.
     """
+    check_binding(host, token)
+    app = create_app(workspace, token=token, evaluate_alerts=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def check_binding(host: str, token: str | None) -> None:
+    """Raise `ConfigError` when `host` is reachable from other machines and there is no token.
+
+    Example:
+        >>> check_binding("127.0.0.1", None)
+    """
     if not token and not is_loopback(host):
         raise ConfigError(
             f"millrace serve binds to {host}, which is reachable from other machines, "
             "and no token was given",
             hint="pass --token (or set MILLRACE_API_TOKEN), or bind to 127.0.0.1",
         )
-    app = create_app(workspace, token=token, evaluate_alerts=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 def is_loopback(host: str) -> bool:

@@ -27,8 +27,11 @@ from millrace.monitor.status import AppStatus
 )
 def serve(host: str, port: int, token: str | None) -> None:
     """Serve /metrics (Prometheus), /streams, /apps and /alerts over HTTP, and check alerts."""
-    from millrace.api.app import serve as run_service  # FastAPI loads only for this verb
+    # FastAPI loads only for this verb.
+    from millrace.api.app import check_binding
+    from millrace.api.app import serve as run_service
 
+    check_binding(host, token)
     _log_to_stderr()
     workspace = Workspace.locate().require_initialized()
     click.echo(f"serving on http://{host}:{port} (OpenAPI at /docs); Ctrl-C stops", err=True)
