@@ -92,3 +92,11 @@ def fresh_workspace(tmp_path: Path) -> Workspace:
     located = Workspace.locate({**os.environ, **environment})
     init_workspace(located)
     return located
+
+
+@pytest.fixture(scope="session")
+def paused_app(spark: SparkSession, workspace: Workspace) -> str:
+    """An app that read 10 records of its stream and stopped, with 5 published since."""
+    from tests.monitor.apps import run_paused_app
+
+    return run_paused_app(spark, workspace, read=10, waiting=5)

@@ -144,3 +144,9 @@ class StateSchemaError(LifecycleError):
     """An app's new code needs state that its checkpoint cannot give it."""
 
     code = "state-schema"
+
+
+class AppNotFoundError(MillraceError):
+    """No app of that name has a checkpoint in the workspace or published a batch lately."""
+
+    code = "app-not-found"

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from millrace.cli import apps, infra, lifecycle, records, streams, tables, warehouse
+from millrace.cli import apps, infra, lifecycle, monitor, records, streams, tables, warehouse
 from millrace.errors import MillraceError
 
 
@@ -49,6 +49,9 @@ for command in (
     lifecycle.restart,
     lifecycle.history,
     lifecycle.rollback,
+    monitor.serve,
+    monitor.top,
+    monitor.monitor_,
 ):
     cli.add_command(command)
 

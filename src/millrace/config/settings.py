@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from millrace.config.alerts import parse_alert_rules
 from millrace.errors import ConfigError
 
 
@@ -109,6 +110,16 @@ SETTINGS: tuple[Setting, ...] = (
         "publishers copy it into the Kafka timestamp.",
     ),
     Setting(
+        "monitor.webhook_url",
+        "MILLRACE_MONITOR_WEBHOOK_URL",
+        "URL that alerts are POSTed to as JSON when they fire and resolve; empty logs only.",
+    ),
+    Setting(
+        "monitor.interval_s",
+        "MILLRACE_MONITOR_INTERVAL_S",
+        "Seconds between two evaluations of the alert rules by `millrace serve` and `monitor`.",
+    ),
+    Setting(
         "jvm.jars_dir",
         "MILLRACE_JARS_DIR",
         "Folder of the JVM artifacts resolved by scripts/setup.sh; empty means "
@@ -139,6 +150,8 @@ class Settings:
     spark_driver_memory: str = "2g"
     events_time_field: str = "time"
     jvm_jars_dir: str = ""
+    monitor_webhook_url: str = ""
+    monitor_interval_s: float = 10.0
 
     @property
     def uses_local_broker(self) -> bool:
@@ -194,6 +207,9 @@ def _read_file(config_file: Path) -> dict[str, Any]:
         ) from None
     by_key = {setting.key: setting for setting in SETTINGS}
     values: dict[str, Any] = {}
+    if "alerts" in document:
+        # Checked here, so a wrong rule is reported at once; the monitor reads them again.
+        parse_alert_rules(document.pop("alerts"), config_file, text)
     for key, value in _flatten(document):
         setting = by_key.get(key)
         if setting is None:

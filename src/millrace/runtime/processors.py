@@ -59,6 +59,7 @@ from millrace.bus.records import ID_HEADER, Record, RecordDecodeError, decode_va
 from millrace.bus.streams import dead_letter_stream, require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
+from millrace.engine.metrics import observe_outputs
 from millrace.engine.serving_sink import write_table
 from millrace.engine.triggers import Trigger
 from millrace.errors import ProcessorError, ServingError, StreamNotFoundError
@@ -164,6 +165,7 @@ def start_processor_app(
         outputMode="Append",
         timeMode="EventTime",
     )
+    outputs = observe_outputs(spark, workspace, processor_class.name, outputs, F.col("kind"))
     running: RunningProcessor
     writer = (
         outputs.writeStream.queryName(f"{processor_class.name}.processor")

@@ -32,6 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
+from millrace.engine.metrics import publish_metrics
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.serving_sink import write_table
 from millrace.engine.streams import StreamInput, write_batch, write_stream
@@ -126,6 +127,7 @@ def start_sql_app(
         # Checked before any query starts, so that none is left running.
         trigger.check(f"{app.name}.table.{table.name}", foreach_batch=True)
     watch(spark)
+    publish_metrics(spark, workspace, app.name)
     compiled = compile_app(spark, workspace, app, max_records_per_batch=max_records_per_batch)
     running = RunningApp(app, inputs=compiled.inputs)
     for stream, records in compiled.inserts.items():

@@ -1,0 +1,195 @@
+"""millrace's own streams, such as `_millrace.metrics`, and reading streams by offset.
+
+Internal streams start with `_`, which user stream names cannot, so an app can never write
+into them by mistake. This module creates them, and gives the monitor what it reads of any
+stream: its end offsets, the record at a given offset, and the records after given offsets.
+
+Example:
+    >>> create_internal_stream(settings, METRICS_STREAM)  # doctest: +SKIP
+    >>> read_after(settings, METRICS_STREAM, {0: 0})  # doctest: +SKIP
+    ([StampedRecord(...), ...], {0: 12})
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import NewTopic
+
+from millrace.bus.records import Record, RecordDecodeError, decode_message
+from millrace.bus.streams import _admin, _bus_error, _wait_for_leaders, describe_stream
+from millrace.config.settings import Settings
+from millrace.errors import StreamNameError
+
+METRICS_STREAM = "_millrace.metrics"
+"""Where every app's query listener publishes the progress of each micro-batch."""
+
+_INTERNAL = re.compile(r"^_millrace\.[a-z0-9._-]{1,100}$")
+_TIMEOUT_S = 15.0
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class StampedRecord:
+    """A record with its append time: when the bus stored it (Kafka's LogAppendTime)."""
+
+    record: Record
+    append_ms: int | None
+
+
+def create_internal_stream(
+    settings: Settings, name: str, *, buckets: int = 1, retention_ms: int = 7 * 86_400_000
+) -> None:
+    """Create internal stream `name` (`_millrace.<something>`) unless it exists."""
+    if not _INTERNAL.match(name):
+        raise StreamNameError(
+            f"{name!r} is not an internal stream name",
+            hint="internal streams are named _millrace.<lowercase name>",
+        )
+    topic = NewTopic(
+        name,
+        num_partitions=buckets,
+        replication_factor=-1,
+        config={"retention.ms": str(retention_ms), "message.timestamp.type": "LogAppendTime"},
+    )
+    admin = _admin(settings)
+    future = admin.create_topics([topic], request_timeout=_TIMEOUT_S)[name]
+    try:
+        future.result(timeout=_TIMEOUT_S)
+    except KafkaException as error:
+        if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise _bus_error(f"could not create stream {name!r}", error, settings) from None
+    _wait_for_leaders(admin, name)
+
+
+def end_offsets(settings: Settings, stream: str) -> dict[int, int]:
+    """The offset the next record of each bucket of `stream` will get.
+
+    Raises `StreamNotFoundError` when the stream does not exist.
+    """
+    return {
+        bucket.bucket: bucket.end_offset for bucket in describe_stream(settings, stream).buckets
+    }
+
+
+def append_times_at(settings: Settings, stream: str, offsets: dict[int, int]) -> dict[int, int]:
+    """When the bus stored the record at `offsets[bucket]` of each bucket (epoch ms).
+
+    A bucket whose offset is past its end, or whose record retention removed, is left out.
+    """
+    found: dict[int, int] = {}
+    wanted = {bucket: offset for bucket, offset in offsets.items() if offset >= 0}
+    if not wanted:
+        return found
+    consumer = _consumer(settings)
+    try:
+        ends = {
+            b: consumer.get_watermark_offsets(TopicPartition(stream, b), timeout=_TIMEOUT_S)
+            for b in wanted
+        }
+        pending = {b for b, o in wanted.items() if ends[b][0] <= o < ends[b][1]}
+        if pending:
+            consumer.assign([TopicPartition(stream, b, wanted[b]) for b in pending])
+        deadline = time.monotonic() + _TIMEOUT_S
+        while pending and time.monotonic() < deadline:
+            message = consumer.poll(_POLL_S)
+            if message is None or message.error() is not None:
+                continue
+            bucket = message.partition()
+            if bucket in pending and message.offset() >= wanted[bucket]:
+                timestamp_type, timestamp = message.timestamp()
+                if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
+                    found[bucket] = timestamp
+                pending.discard(bucket)
+                consumer.pause([TopicPartition(stream, bucket)])
+    except KafkaException as error:
+        raise _bus_error(f"could not read stream {stream!r}", error, settings) from None
+    finally:
+        consumer.close()
+    return found
+
+
+def read_after(
+    settings: Settings,
+    stream: str,
+    positions: dict[int, int],
+    *,
+    since_ms: int | None = None,
+    limit: int = 100_000,
+) -> tuple[list[StampedRecord], dict[int, int]]:
+    """The records of `stream` from `positions` to its end now, and the positions after them.
+
+    A bucket missing from `positions` starts at the first record appended at or after
+    `since_ms` (at its end when `since_ms` is None). At most `limit` records are returned;
+    the positions then say where to go on. Records that are not JSON objects are skipped.
+    """
+    consumer = _consumer(settings)
+    records: list[StampedRecord] = []
+    try:
+        buckets = len(describe_stream(settings, stream).buckets)
+        start: dict[int, int] = {}
+        ends: dict[int, int] = {}
+        for bucket in range(buckets):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(stream, bucket), timeout=_TIMEOUT_S
+            )
+            ends[bucket] = high
+            if bucket in positions:
+                start[bucket] = max(low, positions[bucket])
+            elif since_ms is None:
+                start[bucket] = high
+            else:
+                found = consumer.offsets_for_times(
+                    [TopicPartition(stream, bucket, since_ms)], timeout=_TIMEOUT_S
+                )[0]
+                start[bucket] = found.offset if found.offset >= 0 else high
+        after = dict(start)
+        unfinished = {b for b in start if start[b] < ends[b]}
+        if unfinished:
+            consumer.assign([TopicPartition(stream, b, start[b]) for b in unfinished])
+        deadline = time.monotonic() + _TIMEOUT_S
+        while unfinished and len(records) < limit and time.monotonic() < deadline:
+            message = consumer.poll(_POLL_S)
+            if message is None or message.error() is not None:
+                continue
+            bucket = message.partition()
+            if bucket not in unfinished:
+                continue
+            after[bucket] = message.offset() + 1
+            if after[bucket] >= ends[bucket]:
+                unfinished.discard(bucket)
+            try:
+                records.append(_stamped(message, settings.events_time_field))
+            except RecordDecodeError:
+                continue
+    except KafkaException as error:
+        raise _bus_error(f"could not read stream {stream!r}", error, settings) from None
+    finally:
+        consumer.close()
+    return records, after
+
+
+def _consumer(settings: Settings) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": "millrace-monitor",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+
+
+def _stamped(message, time_field: str) -> StampedRecord:
+    timestamp_type, timestamp = message.timestamp()
+    append_ms = None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp
+    return StampedRecord(decode_message(message, time_field), append_ms)

@@ -1,0 +1,244 @@
+"""Publishing the progress of every micro-batch of every app to the `_millrace.metrics` stream.
+
+`publish_metrics` installs, once per SparkSession, a query listener that turns each progress
+event of an app's queries into one JSON record: the app, the query, the batch id and time,
+input rows and rates, durations, the watermark, each Kafka source's offsets, state rows and
+memory, rows dropped as late and rows dead-lettered. The monitor (`millrace.monitor`) reads
+them back to compute lag and to evaluate alerts.
+
+Spark calls listeners on a thread of its own after the micro-batch is done, so publishing
+never holds up a batch; the producer queues records and returns. A bus that does not answer
+never stops the app: failures are counted in `MetricsListener.failures` and logged, and
+the bus is tried again 30 seconds later (the stream created again if it was missing).
+
+Each record's id is `metrics:<run id>:<batch id>`, so a reader can drop a second copy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.streaming import StreamingQueryListener
+
+from millrace.bus.internal import METRICS_STREAM, create_internal_stream
+from millrace.bus.publisher import Publisher
+from millrace.config.workspace import Workspace
+from millrace.engine.session import add_listener
+from millrace.errors import MillraceError
+
+_log = logging.getLogger(__name__)
+_DEAD_LETTER_METRICS = "millrace.dead_letters."
+"""Prefix of the observed metrics (with a `bad` field) of the dead-letter routers."""
+_OUTPUT_METRICS = "millrace.outputs."
+"""Prefix of the observed metric (dead_letters, late) that `observe_outputs` adds."""
+
+_RETRY_AFTER_S = 30.0
+"""After a failure, records are counted as failed, without trying the bus, for this long."""
+
+_listeners: dict[int, MetricsListener] = {}
+_lock = threading.Lock()
+
+
+def publish_metrics(spark: SparkSession, workspace: Workspace, app: str) -> MetricsListener:
+    """Publish the progress of app `app`'s queries (named `<app>.<query>`) from now on.
+
+    One listener per session serves every app that calls this; calling it again is cheap.
+
+    Example:
+        >>> listener = publish_metrics(spark, workspace, "top_events")  # doctest: +SKIP
+        >>> listener.published, listener.failures  # doctest: +SKIP
+        (12, 0)
+    """
+    with _lock:
+        listener = _listeners.get(id(spark))
+        if listener is None:
+            listener = MetricsListener(workspace)
+            add_listener(spark, listener)
+            _listeners[id(spark)] = listener
+        listener.apps.add(app)
+    return listener
+
+
+def observe_outputs(
+    spark: SparkSession, workspace: Workspace, app: str, outputs: DataFrame, kind: Column
+) -> DataFrame:
+    """`outputs`, counting its dead-letter and late rows per micro-batch; publishes metrics.
+
+    For a processor app, whose operator's output rows say what they are in column `kind`
+    (`dead_letter`, `late` or a production): the counts go into the app's batch metrics.
+    """
+    publish_metrics(spark, workspace, app)
+    return outputs.observe(
+        f"{_OUTPUT_METRICS}{app}",
+        F.count_if(kind == F.lit("dead_letter")).alias("dead_letters"),
+        F.count_if(kind == F.lit("late")).alias("late"),
+    )
+
+
+class MetricsListener(StreamingQueryListener):
+    """Publishes one metrics record per progress event of the queries of `apps`."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+        self.apps: set[str] = set()
+        self.published = 0
+        """Records handed to the producer."""
+        self.failures = 0
+        """Records that could not be published (bus down, stream missing, refused)."""
+        self._publisher: Publisher | None = None
+        self._send_lock = threading.Lock()
+        self._retry_at = 0.0
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
+        """Nothing to publish before the first batch."""
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        """Publish the batch's record, if the query belongs to an app."""
+        try:
+            record = metrics_record(event.progress, self.apps)
+        except Exception:
+            # A progress event of an unexpected shape must not take the listener down.
+            _log.exception("could not read a progress event for the metrics stream")
+            self.failures += 1
+            return
+        if record is not None:
+            self._send(record)
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        """An idle query ran no batch: nothing to publish."""
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        """Deliver what is queued, so a stopping app's last batches are not lost."""
+        with self._send_lock:
+            if self._publisher is not None:
+                self._flush()
+
+    def _send(self, record: dict[str, Any]) -> None:
+        with self._send_lock:
+            if time.monotonic() < self._retry_at:
+                # Spark's listeners share one event queue: waiting on a bus that just failed,
+                # for every batch, would delay the other listeners' events.
+                self.failures += 1
+                return
+            try:
+                if self._publisher is None:
+                    create_internal_stream(self.workspace.settings, METRICS_STREAM)
+                    self._publisher = Publisher(
+                        METRICS_STREAM, settings=self.workspace.settings, time_field="time"
+                    )
+                self._publisher.send(
+                    record,
+                    key=record["app"],
+                    record_id=f"metrics:{record['run_id']}:{record['batch_id']}",
+                )
+                self.published += 1
+            except MillraceError as error:
+                # Earlier records the bus refused surface here: counted, and the publisher
+                # made again, since its connection may be what failed.
+                self.failures += 1 + _refused_count(error)
+                self._publisher = None
+                self._retry_at = time.monotonic() + _RETRY_AFTER_S
+                _log.warning("metrics of %s not published: %s", record.get("query"), error)
+            except Exception:
+                self.failures += 1
+                self._publisher = None
+                self._retry_at = time.monotonic() + _RETRY_AFTER_S
+                _log.exception("metrics of %s not published", record.get("query"))
+
+    def _flush(self) -> None:
+        assert self._publisher is not None
+        try:
+            self._publisher.flush()
+        except MillraceError as error:
+            self.failures += _refused_count(error)
+            _log.warning("metrics not published: %s", error)
+
+
+def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
+    """The metrics record of one `StreamingQueryProgress`, or None for a query of no app.
+
+    A query belongs to the app its name starts with (`<app>.<query>`), the longest such.
+    """
+    name = progress.name or ""
+    owners = [app for app in apps if name.startswith(app + ".")]
+    if not owners:
+        return None
+    app = max(owners, key=len)
+    observed = progress.observedMetrics or {}
+    dead_letters = {
+        metric.removeprefix(_DEAD_LETTER_METRICS).removeprefix(app + "."): int(row["bad"])
+        for metric, row in observed.items()
+        if metric.startswith(_DEAD_LETTER_METRICS)
+    }
+    late_rows = sum(operator.numRowsDroppedByWatermark for operator in progress.stateOperators)
+    outputs = observed.get(f"{_OUTPUT_METRICS}{app}")
+    if outputs is not None:
+        dead_letters["*"] = int(outputs["dead_letters"])
+        late_rows += int(outputs["late"])
+    event_time = progress.eventTime or {}
+    return {
+        "time": progress.timestamp,
+        "app": app,
+        "query": name,
+        "run_id": str(progress.runId),
+        "batch_id": progress.batchId,
+        "input_rows": progress.numInputRows,
+        "input_rows_per_second": _number(progress.inputRowsPerSecond),
+        "processed_rows_per_second": _number(progress.processedRowsPerSecond),
+        "batch_duration_ms": progress.batchDuration,
+        "durations_ms": dict(progress.durationMs or {}),
+        "watermark": _time_or_none(event_time.get("watermark")),
+        "event_time": {k: v for k, v in event_time.items() if k != "watermark"},
+        "sources": [_source(source) for source in progress.sources],
+        "state_rows": sum(operator.numRowsTotal for operator in progress.stateOperators),
+        "state_memory_bytes": sum(operator.memoryUsedBytes for operator in progress.stateOperators),
+        "late_rows": late_rows,
+        "dead_letters": dead_letters,
+        "dead_letter_rows": sum(dead_letters.values()),
+    }
+
+
+def _source(source: Any) -> dict[str, Any]:
+    return {
+        "description": source.description,
+        "input_rows": source.numInputRows,
+        "start_offsets": _kafka_offsets(source.startOffset),
+        "end_offsets": _kafka_offsets(source.endOffset),
+        "latest_offsets": _kafka_offsets(source.latestOffset),
+    }
+
+
+def _kafka_offsets(text: str | None) -> dict[str, dict[str, int]]:
+    """`{stream: {bucket: offset}}` from a Kafka source's offset JSON; {} for other sources."""
+    try:
+        parsed = json.loads(text) if text else None
+    except (json.JSONDecodeError, TypeError):
+        return {}
+    if not isinstance(parsed, dict):
+        return {}
+    return {
+        stream: {str(bucket): int(offset) for bucket, offset in buckets.items()}
+        for stream, buckets in parsed.items()
+        if isinstance(buckets, dict)
+    }
+
+
+def _number(value: float | None) -> float:
+    # Spark reports NaN for the rate of the first batch, which JSON cannot hold.
+    return 0.0 if value is None or value != value else float(value)
+
+
+def _time_or_none(text: str | None) -> str | None:
+    # Spark's watermark is the epoch until an input has seen a record: that is no watermark.
+    return None if not text or text.startswith("1970-01-01T00:00:00") else text
+
+
+def _refused_count(error: MillraceError) -> int:
+    words = error.message.split()
+    return int(words[0]) if words and words[0].isdigit() else 0

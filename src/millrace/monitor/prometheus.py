@@ -1,0 +1,126 @@
+"""The monitor's figures in the Prometheus text format, for `GET /metrics`.
+
+Every figure is a gauge labelled by app (and stream and bucket where it has them), computed
+when scraped from the statuses the monitor gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from millrace.monitor.alerts import Alert
+from millrace.monitor.status import AppStatus
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The media type of the exposition."""
+
+
+def exposition(statuses: list[AppStatus], firing: list[Alert], now_ms: int) -> bytes:
+    """The Prometheus text exposition of `statuses` and the `firing` alerts.
+
+    Example:
+        >>> b"millrace_app_lag_records" in exposition(statuses, [], now_ms)  # doctest: +SKIP
+        True
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(statuses, firing, now_ms))
+    return generate_latest(registry)
+
+
+class _Snapshot(Collector):
+    def __init__(self, statuses: list[AppStatus], firing: list[Alert], now_ms: int) -> None:
+        self.statuses = statuses
+        self.firing = firing
+        self.now_ms = now_ms
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        app = ["app"]
+        per_app = {
+            "lag_records": ("Records waiting in the app's inputs.", lambda s: s.lag_records),
+            "lag_seconds": (
+                "Seconds behind the newest record, in the input furthest behind.",
+                lambda s: s.lag_seconds,
+            ),
+            "watermark_lag_seconds": (
+                "Newest event time read minus the watermark, in seconds.",
+                lambda s: s.watermark_lag_seconds,
+            ),
+            "watermark_age_seconds": (
+                "Wall clock minus the watermark, in seconds.",
+                lambda s: s.watermark_age_seconds(self.now_ms),
+            ),
+            "input_rows_per_second": (
+                "Rows read per second, over the last minute's batches.",
+                lambda s: s.input_rows_per_second,
+            ),
+            "processed_rows_per_second": (
+                "Rows processed per second, over the last minute's batches.",
+                lambda s: s.processed_rows_per_second,
+            ),
+            "last_batch_id": ("Id of the app's newest batch.", lambda s: s.last_batch_id),
+            "last_batch_timestamp_seconds": (
+                "When the app's newest batch ran (epoch seconds).",
+                lambda s: None if s.last_batch_ms is None else s.last_batch_ms / 1000,
+            ),
+            "state_rows": ("Rows in the app's state stores.", lambda s: s.state_rows),
+            "state_memory_bytes": (
+                "Memory of the app's state stores.",
+                lambda s: s.state_memory_bytes,
+            ),
+            "recent_late_rows": (
+                "Rows dropped as late in the monitor's lookback.",
+                lambda s: s.recent_late_rows,
+            ),
+            "recent_dead_letter_rows": (
+                "Rows dead-lettered in the monitor's lookback.",
+                lambda s: s.recent_dead_letter_rows,
+            ),
+        }
+        for name, (doc, value_of) in per_app.items():
+            family = GaugeMetricFamily(f"millrace_app_{name}", doc, labels=app)
+            for status in self.statuses:
+                value = value_of(status)
+                if value is not None:
+                    family.add_metric([status.name], float(value))
+            yield family
+        per_input = GaugeMetricFamily(
+            "millrace_input_lag_records",
+            "Records of one input stream the app has yet to read.",
+            labels=["app", "stream"],
+        )
+        per_input_s = GaugeMetricFamily(
+            "millrace_input_lag_seconds",
+            "Seconds the app is behind the newest record of one input stream.",
+            labels=["app", "stream"],
+        )
+        ends = GaugeMetricFamily(
+            "millrace_input_end_offset",
+            "End offset of one bucket of an input stream.",
+            labels=["app", "stream", "bucket"],
+        )
+        committed = GaugeMetricFamily(
+            "millrace_input_committed_offset",
+            "Offset the app has processed up to in one bucket of an input stream.",
+            labels=["app", "stream", "bucket"],
+        )
+        for status in self.statuses:
+            for lag in status.inputs:
+                per_input.add_metric([status.name, lag.stream], lag.lag_records)
+                per_input_s.add_metric([status.name, lag.stream], lag.lag_seconds)
+                for bucket, end in lag.end_offsets.items():
+                    ends.add_metric([status.name, lag.stream, str(bucket)], end)
+                    committed.add_metric(
+                        [status.name, lag.stream, str(bucket)],
+                        lag.committed_offsets.get(bucket, 0),
+                    )
+        yield from (per_input, per_input_s, ends, committed)
+        alerts = GaugeMetricFamily(
+            "millrace_alert_firing", "1 for each alert firing now.", labels=["rule", "app"]
+        )
+        for alert in self.firing:
+            alerts.add_metric([alert.rule, alert.app], 1.0)
+        yield alerts

@@ -1,0 +1,144 @@
+"""Every micro-batch of an app publishes one metrics record, whose counts match what Spark
+reported for that batch and what the input stream holds."""
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+from millrace import Input, Processor
+from millrace.bus.internal import METRICS_STREAM, end_offsets, read_after
+from millrace.bus.publisher import Publisher
+from millrace.bus.streams import create_stream
+from millrace.config.settings import Settings
+from millrace.config.workspace import Workspace
+from millrace.engine.metrics import MetricsListener, publish_metrics
+from millrace.runtime.processors import start_processor_app
+from millrace.runtime.sql_apps import start_sql_app
+from millrace.sql.parser import parse_app
+from tests.conftest import free_port
+
+START_MS = 1_767_225_600_000
+
+
+def _app_text(app: str, source: str, target: str) -> str:
+    return (
+        f"CREATE APPLICATION {app};\n"
+        "CREATE INPUT TABLE events (time, event, score DOUBLE)\n"
+        f"  FROM STREAM('{source}') TIME time;\n"
+        f"INSERT INTO STREAM('{target}') SELECT time, event, score FROM events WHERE score > 5;\n"
+    )
+
+
+def published_metrics(workspace: Workspace, app: str, since_ms: int, batches: int) -> list[dict]:
+    """The metrics records of `app`, waiting until `batches` of them are there."""
+    deadline = time.monotonic() + 60
+    found: dict[tuple, dict] = {}
+    positions: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        records, positions = read_after(
+            workspace.settings, METRICS_STREAM, positions, since_ms=since_ms
+        )
+        for stamped in records:
+            value = stamped.record.value
+            if value["app"] == app:
+                found[(value["run_id"], value["batch_id"])] = value
+        if len(found) >= batches:
+            break
+        time.sleep(0.5)
+    return sorted(found.values(), key=lambda value: value["batch_id"])
+
+
+def test_each_batch_publishes_its_progress_with_the_right_counts(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    app_name, source, target = f"metered_{suffix}", f"m.in.{suffix}", f"m.out.{suffix}"
+    create_stream(workspace.settings, source, buckets=2)
+    create_stream(workspace.settings, target, buckets=1)
+    events = [{"time": START_MS + n, "event": f"e{n}", "score": n % 10} for n in range(40)]
+    for n in (4, 21):
+        events[n] = {"time": START_MS + n, "event": "bad", "score": "high"}
+    with Publisher(source, settings=workspace.settings) as publisher:
+        for n, event in enumerate(events):
+            publisher.send(event, key=str(n))
+    since_ms = int(time.time() * 1000) - 1000
+
+    running = start_sql_app(
+        spark,
+        workspace,
+        parse_app(_app_text(app_name, source, target), tmp_path / "app.sql"),
+        available_now=True,
+        max_records_per_batch=10,
+    )
+    running.await_termination()
+    [query] = running.queries
+    reported = [progress for progress in query.recentProgress if progress["numInputRows"] > 0]
+
+    metrics = published_metrics(workspace, app_name, since_ms, len(reported))
+    # One record per batch, with Spark's own figures for it.
+    assert [m["batch_id"] for m in metrics] == [p["batchId"] for p in reported]
+    assert [m["input_rows"] for m in metrics] == [p["numInputRows"] for p in reported]
+    assert sum(m["input_rows"] for m in metrics) == len(events)
+    assert all(m["query"] == f"{app_name}.insert.{target}" for m in metrics)
+    # The bad records are counted in the batches that read them.
+    assert sum(m["dead_letter_rows"] for m in metrics) == 2
+    assert sum(m["dead_letters"].get(source, 0) for m in metrics) == 2
+    # The last batch ends where the input stream ends.
+    last = metrics[-1]["sources"][0]["end_offsets"][source]
+    assert {int(bucket): offset for bucket, offset in last.items()} == end_offsets(
+        workspace.settings, source
+    )
+    assert all(
+        m["batch_duration_ms"] >= 0 and "triggerExecution" in m["durations_ms"] for m in metrics
+    )
+    assert publish_metrics(spark, workspace, app_name).failures == 0
+
+
+def test_a_processor_app_publishes_its_dead_letters_per_batch(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    source, target = f"p.in.{suffix}", f"p.out.{suffix}"
+    create_stream(workspace.settings, source, buckets=1)
+    create_stream(workspace.settings, target, buckets=1)
+
+    class Echo(Processor):
+        name = f"echo_{suffix}"
+        inputs = [Input(source, key="query", time="ts", lateness="10s")]  # noqa: RUF012
+
+        def on_record(self, key, record, ctx):
+            ctx.produce(target, record)
+
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers, "log_level": 0})
+    values = [
+        b"not json",
+        b"[1]",
+        *(json.dumps({"query": "q", "ts": START_MS + n}).encode() for n in range(8)),
+    ]
+    for value in values:
+        producer.produce(source, value)
+    producer.flush()
+    since_ms = int(time.time() * 1000) - 1000
+
+    running = start_processor_app(spark, workspace, Echo, available_now=True)
+    running.await_termination()
+    reported = [p for p in running.query.recentProgress if p["numInputRows"] > 0]
+
+    metrics = published_metrics(workspace, Echo.name, since_ms, len(reported))
+    assert sum(m["input_rows"] for m in metrics) == len(values)
+    assert sum(m["dead_letter_rows"] for m in metrics) == running.dead_letters == 2
+    assert sum(m["late_rows"] for m in metrics) == running.late
+    assert all(m["query"] == f"{Echo.name}.processor" for m in metrics)
+
+
+def test_a_bus_that_does_not_answer_is_counted_not_raised(tmp_path: Path) -> None:
+    dead_bus = Workspace(tmp_path, Settings(kafka_bootstrap=f"127.0.0.1:{free_port()}"))
+    listener = MetricsListener(dead_bus)
+    record = {"app": "a", "query": "a.q", "run_id": "r", "batch_id": 0, "time": "2026-01-01"}
+    listener._send(record)
+    listener._send({**record, "batch_id": 1})
+    assert (listener.published, listener.failures) == (0, 2)

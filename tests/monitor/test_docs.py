@@ -1,0 +1,26 @@
+"""The alert configuration of docs/monitoring.md is valid as the page shows it."""
+
+import re
+from pathlib import Path
+
+from millrace.config.alerts import load_alert_rules
+from millrace.config.settings import load_settings
+
+PAGE = Path(__file__).parents[2] / "docs" / "monitoring.md"
+
+
+def test_the_documented_config_loads(tmp_path: Path) -> None:
+    [block] = re.findall(r"```toml\n(.*?)```", PAGE.read_text(), flags=re.DOTALL)
+    config = tmp_path / "millrace.toml"
+    config.write_text(block)
+    settings = load_settings(config, {})
+    assert settings.monitor_webhook_url == "http://127.0.0.1:9000/alerts"
+    rules = load_alert_rules(config)
+    assert [rule.kind for rule in rules] == [
+        "lag_records",
+        "lag_seconds",
+        "stopped",
+        "dead_letter_rate",
+    ]
+    assert rules[0].app == "top_events" and rules[0].for_ms == 120_000
+    assert rules[3].window_ms == 600_000
