@@ -9,6 +9,12 @@ counts, per result table, the rows dropped for coming after the watermark closed
 
 `run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
 the same tables (merged by key, so a range can be run again) and streams.
+
+Semantics (docs/semantics.md): an insert's records get ids derived from their input records'
+(`with_insert_ids`), and a table's emitted rows ids naming the result, so a re-run writes the
+same ids; `exactly_once` apps read their inputs without copies (`engine.read_stream`),
+`at_least_once` apps with them, and `at_most_once` apps mark each micro-batch before writing
+it and do not write a marked one again (`engine.delivery.AtMostOnce`).
 """
 
 from __future__ import annotations
