@@ -18,6 +18,8 @@ from millrace.config.workspace import Workspace
 from tests.runtime.crash_pipeline import known_answer, run_with_kills
 
 EVENTS = 200_000
+# Each kill costs a Spark start; on a busy machine the run takes far longer than usual.
+pytestmark = pytest.mark.timeout(3600)
 
 
 def test_exactly_once_the_result_equals_the_answer_whatever_the_kills(
@@ -76,6 +78,7 @@ def test_at_least_once_the_result_counts_the_copies_a_re_run_wrote(
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(4 * 3600)
 def test_soak_exactly_once_with_more_kills_and_events(
     spark: SparkSession, workspace: Workspace, tmp_path: Path
 ) -> None:
