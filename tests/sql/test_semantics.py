@@ -1,6 +1,7 @@
 """The semantics option of SQL apps: readers drop copies by id (exactly_once), keep them
 (at_least_once), and a micro-batch marked as started is not written again (at_most_once)."""
 
+import re
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -163,3 +164,10 @@ def test_an_unknown_semantics_is_an_error_at_its_place() -> None:
     app = parse_app("CREATE APPLICATION a WITH (semantics = 'AT_MOST_ONCE');")
     assert (app.semantics, app.max_records_per_batch) == ("at_most_once", None)
     assert parse_app("CREATE APPLICATION a;").semantics == "exactly_once"
+
+
+def test_the_sql_example_of_docs_semantics_parses() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "semantics.md").read_text()
+    (example,) = re.findall(r"```sql\n(.*?)```", text, re.S)
+    app = parse_app(example)
+    assert (app.name, app.semantics) == ("clicks_per_minute", "at_least_once")
