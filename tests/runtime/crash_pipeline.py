@@ -274,7 +274,8 @@ def run_with_kills(
                     app.kill()
                     app.kills += 1
                     app.launch()
-            time.sleep(0.05)
+            # Each look at the middle stream's end offsets is a few requests to the broker.
+            time.sleep(0.25)
     finally:
         for app in apps.values():
             app.kill()
@@ -284,7 +285,7 @@ def run_with_kills(
         write_app(role, _FINISHING_BATCH)
         finished = app.start("--available-now")
         try:
-            finished.wait(timeout=600)
+            finished.wait(timeout=1800)
         finally:
             if finished.poll() is None:
                 os.killpg(finished.pid, signal.SIGKILL)
