@@ -205,7 +205,7 @@ def run_with_kills(
     kills: int,
     batch: int,
     seed: int,
-    timeout_s: float = 240.0,
+    timeout_s: float = 900.0,
 ) -> CrashRun:
     """Publish `events`, run the pipeline, kill each app `kills` times, then finish it."""
     rng = random.Random(seed)
