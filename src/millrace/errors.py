@@ -129,7 +129,7 @@ class WarehouseError(MillraceError):
 
 
 class AppNotFoundError(MillraceError):
-    """No deployed app of that name is in the workspace's registry."""
+    """No app of that name is registered, has a checkpoint, or published a batch lately."""
 
     code = "app-not-found"
 
@@ -144,9 +144,3 @@ class StateSchemaError(LifecycleError):
     """An app's new code needs state that its checkpoint cannot give it."""
 
     code = "state-schema"
-
-
-class AppNotFoundError(MillraceError):
-    """No app of that name has a checkpoint in the workspace or published a batch lately."""
-
-    code = "app-not-found"

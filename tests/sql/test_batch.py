@@ -164,5 +164,8 @@ def test_a_batch_insert_writes_the_filtered_records_of_the_range_with_their_ids(
         record.id: record.value["event"]
         for record in tail(sports, TailStart(from_beginning=True), settings=workspace.settings)
     }
-    assert written == {ids[event["event"]]: event["event"] for event in in_range}
+    # Each record's id is derived from its input record's: `<app>:<stream>:<input id>`.
+    assert written == {
+        f"{app.name}:{sports}:{ids[event['event']]}": event["event"] for event in in_range
+    }
     assert run.streams == {sports: len(in_range)}

@@ -4,6 +4,11 @@
 records or B bytes, so a script that stops and starts again goes on where it left off: no
 record is lost, and at most the records since the last checkpoint are seen twice
 (at-least-once). `tail` reads without a group, for looking at a stream.
+
+Neither drops records whose id it has seen: the Spark readers of millrace apps do that (see
+`millrace.engine.delivery`), within their watermark horizon, while a script reading with
+`Reader` is at-least-once anyway, and `tail` shows a stream as it is, copies included. A script
+that needs exactly-once keeps the ids it has handled (docs/semantics.md).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.archive import read_archive
 from millrace.engine.dead_letter_routing import DeadLetterRouter, write_dead_letters
+from millrace.engine.delivery import drop_duplicate_records
 from millrace.engine.triggers import Trigger
 from millrace.errors import SchemaError
 
@@ -95,6 +96,7 @@ def read_stream(
     starting_offsets: str = "earliest",
     route_dead_letters: bool = True,
     max_records_per_batch: int | None = None,
+    deduplicate: bool = True,
 ) -> StreamInput:
     """Decode `stream` into a streaming DataFrame, and start routing its dead letters.
 
@@ -106,6 +108,13 @@ def read_stream(
     `millrace.engine.dead_letter_routing`); the router keeps its place under the app's
     checkpoint folder. `route_dead_letters=False` routes nothing, for looking at the plan.
     `max_records_per_batch` caps the records each micro-batch reads (by default, all there are).
+
+    With `lateness` and `deduplicate` (the default, for exactly-once), a record whose id an
+    earlier record had is dropped, within the watermark horizon, and so is a record whose event
+    time is behind the watermark when it comes, as late (see
+    `millrace.engine.delivery.drop_duplicate_records`). Without `lateness` there is no
+    horizon, and nothing is dropped.
+    A record without an id header gets its place as id: `<stream>:<bucket>:<offset>`.
     """
     require_stream(workspace.settings, stream)
     fields = _value_fields(schema, time)
@@ -136,7 +145,10 @@ def read_stream(
     records = _good_records(decoded, fields, time)
     if lateness is not None:
         lateness_ms = parse_duration_ms(lateness, what="lateness")
-        records = records.withWatermark(time, f"{lateness_ms} milliseconds")
+        if deduplicate:
+            records = drop_duplicate_records(records, time=time, lateness_ms=lateness_ms)
+        else:
+            records = records.withWatermark(time, f"{lateness_ms} milliseconds")
     return StreamInput(stream, records, router)
 
 
@@ -348,7 +360,10 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
         F.col("key").cast("string").alias("record_key"),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
-        _record_id().alias("record_id"),
+        F.coalesce(
+            _record_id(),
+            F.concat_ws(":", F.col("topic"), F.col("partition"), F.col("offset")),
+        ).alias("record_id"),
         # Spark would push a filter on `_error` below this projection, pasting the parse into
         # each of the many references to `_parsed` and parsing every record a dozen times;
         # it pushes no filter through a nondeterministic column, so `_parsed` is made one.

@@ -10,6 +10,12 @@ counts, per result table, the rows dropped for coming after the watermark closed
 
 `run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
 the same tables (merged by key, so a range can be run again) and streams.
+
+Semantics (docs/semantics.md): an insert's records get ids derived from their input records'
+(`with_insert_ids`), and a table's emitted rows ids naming the result, so a re-run writes the
+same ids; `exactly_once` apps read their inputs without copies (`engine.read_stream`),
+`at_least_once` apps with them, and `at_most_once` apps mark each micro-batch before writing
+it and do not write a marked one again (`engine.delivery.AtMostOnce`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from pyspark.sql.streaming import StreamingQuery
 from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
+from millrace.engine.delivery import AtMostOnce
 from millrace.engine.metrics import publish_metrics
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.serving_sink import write_table
@@ -131,6 +138,12 @@ def start_sql_app(
     compiled = compile_app(spark, workspace, app, max_records_per_batch=max_records_per_batch)
     running = RunningApp(app, inputs=compiled.inputs)
     for stream, records in compiled.inserts.items():
+        records = with_insert_ids(records, app.name, stream)
+        if app.semantics == "at_most_once":
+            running.queries.append(
+                _insert_at_most_once(records, workspace, app.name, stream, available_now)
+            )
+            continue
         running.queries.append(
             write_stream(
                 records,
@@ -145,11 +158,15 @@ def start_sql_app(
     for table in app.tables:
         writer = _ResultTableWriter(workspace, app.name, table)
         writer.serve(compiled.tables[table.name])
+        write = writer.write_batch
+        if app.semantics == "at_most_once":
+            once = AtMostOnce(workspace.checkpoint(app.name, f"table.{table.name}") / _MARKS)
+            write = functools.partial(_once, once, writer.write_batch)
         query = (
             compiled.tables[table.name]
             .writeStream.queryName(f"{app.name}.table.{table.name}")
             .outputMode("append" if table.mode == "final" else "update")
-            .foreachBatch(writer.write_batch)
+            .foreachBatch(write)
             .option(
                 "checkpointLocation", str(workspace.checkpoint(app.name, f"table.{table.name}"))
             )
@@ -212,7 +229,8 @@ def run_sql_app_batch(
     streams: dict[str, int] = {}
     for stream, records in compiled.inserts.items():
         streams[stream] = _write_once(
-            records, functools.partial(write_batch, workspace=workspace, stream=stream)
+            with_insert_ids(records, app.name, stream),
+            functools.partial(write_batch, workspace=workspace, stream=stream),
         )
     for table in app.tables:
         rows = compiled.tables[table.name]
@@ -296,7 +314,55 @@ def query_result_table(
     return [row.asDict(recursive=True) for row in rows.collect()]
 
 
+def with_insert_ids(records: DataFrame, app: str, stream: str) -> DataFrame:
+    """An insert's records with their deterministic ids: `<app>:<stream>:<input record's id>`.
+
+    The input record's id is the one its writer gave it, or its place in its stream
+    (`millrace.engine.streams.read_stream`), so a micro-batch run again, or a batch run over
+    the same range, gives each record the id it had; an insert makes at most one record of
+    each input record. A query that reads a join or a subquery cannot carry its input's id,
+    and its records get random ids: readers cannot tell their copies apart.
+
+    Example:
+        >>> with_insert_ids(records, "filter", "kept").columns[-1]  # doctest: +SKIP
+        'record_id'
+    """
+    if "record_id" not in records.columns:
+        return records
+    return records.withColumn(
+        "record_id", F.concat_ws(":", F.lit(app), F.lit(stream), F.col("record_id"))
+    )
+
+
 _COMMIT_FILE = re.compile(r"^\d{20}\.json$")
+# The folder, under a query's checkpoint, of the batch marks of semantics 'at_most_once'.
+_MARKS = "at_most_once"
+
+
+def _insert_at_most_once(
+    records: DataFrame, workspace: Workspace, app: str, stream: str, available_now: bool
+) -> StreamingQuery:
+    """An insert's query that writes each micro-batch at most once (`engine.delivery`)."""
+    checkpoint = workspace.checkpoint(app, f"insert.{stream}")
+    once = AtMostOnce(checkpoint / _MARKS)
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        once.write(batch_id, lambda: write_batch(batch, workspace, stream))
+
+    writer = (
+        records.writeStream.queryName(f"{app}.insert.{stream}")
+        .foreachBatch(write)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start()
+
+
+def _once(
+    once: AtMostOnce, write: Callable[[DataFrame, int], None], batch: DataFrame, batch_id: int
+) -> None:
+    once.write(batch_id, lambda: write(batch, batch_id))
 
 
 class _ResultTableWriter:

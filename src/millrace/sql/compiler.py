@@ -117,7 +117,8 @@ def compile_app(
                     time=source.time,
                     lateness=source.lateness,
                     route_dead_letters=route_dead_letters,
-                    max_records_per_batch=max_records_per_batch,
+                    max_records_per_batch=max_records_per_batch or app.max_records_per_batch,
+                    deduplicate=app.semantics == "exactly_once",
                 )
             else:
                 inputs[source.name] = read_batch(
@@ -142,7 +143,8 @@ def compile_app(
         for table in app.tables
     }
     inserts = {
-        insert.stream: compiler.dataframe(insert.query, insert.position) for insert in app.inserts
+        insert.stream: compiler.dataframe(compiler.keeping_record_id(insert.query), insert.position)
+        for insert in app.inserts
     }
     return CompiledApp(app, inputs, tables, inserts, compiler.plans)
 
@@ -277,6 +279,36 @@ class _QueryCompiler:
                 part.set("table", None)
             keys.append(F.expr(expression.sql(dialect="spark")))
         return lookup_column(keys, spec, settings.redis, max_age_s=settings.redis_lookup_cache_s)
+
+    def keeping_record_id(self, query: Query) -> Query:
+        """`query` selecting its input's `record_id` too, when it reads one table that has it.
+
+        An insert's records take their ids from the records they come from (see
+        `millrace.runtime.sql_apps`); a query that selects `*` keeps the id already.
+        """
+        select = query.tree
+        source = select.args.get("from_") if isinstance(select, exp.Select) else None
+        if (
+            not isinstance(select, exp.Select)
+            or source is None
+            or not isinstance(source.this, exp.Table)
+            or select.args.get("joins")
+            or any(
+                expression.is_star or expression.alias_or_name == "record_id"
+                for expression in select.expressions
+            )
+        ):
+            return query
+        table = source.this
+        try:
+            columns = self.spark.table(table.name).columns
+        except AnalysisException:
+            return query  # an unknown table: the query's own analysis says where
+        if "record_id" not in columns:
+            return query
+        tree = select.copy()
+        tree.select(exp.column("record_id", table=table.alias_or_name), copy=False)
+        return dataclasses.replace(query, tree=tree)
 
     def _run(self, sql: str, query: Query, position: Position) -> DataFrame:
         try:

@@ -32,7 +32,11 @@ _STATEMENT_KINDS = (
     "CREATE APPLICATION, CREATE INPUT TABLE, CREATE VIEW, CREATE FUNCTION, CREATE TABLE "
     "or INSERT INTO STREAM"
 )
-_APPLICATION = re.compile(rf"CREATE\s+APPLICATION\s+(?P<name>{_IDENT})\s*$", re.I | re.S)
+_APPLICATION = re.compile(
+    rf"CREATE\s+APPLICATION\s+(?P<name>{_IDENT})\s*(?:WITH\s*\((?P<options>[^)]*)\)\s*)?$",
+    re.I | re.S,
+)
+_SEMANTICS = ("exactly_once", "at_least_once", "at_most_once")
 _INPUT = re.compile(
     rf"CREATE\s+INPUT\s+TABLE\s+(?P<name>{_IDENT})\s*\((?P<columns>.*)\)\s*"
     r"FROM\s+(?:STREAM|SCRIBE)\s*\(\s*'(?P<stream>[^']*)'\s*\)\s*"
@@ -206,6 +210,11 @@ class SqlApp:
     functions: tuple[Function, ...]
     tables: tuple[ResultTable, ...]
     inserts: tuple[StreamInsert, ...]
+    semantics: str = "exactly_once"
+    """`CREATE APPLICATION name WITH (semantics = '...')`: exactly_once, at_least_once or
+    at_most_once (see docs/semantics.md)."""
+    max_records_per_batch: int | None = None
+    """`WITH (max_records_per_batch = 'N')`: the records each micro-batch reads at most."""
 
     def input(self, name: str) -> InputTable | None:
         """The input table called `name`, if there is one."""
@@ -243,6 +252,8 @@ class _AppParser:
         self.tables: list[ResultTable] = []
         self.inserts: list[StreamInsert] = []
         self.defined: dict[str, Position] = {}
+        self.semantics = "exactly_once"
+        self.max_records_per_batch: int | None = None
 
     def parse(self) -> SqlApp:
         for offset, statement in _split_statements(self.text):
@@ -262,6 +273,8 @@ class _AppParser:
             tuple(self.functions),
             tuple(self.tables),
             tuple(self.inserts),
+            self.semantics,
+            self.max_records_per_batch,
         )
 
     def _statement(self, offset: int, statement: str) -> None:
@@ -269,6 +282,8 @@ class _AppParser:
             if self.name is not None:
                 raise self.error(offset, "a second CREATE APPLICATION", "an app file holds one app")
             self.name = match["name"]
+            if match["options"] is not None:
+                self._app_options(match["options"], offset + match.start("options"))
             return
         if self.name is None:
             raise self.error(
@@ -454,6 +469,35 @@ class _AppParser:
             begin = match.start()
             text = text[:begin] + " " * (end - begin) + text[end:]
         return text, tuple(lookups)
+
+    def _app_options(self, text: str, offset: int) -> None:
+        for start, part in _split_top_level(text, ","):
+            match = _OPTION.fullmatch(part)
+            key = match["key"].lower() if match is not None else None
+            if match is None or key not in ("semantics", "max_records_per_batch"):
+                raise self.error(
+                    offset + start,
+                    f"application option {part.strip()!r} is not known",
+                    "the options are semantics = 'exactly_once', 'at_least_once' or "
+                    "'at_most_once', and max_records_per_batch = 'N'",
+                )
+            value = match["value"].strip()
+            if key == "semantics":
+                if value.lower() not in _SEMANTICS:
+                    raise self.error(
+                        offset + start,
+                        f"semantics {value!r} is not known",
+                        "use 'exactly_once' (the default), 'at_least_once' or 'at_most_once'",
+                    )
+                self.semantics = value.lower()
+            else:
+                if not value.isdigit() or int(value) < 1:
+                    raise self.error(
+                        offset + start,
+                        f"max_records_per_batch {value!r} is not a positive whole number",
+                        "give it like max_records_per_batch = '10000'",
+                    )
+                self.max_records_per_batch = int(value)
 
     def _query(self, text: str, offset: int) -> Query:
         windows: dict[str, Window] = {}

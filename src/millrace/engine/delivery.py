@@ -1,0 +1,144 @@
+"""Output semantics across the bus: dropping duplicate records, and writing a batch at most once.
+
+Spark's Kafka sink is at-least-once: a micro-batch that is run again after a crash writes its
+records again. Every record a millrace app produces carries a deterministic id (the same on
+the re-run), and every millrace reader drops the ids it has seen, within its input's
+watermark horizon: `drop_duplicate_records` does that with Spark's
+`dropDuplicatesWithinWatermark`. Together that is exactly-once, MillWheel's record identity
+plus deduplication (MillWheel, section 5.2).
+
+The horizon: Spark keeps an id until the watermark passes the record's event time plus the
+lateness, and drops a record whose event time is already behind the watermark when it
+comes, duplicate or not, counting it as a late row. A copy of a record is therefore caught,
+as a duplicate or as a late row, as long as it comes after the original: that is the
+horizon (see `docs/semantics.md`).
+
+`AtMostOnce` gives the other end: a batch id is recorded before the batch is written, and a
+batch whose id is recorded is not written again on a re-run, so a crash can lose the part of
+a batch not yet written, but never writes a record twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal, get_args
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+
+from millrace.errors import EngineError
+
+Semantics = Literal["exactly_once", "at_least_once", "at_most_once"]
+"""The three output semantics of an app; "exactly_once" is the default."""
+
+SEMANTICS: tuple[str, ...] = get_args(Semantics)
+
+_DEDUP_TIME = "_millrace_dedup_time"
+_DEDUP_KEY = "_millrace_dedup_key"
+# Batch markers kept by `AtMostOnce`: a re-run is only ever of the last batch or two.
+_MARKERS_KEPT = 20
+
+
+def require_semantics(value: str, where: str) -> Semantics:
+    """`value` as one of the three semantics; `EngineError` saying `where` when it is not.
+
+    Example:
+        >>> require_semantics("at_least_once", "app demo")
+        'at_least_once'
+    """
+    if value not in SEMANTICS:
+        raise EngineError(
+            f"{where}: semantics {value!r} is not known",
+            hint=f"use one of {', '.join(repr(name) for name in SEMANTICS)}",
+        )
+    return value  # type: ignore[return-value]
+
+
+def drop_duplicate_records(
+    records: DataFrame,
+    *,
+    time: str,
+    lateness_ms: int,
+    key: str | Column = "record_id",
+    slack_ms: int = 0,
+) -> DataFrame:
+    """`records` with a watermark, without the rows whose `key` an earlier row had.
+
+    `time` is the event-time column (a TIMESTAMP) and `lateness_ms` the input's lateness: the
+    watermark is the largest event time seen minus the lateness, as
+    `records.withWatermark(time, lateness)` makes it. An id is kept until the watermark passes
+    its record's event time plus the lateness (and twice the slack). A row whose event time
+    is more than `slack_ms` behind the watermark when it comes is dropped as late, duplicate
+    or not, and counted in the query's late rows (Spark's `dropDuplicatesWithinWatermark`).
+    `key` (a column or its name) must not be null.
+
+    With `slack_ms` 0 the watermark is on `time`, for windows downstream. With a slack, it is
+    on a hidden column (Spark allows one watermark per input) and `time` has none: for a
+    reader that sets late rows aside itself and only needs the watermark's value, as the
+    processor runtime does, which then sees every row up to `slack_ms` behind.
+
+    Example:
+        >>> unique = drop_duplicate_records(frame, time="ts", lateness_ms=30_000)  # doctest: +SKIP
+    """
+    key_column = F.col(key) if isinstance(key, str) else key
+    if slack_ms == 0:
+        return (
+            records.withColumn(_DEDUP_KEY, key_column)
+            .withWatermark(time, f"{lateness_ms} milliseconds")
+            .dropDuplicatesWithinWatermark([_DEDUP_KEY])
+            .drop(_DEDUP_KEY)
+        )
+    # The shifted column is ahead by the slack and so is its delay: the watermark's value is
+    # the same, while Spark's late-row check on it lets rows up to the slack behind through.
+    # Dropping the column keeps the watermark: Spark computes it where it is defined.
+    shifted_time = F.col(time) + F.make_dt_interval(secs=F.lit(slack_ms / 1000.0))
+    return (
+        records.withColumn(_DEDUP_TIME, shifted_time)
+        .withColumn(_DEDUP_KEY, key_column)
+        .withWatermark(_DEDUP_TIME, f"{lateness_ms + slack_ms} milliseconds")
+        .dropDuplicatesWithinWatermark([_DEDUP_KEY])
+        .drop(_DEDUP_TIME, _DEDUP_KEY)
+    )
+
+
+class AtMostOnce:
+    """Writes each micro-batch at most once: the batch id is recorded first, then the batch.
+
+    On a re-run of a batch whose id is recorded (the app stopped while writing it, or after
+    writing it but before Spark recorded it done) the write is skipped: what that batch had
+    not yet written is lost, nothing is written twice. The marks live in `folder`, under the
+    query's checkpoint.
+
+    Example:
+        >>> once = AtMostOnce(checkpoint / "at_most_once")  # doctest: +SKIP
+        >>> once.write(batch_id, lambda: write_batch(batch, workspace, "out"))  # doctest: +SKIP
+        True
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.skipped: list[int] = []
+
+    def write(self, batch_id: int, write: Callable[[], None]) -> bool:
+        """Run `write` unless batch `batch_id` was started before; True when it ran."""
+        mark = self.folder / f"{batch_id:020d}"
+        if mark.exists():
+            self.skipped.append(batch_id)
+            return False
+        self.folder.mkdir(parents=True, exist_ok=True)
+        # The mark must be on disk before the first record is: a crash in between loses the
+        # batch (allowed), while the other order could write it twice (not allowed).
+        with open(mark, "w") as handle:
+            handle.flush()
+            os.fsync(handle.fileno())
+        directory = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        write()
+        for old in sorted(self.folder.iterdir())[:-_MARKERS_KEPT]:
+            old.unlink(missing_ok=True)
+        return True

@@ -1,0 +1,322 @@
+"""A two-app pipeline whose drivers are killed with kill -9 and restarted while it runs.
+
+App `filter` (stateless) reads the input stream and writes the events it keeps to a middle
+stream; app `agg` counts and sums the middle stream per category and minute into a result
+table. Each app runs as `millrace run app.sql` does for a user, in a process group of its
+own, killed whole (Python and Spark's JVM) with SIGKILL and started again. The filter is
+killed just after its micro-batch has started writing to the middle stream (its end offsets
+moved) and so, most of the time, before Spark has recorded the batch done: the re-run writes
+the batch again, which makes the copies a reader must drop. The aggregation is killed at
+random moments of its micro-batches. Then both apps are run to the end of their input with
+`--available-now`. The answer is computed in plain Python from the events.
+
+Used by tests/runtime/test_exactly_once.py (a bounded run in CI, and a longer soak run).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+
+from millrace.bus.reader import TailStart, tail
+from millrace.bus.records import event_time_ms
+from millrace.bus.streams import create_stream, describe_stream
+from millrace.config.workspace import Workspace
+from millrace.engine.streams import write_batch
+from millrace.runtime.sql_apps import query_result_table
+
+START_MS = 1_767_225_600_000
+STEP_MS = 10
+MINUTE_MS = 60_000
+CATEGORIES = 7
+CLOSING_CATEGORY = "zz_closing"
+# The filter waits this long for its next write before it is killed anyway (at the end of
+# its input, no batch comes).
+_ARMED_TIMEOUT_S = 20.0
+# The micro-batch size of the run to the end, after the kills.
+_FINISHING_BATCH = 100_000
+
+FILTER_APP = """
+CREATE APPLICATION {name} WITH (semantics = '{semantics}', max_records_per_batch = '{batch}');
+CREATE INPUT TABLE events (event_time, category, amount INT)
+  FROM STREAM('{source}') TIME event_time LATENESS '5 minutes';
+INSERT INTO STREAM('{middle}')
+SELECT event_time, category, amount FROM events WHERE amount % 3 <> 0;
+"""
+
+AGG_APP = """
+CREATE APPLICATION {name} WITH (semantics = '{semantics}', max_records_per_batch = '{batch}');
+CREATE INPUT TABLE kept (event_time, category, amount INT)
+  FROM STREAM('{middle}') TIME event_time LATENESS '5 minutes';
+CREATE TABLE per_minute AS
+SELECT category, COUNT(*) AS n, SUM(amount) AS total FROM kept [1 minute] GROUP BY category;
+"""
+
+
+def event(number: int) -> dict:
+    """Event `number` of the input: 10 ms apart, in order, 7 categories, amounts 0-99."""
+    return {
+        "event_time": START_MS + number * STEP_MS,
+        "category": f"c{number % CATEGORIES}",
+        "amount": (number * 37) % 100,
+    }
+
+
+def known_answer(events: int) -> dict[tuple[int, str], tuple[int, int]]:
+    """(minute since START_MS, category) -> (count, sum of amounts) of the kept events."""
+    answer: dict[tuple[int, str], tuple[int, int]] = {}
+    for number in range(events):
+        record = event(number)
+        if record["amount"] % 3 == 0:
+            continue
+        key = ((record["event_time"] - START_MS) // MINUTE_MS, record["category"])
+        count, total = answer.get(key, (0, 0))
+        answer[key] = (count + 1, total + record["amount"])
+    return answer
+
+
+def _publish(spark: SparkSession, workspace: Workspace, stream: str, events: int, run: str) -> None:
+    """Write the events, then one far ahead that moves the watermark past every window.
+
+    Spark writes them, from one task so that both buckets hold them in time order (the
+    Python publisher takes minutes for a million). Each has an id of its own.
+    """
+    number = F.col("id")
+    closing = number == events
+    frame = spark.range(0, events + 1, 1, numPartitions=1).select(
+        F.when(closing, START_MS + events * STEP_MS + 3600_000)
+        .otherwise(START_MS + number * STEP_MS)
+        .alias("event_time"),
+        F.when(closing, F.lit(CLOSING_CATEGORY))
+        .otherwise(F.concat(F.lit("c"), (number % CATEGORIES).cast("string")))
+        .alias("category"),
+        F.when(closing, F.lit(1)).otherwise((number * 37) % 100).cast("int").alias("amount"),
+        F.concat(F.lit(f"in-{run}-"), number.cast("string")).alias("record_id"),
+    )
+    write_batch(frame, workspace, stream)
+
+
+@dataclass
+class _App:
+    """One app's process, what it has committed, and its kills and restarts."""
+
+    name: str
+    file: Path
+    commits: Path
+    log: Path
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    baseline: int = -1
+    armed_at: float | None = None
+    armed_offsets: int = 0
+    kill_delay_s: float = 0.0
+    kills: int = 0
+    restart_to_batch_s: list[float] = field(default_factory=list)
+
+    def last_commit(self) -> int:
+        if not self.commits.is_dir():
+            return -1
+        numbers = [int(path.name) for path in self.commits.iterdir() if path.name.isdigit()]
+        return max(numbers, default=-1)
+
+    def start(self, *arguments: str) -> subprocess.Popen:
+        with open(self.log, "a") as log:
+            log.write(f"\n==== start {time.strftime('%H:%M:%S')} {' '.join(arguments)}\n")
+            log.flush()
+            return subprocess.Popen(
+                [sys.executable, "-m", "millrace.cli.main", "run", str(self.file), *arguments],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=os.environ,
+                start_new_session=True,
+            )
+
+    def launch(self) -> None:
+        self.baseline = self.last_commit()
+        self.armed_at = None
+        self.started_at = time.monotonic()
+        self.process = self.start()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+    def log_tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+
+@dataclass(frozen=True)
+class CrashRun:
+    """What a run saw: the result table, the middle stream's records, the kills."""
+
+    results: dict[tuple[int, str], tuple[int, int]]
+    middle_ids: Counter
+    middle_counts: dict[tuple[int, str], int]
+    kills: dict[str, int]
+    restart_to_batch_s: list[float]
+    events: int
+
+    @property
+    def copies_in_middle(self) -> int:
+        """Records of the middle stream that repeat an id written before (re-run batches)."""
+        return sum(count - 1 for count in self.middle_ids.values())
+
+    def summary(self, answer: dict[tuple[int, str], tuple[int, int]]) -> dict:
+        counted = sum(n for n, _ in self.results.values())
+        expected = sum(n for n, _ in answer.values())
+        missing = sum(
+            max(0, n - self.results.get(key, (0, 0))[0]) for key, (n, _) in answer.items()
+        )
+        return {
+            "events": self.events,
+            "kills": self.kills,
+            "events_lost": missing,
+            "counted_twice": max(0, counted - expected),
+            "copies_in_middle_stream": self.copies_in_middle,
+            "median_restart_to_first_batch_s": (
+                round(statistics.median(self.restart_to_batch_s), 1)
+                if self.restart_to_batch_s
+                else None
+            ),
+        }
+
+
+def run_with_kills(
+    spark: SparkSession,
+    workspace: Workspace,
+    folder: Path,
+    *,
+    run: str,
+    semantics: str,
+    events: int,
+    kills: int,
+    batch: int,
+    seed: int,
+    timeout_s: float = 900.0,
+) -> CrashRun:
+    """Publish `events`, run the pipeline, kill each app `kills` times, then finish it."""
+    rng = random.Random(seed)
+    source, middle = f"test.crash-in.{run}", f"test.crash-mid.{run}"
+    create_stream(workspace.settings, source, buckets=2)
+    create_stream(workspace.settings, middle, buckets=2)
+    _publish(spark, workspace, source, events, run)
+    names = {"filter": f"crash_filter_{run}", "agg": f"crash_agg_{run}"}
+    templates = {"filter": FILTER_APP, "agg": AGG_APP}
+
+    def write_app(role: str, batch: int) -> Path:
+        file = folder / f"{role}.sql"
+        file.write_text(
+            templates[role].format(
+                name=names[role], semantics=semantics, batch=batch, source=source, middle=middle
+            )
+        )
+        return file
+
+    apps = {
+        role: _App(
+            names[role],
+            write_app(role, batch),
+            workspace.checkpoint(names[role], query) / "commits",
+            folder / f"{role}.log",
+        )
+        for role, query in (("filter", f"insert.{middle}"), ("agg", "table.per_minute"))
+    }
+
+    def middle_end() -> int:
+        return sum(
+            bucket.end_offset for bucket in describe_stream(workspace.settings, middle).buckets
+        )
+
+    try:
+        for app in apps.values():
+            app.launch()
+        while any(app.kills < kills for app in apps.values()):
+            for role, app in apps.items():
+                if app.kills >= kills:
+                    continue
+                assert app.process is not None
+                if app.process.poll() is not None:
+                    raise AssertionError(f"{role} stopped by itself:\n{app.log_tail()}")
+                now = time.monotonic()
+                if app.armed_at is None:
+                    if app.last_commit() > app.baseline:
+                        if app.kills:
+                            app.restart_to_batch_s.append(now - app.started_at)
+                        app.armed_at = now
+                        app.armed_offsets = middle_end()
+                        app.kill_delay_s = rng.uniform(0.0, 3.0)
+                    elif now - app.started_at > timeout_s:
+                        raise AssertionError(
+                            f"{role}: no new micro-batch within {timeout_s} s:\n{app.log_tail()}"
+                        )
+                    continue
+                # The filter dies once its running micro-batch has written some records; the
+                # aggregation at a random moment.
+                due = (
+                    middle_end() > app.armed_offsets
+                    if role == "filter"
+                    else now - app.armed_at >= app.kill_delay_s
+                )
+                if due or now - app.armed_at > _ARMED_TIMEOUT_S:
+                    app.kill()
+                    app.kills += 1
+                    app.launch()
+            # Each look at the middle stream's end offsets is a few requests to the broker.
+            time.sleep(0.25)
+    finally:
+        for app in apps.values():
+            app.kill()
+    # The end: each app processes what its input holds, in larger micro-batches, and stops.
+    for role in ("filter", "agg"):
+        app = apps[role]
+        write_app(role, _FINISHING_BATCH)
+        finished = app.start("--available-now")
+        try:
+            finished.wait(timeout=1800)
+        finally:
+            if finished.poll() is None:
+                os.killpg(finished.pid, signal.SIGKILL)
+        assert finished.returncode == 0, f"{role} did not finish:\n{app.log_tail()}"
+    return _observe(spark, workspace, apps, middle, events)
+
+
+def _observe(
+    spark: SparkSession, workspace: Workspace, apps: dict[str, _App], middle: str, events: int
+) -> CrashRun:
+    ids: Counter = Counter()
+    counts: Counter = Counter()
+    for record in tail(middle, TailStart(from_beginning=True), settings=workspace.settings):
+        if record.value["category"] == CLOSING_CATEGORY:
+            continue
+        ids[record.id] += 1
+        minute = (event_time_ms(record.value, "event_time") - START_MS) // MINUTE_MS
+        counts[(minute, record.value["category"])] += 1
+    rows = query_result_table(spark, workspace, apps["agg"].name, "per_minute")
+    results = {
+        (
+            (int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS,
+            row["category"],
+        ): (row["n"], row["total"])
+        for row in rows
+    }
+    return CrashRun(
+        results=results,
+        middle_ids=ids,
+        middle_counts=dict(counts),
+        kills={role: app.kills for role, app in apps.items()},
+        restart_to_batch_s=[s for app in apps.values() for s in app.restart_to_batch_s],
+        events=events,
+    )

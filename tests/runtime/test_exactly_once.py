@@ -1,0 +1,100 @@
+"""Exactly-once across two apps connected by a stream, with their drivers killed by kill -9.
+
+A stateless filter app writes a derived stream; a windowed aggregation app reads it into a
+result table. Both are killed at least five times while they run and restarted each time
+(see `crash_pipeline`). Spark's Kafka sink writes a re-run micro-batch again, so the middle
+stream holds copies; with `exactly_once` (the default) the aggregation's reader drops them
+by record id and the result equals the answer computed in plain Python. With
+`at_least_once` the reader keeps them: the result counts each copy that was written.
+"""
+
+import uuid
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from millrace.config.workspace import Workspace
+from tests.runtime.crash_pipeline import known_answer, run_with_kills
+
+EVENTS = 200_000
+# Each kill costs a Spark start; on a busy machine the run takes far longer than usual.
+pytestmark = pytest.mark.timeout(3600)
+
+
+def test_exactly_once_the_result_equals_the_answer_whatever_the_kills(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    run = run_with_kills(
+        spark,
+        workspace,
+        tmp_path,
+        run=uuid.uuid4().hex[:8],
+        semantics="exactly_once",
+        events=EVENTS,
+        kills=5,
+        batch=5_000,
+        seed=6,
+    )
+    answer = known_answer(EVENTS)
+
+    print("exactly_once:", run.summary(answer))
+    assert run.kills == {"filter": 5, "agg": 5}
+    # The middle stream has every kept event, under one id each, and maybe copies.
+    assert len(run.middle_ids) == sum(n for n, _ in answer.values())
+    # No event lost, none counted twice: the copies were dropped by the aggregation's reader.
+    assert run.results == answer
+
+
+def test_at_least_once_the_result_counts_the_copies_a_re_run_wrote(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    run = run_with_kills(
+        spark,
+        workspace,
+        tmp_path,
+        run=uuid.uuid4().hex[:8],
+        semantics="at_least_once",
+        events=EVENTS,
+        kills=5,
+        batch=5_000,
+        seed=7,
+    )
+    answer = known_answer(EVENTS)
+
+    print("at_least_once:", run.summary(answer))
+    assert run.kills == {"filter": 5, "agg": 5}
+    # Nothing is lost either way: every kept event is in the middle stream.
+    assert len(run.middle_ids) == sum(n for n, _ in answer.values())
+    # The aggregation counted every record of the middle stream, copies included (they come
+    # within the lateness, so none is dropped as late): the counts are the answer plus the
+    # copies, window by window, and the sums are at least the answer's.
+    assert {key: n for key, (n, _) in run.results.items()} == run.middle_counts
+    assert sum(n for n, _ in run.results.values()) == (
+        sum(n for n, _ in answer.values()) + run.copies_in_middle
+    )
+    for key, (n, total) in answer.items():
+        assert run.results[key][0] >= n and run.results[key][1] >= total
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(4 * 3600)
+def test_soak_exactly_once_with_more_kills_and_events(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    events = 1_000_000
+    run = run_with_kills(
+        spark,
+        workspace,
+        tmp_path,
+        run=uuid.uuid4().hex[:8],
+        semantics="exactly_once",
+        events=events,
+        kills=15,
+        batch=20_000,
+        seed=60,
+    )
+    answer = known_answer(events)
+
+    print("soak exactly_once:", run.summary(answer))
+    assert run.results == answer

@@ -1,0 +1,173 @@
+"""The semantics option of SQL apps: readers drop copies by id (exactly_once), keep them
+(at_least_once), and a micro-batch marked as started is not written again (at_most_once)."""
+
+import re
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from millrace.bus.publisher import Publisher
+from millrace.bus.reader import TailStart, tail
+from millrace.bus.streams import create_stream
+from millrace.config.workspace import Workspace
+from millrace.engine.delivery import AtMostOnce
+from millrace.errors import SqlError
+from millrace.runtime.sql_apps import query_result_table, start_sql_app
+from millrace.sql.parser import parse_app
+
+START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
+MINUTE_MS = 60_000
+
+
+def _app(name: str, semantics: str, source: str, output: str, batch: int = 1000) -> str:
+    return (
+        f"CREATE APPLICATION {name} WITH (semantics = '{semantics}', "
+        f"max_records_per_batch = '{batch}');\n"
+        "CREATE INPUT TABLE events (event_time, category, amount INT)\n"
+        f"  FROM STREAM('{source}') TIME event_time LATENESS '1 minute';\n"
+        f"INSERT INTO STREAM('{output}') SELECT category, amount FROM events WHERE amount > 0;\n"
+        "CREATE TABLE per_minute AS\n"
+        "SELECT category, COUNT(*) AS n, SUM(amount) AS total FROM events [1 minute]\n"
+        "GROUP BY category;\n"
+    )
+
+
+def _events() -> list[tuple[str, dict]]:
+    """(id, event): 300 events over 5 minutes, then a copy of every 10th, sent soon after
+    its original (as a re-run batch would), then one far ahead to close the windows."""
+    events = [
+        (
+            f"e{n}",
+            {
+                "event_time": START_MS + n * 1000,
+                "category": ("a", "b", "c")[n % 3],
+                "amount": n % 5,
+            },
+        )
+        for n in range(300)
+    ]
+    with_copies = []
+    for position, (record_id, event) in enumerate(events):
+        with_copies.append((record_id, event))
+        if position % 10 == 9:
+            with_copies.append(events[position - 5])
+    closing = {"event_time": START_MS + 3600_000, "category": "zz", "amount": 0}
+    return [*with_copies, ("closing", closing)]
+
+
+def _answer(events: list[tuple[str, dict]], *, copies: bool) -> dict:
+    seen: set[str] = set()
+    answer: Counter = Counter()
+    totals: Counter = Counter()
+    for record_id, event in events:
+        if record_id == "closing" or (record_id in seen and not copies):
+            continue
+        seen.add(record_id)
+        key = ((event["event_time"] - START_MS) // MINUTE_MS, event["category"])
+        answer[key] += 1
+        totals[key] += event["amount"]
+    return {key: (answer[key], totals[key]) for key in answer}
+
+
+def test_exactly_once_drops_copies_by_id_and_at_least_once_keeps_them(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    source = f"test.semantics-in.{run}"
+    create_stream(workspace.settings, source, buckets=1)
+    events = _events()
+    with Publisher(source, settings=workspace.settings, time_field="event_time") as publisher:
+        for record_id, event in events:
+            publisher.send(event, record_id=record_id)
+    results = {}
+    outputs = {}
+    for semantics in ("exactly_once", "at_least_once"):
+        name, output = f"semantics_{semantics}_{run}", f"test.semantics-out.{semantics}.{run}"
+        create_stream(workspace.settings, output)
+        app = parse_app(_app(name, semantics, source, output, batch=50))
+        start_sql_app(spark, workspace, app, available_now=True).await_termination()
+        rows = query_result_table(spark, workspace, name, "per_minute")
+        results[semantics] = {
+            (
+                (int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS,
+                row["category"],
+            ): (
+                row["n"],
+                row["total"],
+            )
+            for row in rows
+        }
+        outputs[semantics] = Counter(
+            record.id
+            for record in tail(output, TailStart(from_beginning=True), settings=workspace.settings)
+        )
+
+    assert results["exactly_once"] == _answer(events, copies=False)
+    assert results["at_least_once"] == _answer(events, copies=True)
+    # An insert's record takes the id `<app>:<stream>:<input id>`; without copies read, it
+    # writes each once.
+    kept = {record_id for record_id, event in events if event["amount"] > 0}
+    exactly = outputs["exactly_once"]
+    prefix = f"semantics_exactly_once_{run}:test.semantics-out.exactly_once.{run}:"
+    assert exactly == Counter({f"{prefix}{record_id}": 1 for record_id in kept})
+    assert sum(outputs["at_least_once"].values()) > len(outputs["at_least_once"])
+
+
+def test_at_most_once_does_not_write_a_batch_marked_as_started(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    source, output = f"test.amo-in.{run}", f"test.amo-out.{run}"
+    create_stream(workspace.settings, source, buckets=1)
+    create_stream(workspace.settings, output)
+    events = _events()[:100]
+    with Publisher(source, settings=workspace.settings, time_field="event_time") as publisher:
+        for record_id, event in events:
+            publisher.send(event, record_id=record_id)
+    name = f"amo_{run}"
+    app = parse_app(_app(name, "at_most_once", source, output, batch=50))
+    # As if a run had died while writing micro-batch 0: its mark is there.
+    marks = workspace.checkpoint(name, f"insert.{output}") / "at_most_once"
+    marks.mkdir(parents=True)
+    (marks / f"{0:020d}").touch()
+
+    start_sql_app(spark, workspace, app, available_now=True).await_termination()
+
+    written = Counter(
+        record.id
+        for record in tail(output, TailStart(from_beginning=True), settings=workspace.settings)
+    )
+    # Batch 0 (the first 50 records) is not written, batch 1 (the next 50) is, once.
+    prefix = f"{name}:{output}:"
+    second = Counter(f"{prefix}{record_id}" for record_id, event in events[50:] if event["amount"])
+    assert written == second
+
+
+def test_at_most_once_runs_a_write_once_per_batch(tmp_path: Path) -> None:
+    once = AtMostOnce(tmp_path / "marks")
+    calls: list[int] = []
+
+    assert once.write(3, lambda: calls.append(3))
+    assert not once.write(3, lambda: calls.append(33))
+    assert once.write(4, lambda: calls.append(4))
+    assert calls == [3, 4]
+    assert once.skipped == [3]
+
+
+def test_an_unknown_semantics_is_an_error_at_its_place() -> None:
+    with pytest.raises(SqlError, match=r"<string>:1:28: semantics 'sometimes' is not known"):
+        parse_app("CREATE APPLICATION a WITH (semantics = 'sometimes');")
+    app = parse_app("CREATE APPLICATION a WITH (semantics = 'AT_MOST_ONCE');")
+    assert (app.semantics, app.max_records_per_batch) == ("at_most_once", None)
+    assert parse_app("CREATE APPLICATION a;").semantics == "exactly_once"
+
+
+def test_the_sql_example_of_docs_semantics_parses() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "semantics.md").read_text()
+    (example,) = re.findall(r"```sql\n(.*?)```", text, re.S)
+    app = parse_app(example)
+    assert (app.name, app.semantics) == ("clicks_per_minute", "at_least_once")
