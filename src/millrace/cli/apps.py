@@ -19,6 +19,7 @@ from millrace.engine.session import spark_session, stop_spark_session
 from millrace.engine.user_code import ship_with_tasks
 from millrace.errors import PublishError
 from millrace.processor.loading import is_processor_target, load_processor
+from millrace.runtime.processor_batch import run_processor_batch
 from millrace.runtime.processors import start_processor_app
 from millrace.runtime.sql_apps import (
     RunningApp,
@@ -61,23 +62,22 @@ def run(app: str, available_now: bool, batch: bool, start: str | None, end: str 
     """Run APP in the foreground, printing progress, until Ctrl-C.
 
     APP is a SQL app's file, or a processor as module:Class or path/to/file.py:Class.
-    With --batch, run a SQL app once over the records of its inputs whose event time is from
+    With --batch, run the app once over the records of its inputs whose event time is from
     --from up to --to, into the same result tables and streams, and print what it wrote.
     """
-    if is_processor_target(app) and not Path(app).exists():
-        if batch or start is not None or end is not None:
-            raise click.UsageError("--batch, --from and --to run SQL apps only, not processors")
-        _run_processor(app, available_now)
-        return
+    processor = is_processor_target(app) and not Path(app).exists()
     app_file = Path(app)
-    if not app_file.is_file():
+    if not processor and not app_file.is_file():
         raise click.UsageError(
             f"no file {app!r}: give a SQL app's file, or a processor as module:Class"
         )
     if not batch:
         if start is not None or end is not None:
             raise click.UsageError("--from and --to go with --batch")
-        _run_streaming(app_file, available_now)
+        if processor:
+            _run_processor(app, available_now)
+        else:
+            _run_streaming(app_file, available_now)
         return
     if available_now:
         raise click.UsageError("use --batch or --available-now, not both")
@@ -86,7 +86,10 @@ def run(app: str, available_now: bool, batch: bool, start: str | None, end: str 
     start_ms, end_ms = _epoch_ms("--from", start), _epoch_ms("--to", end)
     if start_ms >= end_ms:
         raise click.UsageError(f"--to ({end}) must come after --from ({start})")
-    _run_batch(app_file, start_ms, end_ms)
+    if processor:
+        _run_processor_batch(app, start_ms, end_ms)
+    else:
+        _run_batch(app_file, start_ms, end_ms)
 
 
 @click.command()
@@ -164,6 +167,26 @@ def _run_processor(target: str, available_now: bool) -> None:
         click.echo("stopping...")
     finally:
         stop_spark_session()
+
+
+def _run_processor_batch(target: str, start_ms: int, end_ms: int) -> None:
+    processor = load_processor(target)
+    ship_with_tasks(sys.modules[processor.__module__])
+    workspace = Workspace.locate().require_initialized()
+    try:
+        result = run_processor_batch(
+            spark_session(workspace.settings, processor.name),
+            workspace,
+            processor,
+            start_ms=start_ms,
+            end_ms=end_ms,
+        )
+    finally:
+        stop_spark_session()
+    click.echo(f"processor {processor.name!r} ran over {_iso(start_ms)} to {_iso(end_ms)}")
+    click.echo(
+        f"{_count(result.productions, 'production')}, {_count(result.dead_letters, 'dead letter')}"
+    )
 
 
 def _run_batch(app_file: Path, start_ms: int, end_ms: int) -> None:
