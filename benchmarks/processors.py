@@ -23,10 +23,14 @@ a plain-Python count of the records (a mismatch stops the benchmark with SystemE
 Records/s count the time the query spends in micro-batches, as Spark reports it (the sum of
 `durationMs.triggerExecution`): the throughput of a running app. Wall-clock figures (`wall_*`),
 from start to stop, add starting and stopping the query. The ratios are of the medians,
-each millrace side over the PySpark baseline. Loading the stream is not measured.
+each millrace side over the PySpark baseline and over Bytewax. Loading the stream is not measured.
 
-Bytewax, which the issue also names as a baseline, is not installed in the project's
-environment and is left out here.
+- `bytewax`: the same count in Bytewax (from PyPI; a dev dependency), single worker,
+  in-memory state, reading the same topic with its Kafka connector, decoding each record's
+  JSON in Python and counting with `fold_final`, which emits each key's count once at the
+  end of the input, to a Kafka stream. Bytewax has no micro-batches: its records/s is from
+  its wall-clock time, so compare it with the millrace sides' `wall` figures
+  (`*_to_bytewax_wall_ratio`), which include starting and stopping the query.
 
 The result goes to benchmarks/results/processors-*.json.
 """
@@ -61,7 +65,7 @@ RECORDS_PER_S = 10_000
 LATENESS_MS = 30_000
 CLOSING_KEY = "closing"
 PARTITIONS = 2
-SIDES = ("millrace_stateful", "millrace_monoid", "pyspark_transform_with_state")
+SIDES = ("millrace_stateful", "millrace_monoid", "pyspark_transform_with_state", "bytewax")
 
 
 def main() -> None:
@@ -121,6 +125,7 @@ def _runners(
             spark, workspace, load, _monoid_counter, batch_records
         ),
         "pyspark_transform_with_state": lambda: _pyspark(spark, workspace, load, batch_records),
+        "bytewax": lambda: _bytewax(workspace, load),
     }
 
 
@@ -155,17 +160,18 @@ def _compare(
     for side, side_runs in runs.items():
         result[f"{side}_records_per_s"] = [load.records / run.processing_s for run in side_runs]
         result[f"{side}_wall_records_per_s"] = [load.records / run.wall_s for run in side_runs]
-    baseline = "pyspark_transform_with_state"
-    if baseline in runs:
+    for baseline, short in (("pyspark_transform_with_state", "pyspark"), ("bytewax", "bytewax")):
+        if baseline not in runs:
+            continue
         for side in runs:
-            if side == baseline:
+            if not side.startswith("millrace_"):
                 continue
             for figure in ("records_per_s", "wall_records_per_s"):
                 ratio = statistics.median(result[f"{side}_{figure}"]) / statistics.median(
                     result[f"{baseline}_{figure}"]
                 )
                 name = "ratio" if figure == "records_per_s" else "wall_ratio"
-                result[f"{side}_to_pyspark_{name}"] = ratio
+                result[f"{side}_to_{short}_{name}"] = ratio
     return result
 
 
@@ -334,6 +340,44 @@ def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) ->
     )
     query.awaitTermination()
     return Run(time.perf_counter() - started, processing_seconds(query), output)
+
+
+def _bytewax(workspace, load: _Load) -> Run:
+    """The count in Bytewax: one worker, in-memory state, the same records from Kafka.
+
+    Each record's JSON is decoded in Python and counted by `fold_final`, which emits each
+    key's count when the input ends (the source reads to the end of the topic and stops).
+    Bytewax has no micro-batches, so its processing time is its wall-clock time.
+    """
+    import bytewax.operators as op
+    from bytewax.connectors.kafka import KafkaSink, KafkaSinkMessage, KafkaSource
+    from bytewax.dataflow import Dataflow
+    from bytewax.testing import run_main
+
+    output = _output_stream(workspace)
+    brokers = [workspace.settings.bootstrap_servers]
+    flow = Dataflow(f"bench-{uuid.uuid4().hex[:8]}")
+    messages = op.input("read", flow, KafkaSource(brokers, [load.stream], tail=False))
+
+    def keyed(message: Any) -> tuple[str, dict[str, Any]]:
+        record = json.loads(message.value)
+        return record["key"], record
+
+    counts = op.fold_final(
+        "count", op.map("decode", messages, keyed), lambda: 0, lambda count, _: count + 1
+    )
+    encoded = op.map(
+        "encode",
+        counts,
+        lambda pair: KafkaSinkMessage(
+            pair[0].encode(), json.dumps({"key": pair[0], "count": pair[1]}).encode()
+        ),
+    )
+    op.output("write", encoded, KafkaSink(brokers, output))
+    started = time.perf_counter()
+    run_main(flow)
+    wall_s = time.perf_counter() - started
+    return Run(wall_s, wall_s, output)
 
 
 def _output_stream(workspace) -> str:

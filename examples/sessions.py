@@ -48,9 +48,10 @@ per window, and the count is the running sum of its rows:
     SELECT SUM(delta) AS change FROM deltas [1 second];
 
 Run its test, in memory and without Spark or Kafka:
-`.venv/bin/pytest -q tests/examples/test_sessions.py`. Running it on live streams waits for
-the Spark runtime of processors (issue 4); it uses only event-time timers, which that runtime
-supports first.
+`.venv/bin/pytest -q tests/examples/test_sessions.py`. On live
+streams: `millrace run examples/sessions.py:ActiveSessions`; in batch over a stored range:
+`millrace run examples/sessions.py:ActiveSessions --batch --from T --to T`
+(`tests/runtime/test_example_processors.py` runs both, with a kill -9 mid-stream).
 
 Example:
     >>> from millrace.testing import ProcessorTester
@@ -91,6 +92,10 @@ class ActiveSessions(Processor):
 
     name = "active_sessions"
     inputs = [Input("video_events", key="session", time="time", lateness="10s")]
+    changes_stream = "session_changes"
+    """The stream of sessions' starts and ends (a subclass may rename it, as the live tests do)."""
+    deltas_stream = "active_session_deltas"
+    """The stream of +1 and -1 changes of the count of active sessions."""
 
     timeout_seconds = 30
     """Seconds without an event after which a started session ends."""
@@ -140,13 +145,13 @@ class ActiveSessions(Processor):
                 return
             self.started_ms.set(time_ms)
             ctx.produce(
-                "session_changes",
+                self.changes_stream,
                 {"session": key, "change": "started", "time": time_ms},
                 key=key,
                 time_ms=time_ms,
             )
             ctx.produce(
-                "active_session_deltas",
+                self.deltas_stream,
                 {"session": key, "delta": 1, "time": time_ms},
                 key=key,
                 time_ms=time_ms,
@@ -159,7 +164,7 @@ class ActiveSessions(Processor):
     def _end(self, key: str, reason: str, time_ms: int, ctx: Context) -> None:
         """End the started session at `time_ms`, for `reason`."""
         ctx.produce(
-            "session_changes",
+            self.changes_stream,
             {
                 "session": key,
                 "change": "ended",
@@ -171,7 +176,7 @@ class ActiveSessions(Processor):
             time_ms=time_ms,
         )
         ctx.produce(
-            "active_session_deltas",
+            self.deltas_stream,
             {"session": key, "delta": -1, "time": time_ms},
             key=key,
             time_ms=time_ms,

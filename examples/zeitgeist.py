@@ -37,9 +37,10 @@ time, no earlier than any record counted in them. Records behind the watermark (
 `lateness` behind the latest query seen) are dropped by the engine, as Zeitgeist drops them.
 
 Run its test, in memory and without Spark or Kafka:
-`.venv/bin/pytest -q tests/examples/test_zeitgeist.py`. Running it on live streams waits for
-the Spark runtime of processors (issue 4); it uses only event-time timers, which that runtime
-supports first.
+`.venv/bin/pytest -q tests/examples/test_zeitgeist.py`. On live
+streams: `millrace run examples/zeitgeist.py:Zeitgeist`; in batch over a stored range:
+`millrace run examples/zeitgeist.py:Zeitgeist --batch --from T --to T`
+(`tests/runtime/test_example_processors.py` runs both, with a kill -9 mid-stream).
 
 Example:
     >>> from millrace.testing import ProcessorTester
@@ -77,6 +78,10 @@ class Zeitgeist(Processor):
 
     name = "zeitgeist"
     inputs = [Input("queries", key="query", time="time", lateness="5s")]
+    counts_stream = "query_counts"
+    """The stream of per-second counts (a subclass may rename it, as the live tests do)."""
+    anomalies_stream = "query_anomalies"
+    """The stream of spikes and dips."""
 
     warm_up_seconds = 30
     """Seconds the model learns from before it judges any second."""
@@ -106,12 +111,13 @@ class Zeitgeist(Processor):
         """
         second = ctx.event_time_ms // SECOND_MS * SECOND_MS
         self.counts[second] = self.counts.get(second, 0) + 1
-        self.last_record_second.set(max(second, self.last_record_second.get(default=second)))
         # A record older than the next second to close (but on time) opens an earlier second:
         # the query was asleep, or this is its first second and the records came out of order.
         next_second = self.next_second.get()
         if next_second is None or second < next_second:
             self.next_second.set(second)
+            if next_second is None:
+                self.last_record_second.set(second)
             ctx.set_timer(CLOSE_SECOND_TIMER, event_time_ms=second + SECOND_MS)
 
     def on_timer(self, key: str, timer: Timer, ctx: Context) -> None:
@@ -126,27 +132,37 @@ class Zeitgeist(Processor):
         second = self.next_second.get()
         quiet_ms = self.quiet_seconds_before_sleep * SECOND_MS
         while second + SECOND_MS <= ctx.watermark_ms:
-            self._close(key, second, ctx)
+            if self._close(key, second, ctx):
+                self.last_record_second.set(second)
             second += SECOND_MS
             if second > self.last_record_second.get() + quiet_ms:
-                self.next_second.clear()
-                self.last_record_second.clear()
-                return
+                # Asleep. Records of later seconds already in (after a jump of the watermark,
+                # as in a batch run) wake the query at the first of them, as they would have
+                # had they arrived after it fell asleep.
+                if not self.counts:
+                    self.next_second.clear()
+                    self.last_record_second.clear()
+                    return
+                second = min(self.counts)
+                self.last_record_second.set(second)
         self.next_second.set(second)
         ctx.set_timer(CLOSE_SECOND_TIMER, event_time_ms=second + SECOND_MS)
 
-    def _close(self, key: str, second: int, ctx: Context) -> None:
-        """Produce the complete `second`'s count and anomaly, if any, and learn from it."""
+    def _close(self, key: str, second: int, ctx: Context) -> int:
+        """Produce the complete `second`'s count and anomaly, if any, learn from it; the count."""
         count = self.counts.pop(second, 0)
         end = second + SECOND_MS
         ctx.produce(
-            "query_counts", {"query": key, "second": second, "count": count}, key=key, time_ms=end
+            self.counts_stream,
+            {"query": key, "second": second, "count": count},
+            key=key,
+            time_ms=end,
         )
         anomaly = self._judge(count)
         if anomaly is not None:
             kind, expected = anomaly
             ctx.produce(
-                "query_anomalies",
+                self.anomalies_stream,
                 {
                     "query": key,
                     "second": second,
@@ -158,6 +174,7 @@ class Zeitgeist(Processor):
                 time_ms=end,
             )
         self._learn(count)
+        return count
 
     def _judge(self, count: int) -> tuple[str, float] | None:
         """("spike" or "dip", the expected count) when the model is warm and `count` is far off."""

@@ -25,6 +25,7 @@ from millrace.errors import ConfigError, PublishError
 from millrace.processor.loading import is_processor_target, load_processor
 from millrace.runtime import registry
 from millrace.runtime.lifecycle import stop_gracefully
+from millrace.runtime.processor_batch import run_processor_batch
 from millrace.runtime.processors import start_processor_app
 from millrace.runtime.registry import DEPLOYED_APP_ENV
 from millrace.runtime.sql_apps import (
@@ -88,7 +89,7 @@ def run(
     """Run APP in the foreground, printing progress, until Ctrl-C (or SIGTERM).
 
     APP is a SQL app's file, or a processor as module:Class or path/to/file.py:Class.
-    With --batch, run a SQL app once over the records of its inputs whose event time is from
+    With --batch, run the app once over the records of its inputs whose event time is from
     --from up to --to, into the same result tables and streams, and print what it wrote.
     Ctrl-C or SIGTERM lets each query finish its running micro-batch, then stops the app.
     """
@@ -122,20 +123,19 @@ def _run(
             trigger = Trigger.parse(trigger_text)
         except ConfigError as error:
             raise click.BadParameter(error.message, param_hint="--trigger") from None
-    if is_processor_target(app) and not Path(app).exists():
-        if batch or start is not None or end is not None:
-            raise click.UsageError("--batch, --from and --to run SQL apps only, not processors")
-        _run_processor(app, trigger, master, force)
-        return
+    processor = is_processor_target(app) and not Path(app).exists()
     app_file = Path(app)
-    if not app_file.is_file():
+    if not processor and not app_file.is_file():
         raise click.UsageError(
             f"no file {app!r}: give a SQL app's file, or a processor as module:Class"
         )
     if not batch:
         if start is not None or end is not None:
             raise click.UsageError("--from and --to go with --batch")
-        _run_streaming(app_file, trigger, master, force)
+        if processor:
+            _run_processor(app, trigger, master, force)
+        else:
+            _run_streaming(app_file, trigger, master, force)
         return
     if available_now:
         raise click.UsageError("use --batch or --available-now, not both")
@@ -146,7 +146,10 @@ def _run(
     start_ms, end_ms = _epoch_ms("--from", start), _epoch_ms("--to", end)
     if start_ms >= end_ms:
         raise click.UsageError(f"--to ({end}) must come after --from ({start})")
-    _run_batch(app_file, start_ms, end_ms, master)
+    if processor:
+        _run_processor_batch(app, start_ms, end_ms, master)
+    else:
+        _run_batch(app_file, start_ms, end_ms, master)
 
 
 @click.command()
@@ -273,6 +276,26 @@ def _stop_on_sigterm() -> threading.Event:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
     return stopping
+
+
+def _run_processor_batch(target: str, start_ms: int, end_ms: int, master: str | None) -> None:
+    processor = load_processor(target)
+    ship_with_tasks(sys.modules[processor.__module__])
+    workspace = _workspace(master)
+    try:
+        result = run_processor_batch(
+            spark_session(workspace.settings, processor.name),
+            workspace,
+            processor,
+            start_ms=start_ms,
+            end_ms=end_ms,
+        )
+    finally:
+        stop_spark_session()
+    click.echo(f"processor {processor.name!r} ran over {_iso(start_ms)} to {_iso(end_ms)}")
+    click.echo(
+        f"{_count(result.productions, 'production')}, {_count(result.dead_letters, 'dead letter')}"
+    )
 
 
 def _run_batch(app_file: Path, start_ms: int, end_ms: int, master: str | None) -> None:

@@ -112,11 +112,14 @@ def run_batch(
     *,
     watermark_ms: int | None,
     processing_time_ms: int,
+    timer_keys: Iterable[Any] | None = None,
 ) -> BatchOutcome:
     """Run one micro-batch of `processor` over `records`, given the stored state of its keys.
 
     `stored` maps each key to its stored state, as `KeyOutcome.state` gave it; it must hold
     every key that has state (a bucket's keys, for a runtime that splits keys into buckets).
+    Only its `get` is used when `timer_keys` is given: the keys that may have a due timer
+    (a runtime that indexes its keys' timers), instead of looking through every key.
 
     Example:
         >>> record = Record("queries", 0, 0, None, "r0", None, {"query": "cats", "ts": 1500})
@@ -150,10 +153,15 @@ def run_batch(
         if watermark_ms is not None and time_ms < watermark_ms:
             late.append(record)
             continue
-        by_key.setdefault(key, []).append(replace(record, time_ms=time_ms))
-    for key, key_stored in stored.items():
+        if record.time_ms != time_ms:
+            record = replace(record, time_ms=time_ms)
+        by_key.setdefault(key, []).append(record)
+    candidates = (
+        stored.items() if timer_keys is None else ((key, stored.get(key)) for key in timer_keys)
+    )
+    for key, key_stored in candidates:
         if key not in by_key and has_due_timer(
-            key_stored.get("timers"),
+            (key_stored or {}).get("timers"),
             watermark_ms=watermark_ms,
             processing_time_ms=processing_time_ms,
         ):
@@ -228,7 +236,7 @@ def fold(processor: Processor, values: Iterable[dict[str, Any]]) -> Any:
         >>> fold(QueryCounts(), [{"query": "cats"}, {"query": "cats"}])  # doctest: +SKIP
         2
     """
-    partial = copy.deepcopy(processor.zero)  # type: ignore[attr-defined]
+    partial = _fresh_zero(processor)
     for value in values:
         partial = fold_step(processor, partial, value)
     return partial
@@ -342,7 +350,7 @@ class _KeyRun:
         """Fold the records, then read, combine and write the stored aggregate once."""
         processor = self.processor
         folded: list[Record] = []
-        partial = copy.deepcopy(processor.zero)  # type: ignore[attr-defined]
+        partial = _fresh_zero(processor)
         for record in records:
             try:
                 partial = fold_step(processor, partial, record.value)
@@ -357,7 +365,7 @@ class _KeyRun:
 
         def apply(ctx: Context) -> None:
             handle = getattr(processor, AGGREGATE_STATE)
-            stored = handle.get(copy.deepcopy(processor.zero))  # type: ignore[attr-defined]
+            stored = handle.get(_fresh_zero(processor))  # type: ignore[attr-defined]
             combined = processor.combine(stored, partial)  # type: ignore[attr-defined]
             handle.set(combined)
             on_aggregate = getattr(processor, "on_aggregate", None)
@@ -397,6 +405,14 @@ class _KeyRun:
         timers = self.timers.stored()
         stored = {part: value for part, value in (("state", state), ("timers", timers)) if value}
         return stored or None
+
+
+def _fresh_zero(processor: Processor) -> Any:
+    """A monoid's `zero` that callers may change: a copy, unless it cannot be changed."""
+    zero = processor.zero  # type: ignore[attr-defined]
+    if zero is None or type(zero) in (int, float, str, bool):
+        return zero
+    return copy.deepcopy(zero)
 
 
 def fold_step(processor: Processor, partial: Any, value: dict[str, Any]) -> Any:

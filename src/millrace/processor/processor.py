@@ -54,6 +54,8 @@ ProcessorKind = Literal["stateless", "stateful", "monoid"]
 AGGREGATE_STATE = "aggregate"
 """The name of the value state in which a monoid processor keeps each key's aggregate."""
 
+_STATES_CACHE = "_millrace_states"
+_KIND_CACHE = "_millrace_kind"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _MONOID_PARTS = ("zero", "lift", "combine")
 
@@ -208,6 +210,11 @@ class Processor:
     @classmethod
     def states(cls) -> dict[str, StateDeclaration]:
         """The declared states by attribute name, a monoid's `aggregate` included."""
+        # The engine asks for every key it runs: the walk over the class's namespaces is done
+        # once per class, when the class is complete (after its monoid aggregate is added).
+        cached = cls.__dict__.get(_STATES_CACHE)
+        if cached is not None:
+            return dict(cached)
         found: dict[str, StateDeclaration] = {}
         for klass in reversed(cls.__mro__):
             for attribute, value in vars(klass).items():
@@ -215,14 +222,22 @@ class Processor:
                     found[attribute] = value
                 elif attribute in found:
                     del found[attribute]
+        if hasattr(cls, "name"):
+            setattr(cls, _STATES_CACHE, dict(found))
         return found
 
     @classmethod
     def kind(cls) -> ProcessorKind:
         """The processor's kind: "monoid", "stateful" (declared state) or "stateless"."""
-        if _is_monoid(cls):
-            return "monoid"
-        return "stateful" if cls.states() else "stateless"
+        cached = cls.__dict__.get(_KIND_CACHE)
+        if cached is not None:
+            return cached
+        kind: ProcessorKind = (
+            "monoid" if _is_monoid(cls) else "stateful" if cls.states() else "stateless"
+        )
+        if hasattr(cls, "name"):
+            setattr(cls, _KIND_CACHE, kind)
+        return kind
 
     @classmethod
     def input_of(cls, stream: str) -> Input:

@@ -10,12 +10,13 @@ is used because it hands a bucket's rows over as columns converted from Arrow in
 Row flavour builds every cell of every row as a Python object of its own, and with it
 `benchmarks/processors.py` ran at half the speed with 1,000 keys.
 
-The bucket state is one `ValueState` of schema `keys STRING, timer_ms LONG`: `keys` is
-`[[key, key's stored state], ...]` in JSON, `timer_ms` the bucket's registered Spark timer
-(null when none). Keeping each key in a `MapState` entry, to write only the keys a batch
-touches, would bring back a round trip per key (Spark's state API has no bulk map write);
-decoding and encoding a bucket's JSON takes about a fifth of the Python time of a micro-batch
-of 100,000 records over 63,000 stored keys, and less with fewer keys.
+The bucket state is one `ValueState` of schema `keys STRING, timers STRING, timer_ms LONG`:
+`keys` and `timers` are a `millrace.runtime.bucket_store.BucketStore`, one JSON text per key
+and each key's earliest event-time timer, so that a micro-batch decodes and encodes only the
+keys it runs (those with records and those with a due timer) and copies the others' text
+through; `timer_ms` is the bucket's registered Spark timer (null when none). Keeping each key
+in a `MapState` entry instead would bring back a round trip per key (Spark's state API has no
+bulk map write).
 
 Timers: each bucket registers one Spark event-time timer, at the earliest event-time timer of
 its keys. When the watermark passes it, `run_batch` runs on the bucket with no records and
@@ -65,8 +66,9 @@ from millrace.engine.serving_sink import write_table
 from millrace.engine.triggers import Trigger
 from millrace.errors import ProcessorError, ServingError, StreamNotFoundError
 from millrace.processor import lookups
-from millrace.processor.execution import DeadLetter, run_batch
+from millrace.processor.execution import BatchOutcome, DeadLetter, run_batch
 from millrace.processor.processor import Input, Processor
+from millrace.runtime.bucket_store import BucketStore, canonical_key, canonical_text
 from millrace.serving.tables import describe_table
 
 DEFAULT_BUCKETS = 64
@@ -74,7 +76,7 @@ DEFAULT_BUCKETS = 64
 
 _OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING"
 _PRODUCTION, _DEAD_LETTER, _LATE = "production", "dead_letter", "late"
-_BUCKET_STATE_SCHEMA = "keys STRING, timer_ms LONG"
+_BUCKET_STATE_SCHEMA = "keys STRING, timers STRING, timer_ms LONG"
 # A ProcessorError raised in a Python worker reaches the driver as the text of a Spark
 # exception; this mark starts its fields, as JSON, so the driver can raise it again.
 _WORKER_ERROR_MARK = "millrace-processor-error:"
@@ -193,8 +195,7 @@ def bucket_of(key: Any, buckets: int) -> int:
         >>> bucket_of(1, 64) == bucket_of(1.0, 64)
         True
     """
-    text = json.dumps(_canonical_key(key), separators=(",", ":"), ensure_ascii=False)
-    return zlib.crc32(text.encode()) % buckets
+    return zlib.crc32(canonical_text(key).encode()) % buckets
 
 
 def _read_input(
@@ -215,10 +216,23 @@ def _read_input(
     )
     if max_records_per_batch is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
-    raw = reader.load()
+    placed = _placed(reader.load(), source, buckets)
+    # The watermark is Spark's, per input (the largest event time minus the lateness) and the
+    # smallest over the inputs, as `execution.watermark_after` computes it. The event-time
+    # column is then dropped, so that Spark does not drop late records itself: the execution
+    # core sets them aside and counts them. Exactly-once drops copies here too.
+    if semantics == "exactly_once":
+        return _without_copies(placed, source)
+    return placed.withWatermark("event_time", f"{source.lateness_ms} milliseconds").drop(
+        "event_time"
+    )
+
+
+def _placed(raw: DataFrame, source: Input, buckets: int) -> DataFrame:
+    """Kafka records of `source` (streaming or not) as the bucket runner's input rows."""
     placement = _placement(source, buckets)(F.col("value"))
     ids = F.filter("headers", lambda header: header.getField("key") == F.lit(ID_HEADER))
-    placed = raw.select(
+    return raw.select(
         F.lit(source.stream).alias("stream"),
         placement.getField("bucket").alias("bucket"),
         F.timestamp_millis(placement.getField("time_ms")).alias("event_time"),
@@ -228,15 +242,6 @@ def _read_input(
         F.try_element_at(ids, F.lit(1)).getField("value").cast("string").alias("record_id"),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
-    )
-    # The watermark is Spark's, per input (the largest event time minus the lateness) and the
-    # smallest over the inputs, as `execution.watermark_after` computes it. The event-time
-    # column is then dropped, so that Spark does not drop late records itself: the execution
-    # core sets them aside and counts them. Exactly-once drops copies here too.
-    if semantics == "exactly_once":
-        return _without_copies(placed, source)
-    return placed.withWatermark("event_time", f"{source.lateness_ms} milliseconds").drop(
-        "event_time"
     )
 
 
@@ -289,21 +294,27 @@ def _semantics_writer(
 def _placement(source: Input, buckets: int) -> Callable[..., Any]:
     """A vectorised UDF: each raw value's key bucket and event time (null when unreadable)."""
 
-    def place(value: bytes | None) -> tuple[int, int | None]:
+    def place(value: bytes | None, known: dict[Any, int]) -> tuple[int, int | None]:
         try:
             record = json.loads(value) if value is not None else None
             if not isinstance(record, dict):
                 return 0, None
             time_ms = source.time_of(record)
-            return bucket_of(source.key_of(record), buckets), time_ms
+            key = source.key_of(record)
+            bucket = known.get(key)
+            if bucket is None:
+                bucket = known[key] = bucket_of(key, buckets)
+            return bucket, time_ms
         except Exception:
             # The record goes to any bucket: the execution core reports its fault there.
             return 0, None
 
     @F.pandas_udf("bucket INT, time_ms LONG")  # type: ignore[call-overload]
     def placement(values: pd.Series) -> pd.DataFrame:
+        # The buckets of the keys seen in this Arrow batch: a key's bucket is hashed once.
+        known: dict[Any, int] = {}
         return pd.DataFrame(
-            [place(value) for value in values], columns=["bucket", "time_ms"]
+            [place(value, known) for value in values], columns=["bucket", "time_ms"]
         ).astype({"bucket": "int32", "time_ms": "Int64"})
 
     return placement
@@ -355,9 +366,10 @@ class _BucketRunner(StatefulProcessor):
     def _run(self, records: list[Record], timer_values: TimerValues) -> list[_Output]:
         name = self.processor_class.name
         kept = self.bucket_state.get() if self.bucket_state.exists() else None
-        stored = _decode_bucket(kept[0]) if kept else {}
-        registered_ms = kept[1] if kept else None
-        watermark_ms = timer_values.getCurrentWatermarkInMs()
+        store = BucketStore(kept[0], kept[1]) if kept else BucketStore(None, None)
+        registered_ms = kept[2] if kept else None
+        # Spark's watermark is 0 until an input has seen a record.
+        watermark_ms = timer_values.getCurrentWatermarkInMs() or None
         try:
             # The bucket's lookup keys in one round trip, before the callbacks look them up.
             lookups.prefetch(
@@ -365,52 +377,46 @@ class _BucketRunner(StatefulProcessor):
             )
             outcome = run_batch(
                 self.processor,
-                stored,
+                store,
                 records,
-                # Spark's watermark is 0 until an input has seen a record.
-                watermark_ms=watermark_ms if watermark_ms > 0 else None,
+                watermark_ms=watermark_ms,
                 processing_time_ms=timer_values.getCurrentProcessingTimeInMs(),
+                timer_keys=store.due_keys(watermark_ms),
             )
+            for key, key_stored in outcome.states.items():
+                if key_stored is not None:
+                    _require_event_time_timers(name, key, key_stored)
+            store.update(outcome.states, processor=name)
         except ProcessorError as error:
             raise RuntimeError(_worker_error_text(error)) from error
-        for key, key_stored in outcome.states.items():
-            if key_stored is None:
-                stored.pop(key, None)
-            else:
-                _require_event_time_timers(name, key, key_stored)
-                stored[key] = key_stored
-        next_timer_ms = min(
-            (
-                time_ms
-                for key_stored in stored.values()
-                for _, time_ms in key_stored.get("timers", {}).values()
-            ),
-            default=None,
-        )
+        next_timer_ms = store.next_timer_ms()
         if next_timer_ms != registered_ms:
             if registered_ms is not None:
                 self.handle.deleteTimer(registered_ms)
             if next_timer_ms is not None:
                 self.handle.registerTimer(next_timer_ms)
-        if stored:
-            self.bucket_state.update((_encode_bucket(name, stored), next_timer_ms))
+        if store:
+            self.bucket_state.update((*store.encode(), next_timer_ms))
         else:
             self.bucket_state.clear()
-        outputs = [
-            _Output(
-                _PRODUCTION,
-                production.stream,
-                _routing_key(production.key),
-                json.dumps(production.value, separators=(",", ":"), ensure_ascii=False),
-                production.id,
-            )
-            for production in outcome.productions
-        ]
-        outputs.extend(_processor_letter(name, letter) for letter in outcome.dead_letters)
-        outputs.extend(
-            _Output(_LATE, record.stream, None, None, record.id) for record in outcome.late
+        return _outputs_of(name, outcome)
+
+
+def _outputs_of(name: str, outcome: BatchOutcome) -> list[_Output]:
+    """The operator's output rows for one run of the execution core."""
+    outputs = [
+        _Output(
+            _PRODUCTION,
+            production.stream,
+            _routing_key(production.key),
+            json.dumps(production.value, separators=(",", ":"), ensure_ascii=False),
+            production.id,
         )
-        return outputs
+        for production in outcome.productions
+    ]
+    outputs.extend(_processor_letter(name, letter) for letter in outcome.dead_letters)
+    outputs.extend(_Output(_LATE, record.stream, None, None, record.id) for record in outcome.late)
+    return outputs
 
 
 class _InputRow(NamedTuple):
@@ -518,43 +524,8 @@ def _require_event_time_timers(name: str, key: Any, key_stored: Mapping[str, Any
             )
 
 
-def _encode_bucket(name: str, stored: Mapping[Any, Any]) -> str:
-    """A bucket's stored state as JSON: `[[key, key's stored state], ...]`."""
-    try:
-        return json.dumps([[key, key_stored] for key, key_stored in stored.items()])
-    except (TypeError, ValueError) as error:
-        raise RuntimeError(
-            _worker_error_text(
-                ProcessorError(
-                    f"processor {name!r} has a key or state that JSON cannot hold: {error}",
-                    hint="make Input keys str, int, float, bool or tuples of them",
-                )
-            )
-        ) from None
-
-
-def _decode_bucket(text: str) -> dict[Any, Any]:
-    return {_key_from_json(key): key_stored for key, key_stored in json.loads(text)}
-
-
-def _key_from_json(key: Any) -> Any:
-    # A key is hashable, so a list in stored JSON was a tuple.
-    return tuple(_key_from_json(part) for part in key) if isinstance(key, list) else key
-
-
-def _canonical_key(key: Any) -> Any:
-    """`key` as JSON-able data in which keys Python finds equal (1, 1.0, True) are the same."""
-    if isinstance(key, bool):
-        return int(key)
-    if isinstance(key, float) and key.is_integer():
-        return int(key)
-    if isinstance(key, tuple):
-        return [_canonical_key(part) for part in key]
-    return key
-
-
 def _canonical_text(key: Any) -> str:
-    return json.dumps(_canonical_key(key), separators=(",", ":"), default=repr)
+    return json.dumps(canonical_key(key), separators=(",", ":"), default=repr)
 
 
 def _routing_key(key: Any) -> str | None:
@@ -581,21 +552,33 @@ def _processor_error_in(text: str) -> ProcessorError | None:
 
 def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataFrame) -> None:
     """Write one micro-batch's productions and dead letters to Kafka, in one write."""
+    counts = _write_output_rows(workspace, running.processor.name, running._known_streams, batch)
+    running.productions += counts[_PRODUCTION]
+    running.dead_letters += counts[_DEAD_LETTER]
+    running.late += counts[_LATE]
+
+
+def _write_output_rows(
+    workspace: Workspace, name: str, known_streams: set[str], batch: DataFrame
+) -> dict[str, int]:
+    """Write the operator's output rows to Kafka in one write; the rows of each kind.
+
+    An output stream that does not exist fails the write before anything is written;
+    `known_streams` remembers the streams found, so each is looked up once.
+    """
     batch.persist()
     try:
         counts = batch.groupBy("kind", "stream").count().collect()
-        tables = _write_table_productions(running, workspace, batch, counts)
+        tables = _write_table_productions(name, workspace, batch, counts)
         for row in counts:
             if row["stream"] in tables:
                 continue
-            if row["kind"] == _PRODUCTION and row["stream"] not in running._known_streams:
+            if row["kind"] == _PRODUCTION and row["stream"] not in known_streams:
                 try:
-                    _require_stream(
-                        workspace, row["stream"], f"output of processor {running.processor.name!r}"
-                    )
+                    _require_stream(workspace, row["stream"], f"output of processor {name!r}")
                 except ProcessorError as error:
                     raise RuntimeError(_worker_error_text(error)) from None
-                running._known_streams.add(row["stream"])
+                known_streams.add(row["stream"])
         written = batch.where(F.col("kind") != _LATE)
         if tables:
             written = written.where(~F.col("stream").isin(*tables))
@@ -615,19 +598,16 @@ def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataF
                 .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
                 .save()
             )
+        totals = dict.fromkeys((_PRODUCTION, _DEAD_LETTER, _LATE), 0)
         for row in counts:
-            if row["kind"] == _PRODUCTION:
-                running.productions += row["count"]
-            elif row["kind"] == _DEAD_LETTER:
-                running.dead_letters += row["count"]
-            else:
-                running.late += row["count"]
+            totals[row["kind"]] += row["count"]
+        return totals
     finally:
         batch.unpersist()
 
 
 def _write_table_productions(
-    running: RunningProcessor, workspace: Workspace, batch: DataFrame, counts: list[Any]
+    name: str, workspace: Workspace, batch: DataFrame, counts: list[Any]
 ) -> set[str]:
     """Upsert the productions to serving tables (`table:<name>`); their stream names."""
     tables = {
@@ -636,12 +616,11 @@ def _write_table_productions(
         if row["kind"] == _PRODUCTION and row["stream"].startswith(lookups.TABLE_PREFIX)
     }
     for stream in sorted(tables):
-        name = stream.removeprefix(lookups.TABLE_PREFIX)
         try:
-            spec = describe_table(workspace.settings, name)
+            spec = describe_table(workspace.settings, stream.removeprefix(lookups.TABLE_PREFIX))
         except ServingError as error:
             failure = ProcessorError(
-                f"processor {running.processor.name!r} produced to {error.message}",
+                f"processor {name!r} produced to {error.message}",
                 hint=error.hint,
             )
             raise RuntimeError(_worker_error_text(failure)) from None

@@ -1,0 +1,209 @@
+"""Running a processor in batch over a stored range of event times, with the streaming results.
+
+`run_processor_batch` reads the records its inputs hold now, keeps those whose event time is
+in `[start_ms, end_ms)`, places them in the same key buckets as the streaming runtime
+(`millrace.runtime.processors`), and runs each bucket through the same execution core in two
+steps:
+
+1. every record of the bucket, in the order of its stream's buckets and offsets (the order a
+   streaming run reads them in), as one micro-batch with no watermark yet, so none is late;
+2. a micro-batch of no records with the watermark at `end_ms`: every event-time timer up to
+   the end of the range fires, in time order per key, as the streaming watermark would fire
+   them on its way there.
+
+Productions and dead letters are written to Kafka as the streaming runtime writes them, each
+with its deterministic id. State is not kept: a batch run starts from no state and its state
+is thrown away, so it neither reads nor changes the checkpoint of the streaming app.
+
+A batch run gives the productions of a streaming run over the same records when the
+processor's output does not depend on how records are split into micro-batches: it acts on
+records only once the watermark has passed them (as `examples/sessions.py` does) or only
+aggregates them until a timer fires (as windows and `examples/zeitgeist.py` do). The values
+are then the same; the ids are the same where the same callbacks produce them (a timer that
+fires once per window gives the same id; one firing that closes several seconds at once, as
+after a jump of the watermark, numbers its productions within that firing). Unlike a
+streaming run, records that came later than their input's lateness are processed, as in the
+batch runs of SQL apps.
+
+Example:
+    >>> run = run_processor_batch(spark, workspace, WindowCounter,  # doctest: +SKIP
+    ...                           start_ms=1_767_225_600_000, end_ms=1_767_229_200_000)
+    >>> run.productions  # doctest: +SKIP
+    3600
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+
+from millrace.bus.records import RecordDecodeError
+from millrace.bus.streams import describe_stream
+from millrace.config.workspace import Workspace
+from millrace.engine.dead_letter_routing import create_dead_letter_stream
+from millrace.errors import ProcessorError
+from millrace.processor.execution import run_batch
+from millrace.processor.processor import Input, Processor
+from millrace.runtime.processors import (
+    _DEAD_LETTER,
+    _LATE,
+    _OUTPUT_SCHEMA,
+    _PRODUCTION,
+    DEFAULT_BUCKETS,
+    _input_rows,
+    _Output,
+    _outputs_of,
+    _placed,
+    _processor_error_in,
+    _record_of,
+    _require_event_time_timers,
+    _require_stream,
+    _undecodable_letter,
+    _worker_error_text,
+    _write_output_rows,
+)
+
+
+@dataclass
+class ProcessorBatchRun:
+    """What a batch run of a processor wrote: productions and dead letters, by count.
+
+    `records` counts the input records of the range (readable or not); `late` is always 0,
+    since a batch run processes every record of its range.
+    """
+
+    processor: type[Processor]
+    start_ms: int
+    end_ms: int
+    records: int = 0
+    productions: int = 0
+    dead_letters: int = 0
+    late: int = 0
+    streams: set[str] = field(default_factory=set)
+
+
+def run_processor_batch(
+    spark: SparkSession,
+    workspace: Workspace,
+    processor_class: type[Processor],
+    *,
+    start_ms: int,
+    end_ms: int,
+    buckets: int = DEFAULT_BUCKETS,
+) -> ProcessorBatchRun:
+    """Run `processor_class` once over its inputs' records with event times in the range.
+
+    Times are epoch milliseconds, `end_ms` not included. Records whose value is not a JSON
+    object, or has no readable time, go to their stream's dead letters whatever their time,
+    with the ids a streaming run gives them, so a reader drops the letters both wrote.
+
+    Example:
+        >>> run_processor_batch(spark, workspace, WindowCounter, start_ms=0,  # doctest: +SKIP
+        ...                     end_ms=1_767_229_200_000).productions
+        3600
+    """
+    processor_class.validate()
+    if start_ms >= end_ms:
+        raise ProcessorError(
+            f"the batch range of {processor_class.name!r} is empty: {start_ms} to {end_ms}",
+            hint="give an end after the start",
+        )
+    for source in processor_class.inputs:
+        _require_stream(workspace, source.stream, f"input of processor {processor_class.name!r}")
+        create_dead_letter_stream(workspace, source.stream)
+    if processor_class.on_error == "dlq":
+        create_dead_letter_stream(workspace, processor_class.name)
+    records: DataFrame | None = None
+    for source in processor_class.inputs:
+        frame = _read_range(spark, workspace, source, buckets, start_ms, end_ms)
+        records = frame if records is None else records.unionByName(frame)
+    assert records is not None  # validate() requires at least one input
+    outputs = records.groupBy("bucket").applyInPandas(
+        _bucket_function(processor_class, end_ms, processing_time_ms=int(time.time() * 1000)),
+        schema=_OUTPUT_SCHEMA,
+    )
+    run = ProcessorBatchRun(processor_class, start_ms, end_ms)
+    try:
+        counts = _write_output_rows(workspace, processor_class.name, run.streams, outputs)
+    except Exception as error:
+        raise _processor_error_in(str(error)) or error from None
+    run.productions = counts[_PRODUCTION]
+    run.dead_letters = counts[_DEAD_LETTER]
+    run.late = counts[_LATE]
+    return run
+
+
+def _read_range(
+    spark: SparkSession,
+    workspace: Workspace,
+    source: Input,
+    buckets: int,
+    start_ms: int,
+    end_ms: int,
+) -> DataFrame:
+    """The input rows of `source` in the range, and its unreadable records, in batch."""
+    # The end offsets are fixed now, so that every action on the frame sees the same records.
+    ends = {
+        str(bucket.bucket): bucket.end_offset
+        for bucket in describe_stream(workspace.settings, source.stream).buckets
+    }
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", source.stream)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps({source.stream: ends}))
+        .option("includeHeaders", "true")
+        .load()
+    )
+    placed = _placed(raw, source, buckets).drop("event_time")
+    # A null time is an unreadable record: it goes on, to be dead-lettered in its bucket.
+    return placed.where(
+        placed.time_ms.isNull() | ((placed.time_ms >= start_ms) & (placed.time_ms < end_ms))
+    )
+
+
+def _bucket_function(
+    processor_class: type[Processor], end_ms: int, *, processing_time_ms: int
+) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """The function `applyInPandas` runs on each bucket's rows: the two steps of the module."""
+    name = processor_class.name
+
+    def run_bucket(frame: pd.DataFrame) -> pd.DataFrame:
+        rows = sorted(
+            _input_rows(frame),
+            key=lambda row: (row.stream, row.record_bucket, row.record_offset),
+        )
+        outputs: list[_Output] = []
+        records = []
+        for row in rows:
+            try:
+                records.append(_record_of(row))
+            except RecordDecodeError as error:
+                outputs.append(_undecodable_letter(row, str(error)))
+        processor = processor_class()
+        try:
+            first = run_batch(
+                processor, {}, records, watermark_ms=None, processing_time_ms=processing_time_ms
+            )
+            stored = {key: state for key, state in first.states.items() if state is not None}
+            for key, key_stored in stored.items():
+                _require_event_time_timers(name, key, key_stored)
+            last = run_batch(
+                processor, stored, [], watermark_ms=end_ms, processing_time_ms=processing_time_ms
+            )
+            for key, key_stored in last.states.items():
+                if key_stored is not None:
+                    _require_event_time_timers(name, key, key_stored)
+        except ProcessorError as error:
+            raise RuntimeError(_worker_error_text(error)) from error
+        outputs.extend(_outputs_of(name, first))
+        outputs.extend(_outputs_of(name, last))
+        return pd.DataFrame(outputs, columns=list(_Output._fields))
+
+    return run_bucket

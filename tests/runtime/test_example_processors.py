@@ -1,0 +1,224 @@
+"""Both examples on live streams: killed with kill -9 mid-stream and restarted, then in batch
+over the same records; each output against plain Python over the published records, and the
+batch run against ProcessorTester.
+
+Each example runs as a subclass of its own name, input and output streams, written with the
+example's source into a module that `millrace run file.py:Class` loads, as a user would.
+"""
+
+import importlib.util
+import json
+import random
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from millrace.bus.publisher import Publisher
+from millrace.bus.streams import create_stream
+from millrace.config.workspace import Workspace
+from millrace.engine.user_code import ship_with_tasks
+from millrace.processor import Processor
+from millrace.runtime.processor_batch import run_processor_batch
+from millrace.testing import ProcessorTester
+from tests.examples import EXAMPLES
+from tests.examples import test_sessions as sessions
+from tests.examples import test_zeitgeist as zeitgeist
+from tests.runtime.killing import read, run_killed_and_restarted, unique_values
+
+LIVE_CLASS = """
+
+class Live{base}({base}):
+    name = "{name}"
+    inputs = [Input("{source}", key="{key}", time="time", lateness="{lateness}")]
+    {first_attribute} = "{first_output}"
+    {second_attribute} = "{second_output}"
+
+
+class Batch{base}(Live{base}):
+    {first_attribute} = "{first_output}.batch"
+    {second_attribute} = "{second_output}.batch"
+"""
+
+
+def live_module(
+    tmp_path: Path,
+    workspace: Workspace,
+    example: str,
+    base: str,
+    key: str,
+    lateness: str,
+    outputs: dict[str, str],
+) -> tuple[Path, str, dict[str, str]]:
+    """The example's source with its Live and Batch subclasses; the input and output streams.
+
+    `outputs` maps each output stream attribute to a short name; the streams get a unique
+    suffix and are created, as is the input stream (one bucket: arrival order is kept).
+    """
+    run = uuid.uuid4().hex[:8]
+    source = f"test.{example}-in.{run}"
+    streams = {attribute: f"test.{short}.{run}" for attribute, short in outputs.items()}
+    create_stream(workspace.settings, source, buckets=1)
+    for stream in streams.values():
+        create_stream(workspace.settings, stream)
+        create_stream(workspace.settings, f"{stream}.batch")
+    (first_attribute, first_output), (second_attribute, second_output) = streams.items()
+    module = tmp_path / f"live_{example}_{run}.py"
+    module.write_text(
+        (EXAMPLES / f"{example}.py").read_text()
+        + LIVE_CLASS.format(
+            base=base,
+            name=f"{example}_{run}",
+            source=source,
+            key=key,
+            lateness=lateness,
+            first_attribute=first_attribute,
+            first_output=first_output,
+            second_attribute=second_attribute,
+            second_output=second_output,
+        )
+    )
+    return module, source, streams
+
+
+def load(module: Path, name: str) -> type[Processor]:
+    spec = importlib.util.spec_from_file_location(module.stem, module)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    ship_with_tasks(loaded)
+    return getattr(loaded, name)
+
+
+def publish(workspace: Workspace, stream: str, records: list[dict]) -> None:
+    with Publisher(stream, settings=workspace.settings) as publisher:
+        for record in records:
+            publisher.send(record)
+
+
+def run_live_then_batch(
+    spark: SparkSession,
+    workspace: Workspace,
+    module: Path,
+    base: str,
+    source: str,
+    streams: dict[str, str],
+    arrivals: list[dict],
+) -> tuple[dict[str, list[dict]], dict[str, list[dict]], dict[str, list[dict]]]:
+    """Run Live killed and restarted over `arrivals` (the last one closes the range), then
+    Batch over the range and ProcessorTester over the same records in one micro-batch: the
+    values of each, by output attribute, copies of an id dropped."""
+    half = len(arrivals) // 2
+    publish(workspace, source, arrivals[:half])
+    run_killed_and_restarted(
+        workspace,
+        module,
+        f"Live{base}",
+        watched_output=next(iter(streams.values())),
+        while_running=lambda: publish(workspace, source, arrivals[half:]),
+    )
+    live = {
+        attribute: unique_values(read(workspace, stream)) for attribute, stream in streams.items()
+    }
+
+    batch_class = load(module, f"Batch{base}")
+    start_ms = min(record["time"] for record in arrivals)
+    end_ms = arrivals[-1]["time"]  # the closing record's time: it is left out
+    ran = run_processor_batch(spark, workspace, batch_class, start_ms=start_ms, end_ms=end_ms)
+    batch = {
+        attribute: unique_values(read(workspace, f"{stream}.batch"))
+        for attribute, stream in streams.items()
+    }
+    assert ran.productions == sum(len(values) for values in batch.values())
+    assert ran.dead_letters == 0
+
+    tester = ProcessorTester(batch_class)
+    tester.feed(source, arrivals[:-1])
+    tester.run_batch()
+    tester.advance_watermark(end_ms)
+    tester.fire_timers()
+    in_memory = {
+        attribute: tester.values(f"{stream}.batch") for attribute, stream in streams.items()
+    }
+    return live, batch, in_memory
+
+
+def same(values: list[dict]) -> list[str]:
+    return sorted(json.dumps(value, sort_keys=True) for value in values)
+
+
+def test_zeitgeist_live_killed_and_restarted_and_in_batch_matches_plain_python(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    rng = random.Random(21)
+    seconds = 100
+    cats = [rng.randint(3, 6) for _ in range(seconds)]
+    cats[70] = 40  # a spike, once the model is warm
+    counts = {
+        "cats": cats,
+        "dogs": [rng.choice([0, 1, 2]) for _ in range(seconds)],
+        # A burst, a quiet minute and more, another burst: fish sleeps and wakes up.
+        "fish": [2 if second < 10 or second >= 85 else 0 for second in range(seconds)],
+    }
+    records = zeitgeist.queries_per_second(counts, rng)
+    arrivals = [record for batch in zeitgeist.micro_batches(records, rng) for record in batch]
+    module, source, streams = live_module(
+        tmp_path,
+        workspace,
+        "zeitgeist",
+        "Zeitgeist",
+        "query",
+        "5s",
+        {"counts_stream": "query-counts", "anomalies_stream": "query-anomalies"},
+    )
+
+    live, batch, in_memory = run_live_then_batch(
+        spark, workspace, module, "Zeitgeist", source, streams, arrivals
+    )
+
+    expected_counts = zeitgeist.expected_counts(records)
+    for run in (live, batch, in_memory):
+        produced = Counter((v["query"], v["second"]) for v in run["counts_stream"])
+        assert set(produced.values()) == {1}, "each second is produced once"
+        counted = {(v["query"], v["second"]): v["count"] for v in run["counts_stream"]}
+        assert counted == expected_counts
+        anomalies = zeitgeist.by_query_and_second(run["anomalies_stream"])
+        assert anomalies == zeitgeist.expected_anomalies(expected_counts)
+        assert ("cats", zeitgeist.T0 + 70_000, "spike") in {
+            (v["query"], v["second"], v["kind"]) for v in anomalies
+        }
+    assert same(live["counts_stream"]) == same(batch["counts_stream"])
+    assert same(batch["counts_stream"]) == same(in_memory["counts_stream"])
+    assert same(live["anomalies_stream"]) == same(batch["anomalies_stream"])
+
+
+def test_sessions_live_killed_and_restarted_and_in_batch_match_plain_python(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    rng = random.Random(5)
+    events = sessions.video_events(rng, sessions=40)
+    arrivals = [event for batch in sessions.micro_batches(events, rng) for event in batch]
+    module, source, streams = live_module(
+        tmp_path,
+        workspace,
+        "sessions",
+        "ActiveSessions",
+        "session",
+        "10s",
+        {"changes_stream": "session-changes", "deltas_stream": "session-deltas"},
+    )
+
+    live, batch, in_memory = run_live_then_batch(
+        spark, workspace, module, "ActiveSessions", source, streams, arrivals
+    )
+
+    expected = sessions.in_order(sessions.expected_changes(events))
+    for run in (live, batch, in_memory):
+        assert sessions.in_order(run["changes_stream"]) == expected
+        deltas = Counter((v["session"], v["time"], v["delta"]) for v in run["deltas_stream"])
+        assert deltas == Counter(
+            (change["session"], change["time"], 1 if change["change"] == "started" else -1)
+            for change in expected
+        )
+    for attribute in streams:
+        assert same(live[attribute]) == same(batch[attribute]) == same(in_memory[attribute])

@@ -1,0 +1,85 @@
+"""Processors in batch over a stored range: the productions, ids included, of a streaming run
+over the same records and of ProcessorTester; records outside the range are left out."""
+
+from pyspark.sql import SparkSession
+
+from millrace.bus.records import Record
+from millrace.bus.streams import create_stream
+from millrace.config.workspace import Workspace
+from millrace.runtime.processor_batch import run_processor_batch
+from millrace.runtime.processors import start_processor_app
+from millrace.testing import ProcessorTester
+from tests.runtime.test_processors import (
+    T0,
+    closing,
+    produced_counts,
+    publish,
+    queries,
+    read,
+    window_counter,
+    window_counts,
+)
+
+
+def test_a_batch_run_gives_the_productions_of_the_streaming_run_and_the_tester(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    streamed_output, batch_output = f"{stream_name}.counts", f"{stream_name}.batch-counts"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    for output in (streamed_output, batch_output):
+        create_stream(workspace.settings, output, buckets=1)
+    events = queries(0, 300)
+    publish(workspace, stream_name, [*events, closing(events)])
+    streaming = window_counter(stream_name, streamed_output)
+    running = start_processor_app(
+        spark, workspace, streaming, available_now=True, max_records_per_batch=100
+    )
+    running.await_termination()
+
+    # The same processor under the same name (so the same ids), writing elsewhere.
+    Batch = window_counter(stream_name, batch_output)  # noqa: N806 - a class
+    Batch.name = streaming.name
+    end_ms = closing(events)["ts"]
+    ran = run_processor_batch(spark, workspace, Batch, start_ms=T0 - 60_000, end_ms=end_ms)
+
+    streamed = {record.id: record.value for record in read(workspace, streamed_output)}
+    batch = read(workspace, batch_output)
+    assert {record.id: record.value for record in batch} == streamed
+    assert produced_counts(batch) == window_counts(events)
+    assert ran.productions == len(batch) and ran.dead_letters == ran.late == 0
+
+    tester = ProcessorTester(Batch)
+    tester.feed(
+        stream_name,
+        [
+            Record(r.stream, r.bucket, r.offset, r.key, r.id, None, r.value)
+            for r in read(workspace, stream_name)
+            if r.value["ts"] < end_ms
+        ],
+    )
+    tester.run_batch()
+    tester.advance_watermark(end_ms)
+    tester.fire_timers()
+    assert {p.id: p.value for p in tester.productions[batch_output]} == streamed
+
+
+def test_a_batch_run_takes_only_the_records_of_its_range(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.counts"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+    events = queries(0, 200)
+    publish(workspace, stream_name, events)
+    start_ms, end_ms = T0 + 5_000, T0 + 20_000
+
+    run_processor_batch(
+        spark,
+        workspace,
+        window_counter(stream_name, output),
+        start_ms=start_ms,
+        end_ms=end_ms,
+    )
+
+    in_range = [event for event in events if start_ms <= event["ts"] < end_ms]
+    assert produced_counts(read(workspace, output)) == window_counts(in_range)
