@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from _harness import Run, processing_seconds
-from _load import processed_offsets
+from _load import Payloads, probe, processed_offsets, search, summarize
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -150,3 +150,58 @@ def compare(
     if "ceiling" in medians:
         result["ratio_to_ceiling"] = medians["millrace"] / medians["ceiling"]
     return result
+
+
+def sustained(
+    workspace,
+    starters: dict[str, Callable[[str], Started]],
+    payloads: Payloads,
+    options,
+    label: str,
+) -> dict[str, object]:
+    """The highest input rate each side sustains (`_load.search`), the sides' probes interleaved.
+
+    `starters` start each side on a fresh stream; `options` carries the search's settings
+    (`start_rate`, `refinements`, `warmup_seconds`, `probe_seconds`), as the benchmarks'
+    command lines give them.
+    """
+    from millrace.bus.streams import create_stream, describe_stream
+
+    def new_stream() -> str:
+        stream = f"bench.live.{uuid.uuid4().hex[:8]}"
+        create_stream(workspace.settings, stream, buckets=2)
+        return stream
+
+    def end_offsets(stream: str) -> dict[int, int]:
+        info = describe_stream(workspace.settings, stream)
+        return {bucket.bucket: bucket.end_offset for bucket in info.buckets}
+
+    searches = {
+        side: search(
+            options.start_rate,
+            options.refinements,
+            lambda rate, start=start: probe(
+                rate,
+                start,
+                new_stream,
+                workspace.settings.bootstrap_servers,
+                payloads,
+                end_offsets,
+                options.warmup_seconds,
+                options.probe_seconds,
+            ),
+        )
+        for side, start in starters.items()
+    }
+    probes: dict[str, list] = {side: [] for side in searches}
+    while searches:
+        for side, probes_left in list(searches.items()):
+            result = next(probes_left, None)
+            if result is None:
+                del searches[side]
+            else:
+                print(f"{label} {side}: {result}", flush=True)
+                probes[side].append(result)
+    summary = {side: summarize(side_probes) for side, side_probes in probes.items()}
+    ours, theirs = (summary[side]["max_sustained_rate"] for side in ("millrace", BASELINE))
+    return {**summary, "ratio": ours / theirs if theirs else None}

@@ -32,12 +32,10 @@ import argparse
 import json
 import random
 import time
-import uuid
 from collections.abc import Callable
 
 from _harness import isolated_workspace, write_results
-from _load import probe, search, summarize
-from _sides import Started, ceiling, compare, handwritten, millrace_app
+from _sides import Started, ceiling, compare, handwritten, millrace_app, sustained
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -132,15 +130,6 @@ def main() -> None:
 
 def _sustained(spark: SparkSession, workspace, name: str, options) -> dict[str, object]:
     """The highest input rate each side sustains, the two searches' probes interleaved."""
-    from millrace.bus.streams import create_stream, describe_stream
-
-    def new_stream() -> str:
-        stream = f"bench.live.{uuid.uuid4().hex[:8]}"
-        create_stream(workspace.settings, stream, buckets=2)
-        return stream
-
-    def end_offsets(stream: str) -> dict[int, int]:
-        return {b.bucket: b.end_offset for b in describe_stream(workspace.settings, stream).buckets}
 
     def start_millrace(stream: str) -> Started:
         running = millrace_app(
@@ -154,40 +143,13 @@ def _sustained(spark: SparkSession, workspace, name: str, options) -> dict[str, 
         )
         return Started([query], stream)
 
-    starters: dict[str, Callable[[str], Started]] = {
-        "millrace": start_millrace,
-        "handwritten_pyspark": start_handwritten,
-    }
-    searches = {
-        side: search(
-            options.start_rate,
-            options.refinements,
-            lambda rate, start=start: probe(
-                rate,
-                start,
-                new_stream,
-                workspace.settings.bootstrap_servers,
-                live_payloads,
-                end_offsets,
-                options.warmup_seconds,
-                options.probe_seconds,
-            ),
-        )
-        for side, start in starters.items()
-    }
-    probes: dict[str, list] = {side: [] for side in searches}
-    running = dict(searches)
-    while running:
-        for side, probes_left in list(running.items()):
-            result = next(probes_left, None)
-            if result is None:
-                del running[side]
-            else:
-                print(f"{name} {side}: {result}", flush=True)
-                probes[side].append(result)
-    summary = {side: summarize(side_probes) for side, side_probes in probes.items()}
-    ours, theirs = (summary[s]["max_sustained_rate"] for s in ("millrace", "handwritten_pyspark"))
-    return {**summary, "ratio": ours / theirs if theirs else None}
+    return sustained(
+        workspace,
+        {"millrace": start_millrace, "handwritten_pyspark": start_handwritten},
+        live_payloads,
+        options,
+        label=name,
+    )
 
 
 def _lines(spark: SparkSession, workspace, stream: str, watermark: bool = True) -> DataFrame:
