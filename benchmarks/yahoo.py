@@ -262,13 +262,18 @@ def _load(bootstrap_servers: str, stream: str, count: int) -> None:
     generator = random.Random(42)
     for number in range(count + 1):
         time_ms = START_MS + number * 1000 // EVENTS_PER_S + generator.randrange(-1000, 1000)
+        event = _event(generator, time_ms)
         if number == count:
-            time_ms += 3_600_000  # its watermark closes every window
+            # Its watermark closes every window. It is a view because Spark pushes the
+            # hand-written filter below the watermark: a filtered-out event would not move it.
+            event = (
+                _event(generator, time_ms + 3_600_000)
+                .replace('"event_type": "click"', '"event_type": "view"')
+                .replace('"event_type": "purchase"', '"event_type": "view"')
+            )
         while True:
             try:
-                producer.produce(
-                    stream, _event(generator, time_ms).encode(), headers={"id": f"ad:{number}"}
-                )
+                producer.produce(stream, event.encode(), headers={"id": f"ad:{number}"})
                 break
             except BufferError:
                 producer.poll(0.1)
