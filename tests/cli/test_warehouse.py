@@ -12,6 +12,10 @@ from millrace.runtime.adhoc_sql import QueryResult
 from millrace.warehouse.layout import streams_marked_for_archive
 from tests.cli.test_cli import millrace
 
+# Each `millrace` here starts its own JVM: a minute or less alone, but several on a machine
+# busy with other Spark jobs, which the suite's 600 s per test does not allow for.
+pytestmark = pytest.mark.timeout(1800)
+
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 EVENTS = [
     {"event_time": START_MS + n * 7_000, "category": ("movies", "news")[n % 2], "n": n}
