@@ -1,5 +1,7 @@
+import sys
 import uuid
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from pyspark.sql import SparkSession
@@ -11,8 +13,19 @@ from millrace.config.workspace import Workspace
 from millrace.engine.archive import start_archive
 from millrace.errors import WarehouseError
 from millrace.runtime.backfill import backfill
+from millrace.runtime.processors import start_processor_app
 from millrace.runtime.sql_apps import query_result_table, start_sql_app
 from millrace.sql.parser import parse_app
+from tests.runtime.test_processors import (
+    T0,
+    closing,
+    produced_counts,
+    publish,
+    queries,
+    read,
+    window_counter,
+    window_counts,
+)
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "top_events.sql"
 ZEITGEIST = Path(__file__).parents[2] / "examples" / "zeitgeist.py"
@@ -154,4 +167,40 @@ def test_backfill_names_what_it_cannot_do(
         assert complaint in raised.value.message
     with pytest.raises(WarehouseError) as raised:
         backfill(spark, workspace, f"{ZEITGEIST}:Zeitgeist", start_ms=0, end_ms=1, into=["x"])
-    assert "cannot backfill processor" in raised.value.message
+    assert "has no archive" in raised.value.message
+
+
+def test_backfilling_a_processor_from_the_warehouse_gives_the_productions_of_its_live_run(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    live_output, backfilled_output = f"{stream_name}.counts", f"{stream_name}.backfilled"
+    for stream in (stream_name, live_output, backfilled_output):
+        create_stream(workspace.settings, stream, buckets=1)
+    events = queries(0, 200)
+    publish(workspace, stream_name, [*events, closing(events)])
+    live = window_counter(stream_name, live_output)
+    start_processor_app(spark, workspace, live, available_now=True).await_termination()
+    start_archive(
+        spark, workspace, stream_name, available_now=True, time_field="ts"
+    ).awaitTermination()
+
+    # The same processor under the same name (so the same ids), producing elsewhere; only the
+    # stream named by `into` is written.
+    module = ModuleType(f"backfilled_{uuid.uuid4().hex[:8]}")
+    module.Counter = window_counter(stream_name, backfilled_output)
+    module.Counter.name = live.name
+    sys.modules[module.__name__] = module
+    run = backfill(
+        spark,
+        workspace,
+        f"{module.__name__}:Counter",
+        start_ms=T0 - 60_000,
+        end_ms=closing(events)["ts"],
+        into=[backfilled_output],
+    )
+
+    streamed = {record.id: record.value for record in read(workspace, live_output)}
+    backfilled = read(workspace, backfilled_output)
+    assert {record.id: record.value for record in backfilled} == streamed
+    assert produced_counts(backfilled) == window_counts(events)
+    assert run.productions == len(backfilled)

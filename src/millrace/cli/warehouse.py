@@ -16,6 +16,7 @@ from millrace.engine.archive import read_archive, start_archive
 from millrace.engine.session import spark_session, stop_spark_session
 from millrace.runtime.adhoc_sql import QueryResult, run_query
 from millrace.runtime.backfill import backfill as run_backfill
+from millrace.runtime.processor_batch import ProcessorBatchRun
 from millrace.sql.parser import load_app
 from millrace.warehouse.layout import archive_path, streams_marked_for_archive
 
@@ -85,7 +86,8 @@ def archive(
 def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
     """Re-run APP in batch over the archived records from --from to --to.
 
-    APP is a SQL app's file. Its inputs are read from the warehouse and decoded by the code
+    APP is a SQL app's file, or a processor as module:Class or file.py:Class. Its inputs
+    are read from the warehouse and decoded by the code
     of its streaming run; the outputs named by --into get the same final results as the
     streaming run, merged by key, so running a backfill again changes nothing.
     """
@@ -104,6 +106,13 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
         )
     finally:
         stop_spark_session()
+    if isinstance(result, ProcessorBatchRun):
+        click.echo(
+            f"processor {result.processor.name!r} backfilled over {_iso(start_ms)} to "
+            f"{_iso(end_ms)} from the warehouse: {_count(result.productions, 'production')}, "
+            f"{_count(result.dead_letters, 'dead letter')}"
+        )
+        return
     click.echo(
         f"app {result.app.name!r} backfilled over {_iso(start_ms)} to {_iso(end_ms)} "
         "from the warehouse"

@@ -7,21 +7,25 @@ decoded by the code that decodes the live stream. The outputs chosen with `into`
 tables, by merge on their keys, and streams, with deterministic ids) get the same final
 results as the streaming run, so running a backfill again changes nothing.
 
-`backfill` is the one dispatch point between app kinds: SQL apps run now; processor apps
-(`module:Class`) are refused until the processor runtime has a batch mode to call.
+`backfill` is the one dispatch point between app kinds: a processor app (`module:Class`)
+runs with `run_processor_batch` over its inputs' archives the same way, writing its
+productions to the streams `into` names.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from millrace.config.workspace import Workspace
+from millrace.engine.user_code import ship_with_tasks
 from millrace.errors import WarehouseError
-from millrace.processor.loading import is_processor_target
+from millrace.processor.loading import is_processor_target, load_processor
+from millrace.runtime.processor_batch import ProcessorBatchRun, run_processor_batch
 from millrace.runtime.sql_apps import BatchRun, run_sql_app_batch
 from millrace.sql.parser import SqlApp, load_app
 from millrace.warehouse.layout import require_archive
@@ -35,13 +39,13 @@ def backfill(
     start_ms: int,
     end_ms: int,
     into: Sequence[str],
-) -> BatchRun:
+) -> BatchRun | ProcessorBatchRun:
     """Re-run `app` over its inputs' archived records with event times in `[start_ms, end_ms)`.
 
-    `app` is a SQL app's file (or, later, a processor as `module:Class`); `into` names the
-    outputs to write: result tables of the app and streams it writes (`INSERT INTO STREAM`
-    or a table's `emit`). Other outputs are left alone. Raises `WarehouseError` for an
-    output the app does not have, an input stream without an archive, or a processor app.
+    `app` is a SQL app's file or a processor as `module:Class`; `into` names the outputs to
+    write: result tables of the app and streams it writes (`INSERT INTO STREAM`, a table's
+    `emit`, a processor's productions). Other outputs are left alone. Raises
+    `WarehouseError` for an output a SQL app does not have, or an input without an archive.
 
     Example:
         >>> run = backfill(spark, workspace, "examples/top_events.sql",  # doctest: +SKIP
@@ -102,14 +106,19 @@ def _backfill_processor(
     start_ms: int,
     end_ms: int,
     into: Sequence[str],
-) -> BatchRun:
-    # The dispatch point for processor apps: they will run over
-    # `read_batch(..., source="warehouse")` once the processor runtime runs in batch mode.
-    del spark, workspace, start_ms, end_ms, into
-    raise WarehouseError(
-        f"cannot backfill processor {target!r} yet: processors have no batch run to re-use",
-        hint="backfill SQL apps for now; a processor can be re-run from its input "
-        "stream's records while the bus still keeps them",
+) -> ProcessorBatchRun:
+    processor = load_processor(target)
+    ship_with_tasks(sys.modules[processor.__module__])
+    for source in processor.inputs:
+        require_archive(workspace, source.stream)
+    return run_processor_batch(
+        spark,
+        workspace,
+        processor,
+        start_ms=start_ms,
+        end_ms=end_ms,
+        source="warehouse",
+        into=into,
     )
 
 

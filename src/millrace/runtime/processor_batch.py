@@ -12,8 +12,11 @@ steps:
    them on its way there.
 
 Productions and dead letters are written to Kafka as the streaming runtime writes them, each
-with its deterministic id. State is not kept: a batch run starts from no state and its state
-is thrown away, so it neither reads nor changes the checkpoint of the streaming app.
+with its deterministic id. With `source="warehouse"` the records come from the inputs'
+archives instead of the bus (a backfill, `millrace.runtime.backfill`), and `into` keeps only
+the productions to the streams it names. State is not kept: a batch run starts from no state
+and its state is thrown away, so it neither reads nor changes the checkpoint of the streaming
+app.
 
 A batch run gives the productions of a streaming run over the same records when the
 processor's output does not depend on how records are split into micro-batches: it acts on
@@ -36,15 +39,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Literal
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.bus.records import RecordDecodeError
 from millrace.bus.streams import describe_stream
 from millrace.config.workspace import Workspace
+from millrace.engine.archive import read_archive
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
 from millrace.errors import ProcessorError
 from millrace.processor.execution import run_batch
@@ -95,12 +101,17 @@ def run_processor_batch(
     start_ms: int,
     end_ms: int,
     buckets: int = DEFAULT_BUCKETS,
+    source: Literal["bus", "warehouse"] = "bus",
+    into: Collection[str] | None = None,
 ) -> ProcessorBatchRun:
     """Run `processor_class` once over its inputs' records with event times in the range.
 
-    Times are epoch milliseconds, `end_ms` not included. Records whose value is not a JSON
-    object, or has no readable time, go to their stream's dead letters whatever their time,
-    with the ids a streaming run gives them, so a reader drops the letters both wrote.
+    Times are epoch milliseconds, `end_ms` not included. The records are read from the bus,
+    or from the inputs' archives with `source="warehouse"`; `into`, when given, names the
+    streams whose productions are written (the others are left out). Records whose value is
+    not a JSON object, or has no readable time, go to their stream's dead letters whatever
+    their time, with the ids a streaming run gives them, so a reader drops the letters both
+    wrote.
 
     Example:
         >>> run_processor_batch(spark, workspace, WindowCounter, start_ms=0,  # doctest: +SKIP
@@ -113,20 +124,24 @@ def run_processor_batch(
             f"the batch range of {processor_class.name!r} is empty: {start_ms} to {end_ms}",
             hint="give an end after the start",
         )
-    for source in processor_class.inputs:
-        _require_stream(workspace, source.stream, f"input of processor {processor_class.name!r}")
-        create_dead_letter_stream(workspace, source.stream)
+    for stream_input in processor_class.inputs:
+        _require_stream(
+            workspace, stream_input.stream, f"input of processor {processor_class.name!r}"
+        )
+        create_dead_letter_stream(workspace, stream_input.stream)
     if processor_class.on_error == "dlq":
         create_dead_letter_stream(workspace, processor_class.name)
     records: DataFrame | None = None
-    for source in processor_class.inputs:
-        frame = _read_range(spark, workspace, source, buckets, start_ms, end_ms)
+    for stream_input in processor_class.inputs:
+        frame = _read_range(spark, workspace, stream_input, buckets, start_ms, end_ms, source)
         records = frame if records is None else records.unionByName(frame)
     assert records is not None  # validate() requires at least one input
     outputs = records.groupBy("bucket").applyInPandas(
         _bucket_function(processor_class, end_ms, processing_time_ms=int(time.time() * 1000)),
         schema=_OUTPUT_SCHEMA,
     )
+    if into is not None:
+        outputs = outputs.where((F.col("kind") != _PRODUCTION) | F.col("stream").isin(*into))
     run = ProcessorBatchRun(processor_class, start_ms, end_ms)
     try:
         counts = _write_output_rows(workspace, processor_class.name, run.streams, outputs)
@@ -145,22 +160,27 @@ def _read_range(
     buckets: int,
     start_ms: int,
     end_ms: int,
+    origin: Literal["bus", "warehouse"],
 ) -> DataFrame:
     """The input rows of `source` in the range, and its unreadable records, in batch."""
-    # The end offsets are fixed now, so that every action on the frame sees the same records.
-    ends = {
-        str(bucket.bucket): bucket.end_offset
-        for bucket in describe_stream(workspace.settings, source.stream).buckets
-    }
-    raw = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("subscribe", source.stream)
-        .option("startingOffsets", "earliest")
-        .option("endingOffsets", json.dumps({source.stream: ends}))
-        .option("includeHeaders", "true")
-        .load()
-    )
+    if origin == "warehouse":
+        raw = read_archive(spark, workspace, source.stream)
+    else:
+        # The end offsets are fixed now, so that every action on the frame sees the same
+        # records.
+        ends = {
+            str(bucket.bucket): bucket.end_offset
+            for bucket in describe_stream(workspace.settings, source.stream).buckets
+        }
+        raw = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+            .option("subscribe", source.stream)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", json.dumps({source.stream: ends}))
+            .option("includeHeaders", "true")
+            .load()
+        )
     placed = _placed(raw, source, buckets).drop("event_time")
     # A null time is an unreadable record: it goes on, to be dead-lettered in its bucket.
     return placed.where(
