@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.errors import EngineError
 
@@ -34,6 +35,7 @@ Semantics = Literal["exactly_once", "at_least_once", "at_most_once"]
 
 SEMANTICS: tuple[str, ...] = get_args(Semantics)
 
+_DEDUP_KEY = "_millrace_dedup_key"
 # Batch markers kept by `AtMostOnce`: a re-run is only ever of the last batch or two.
 _MARKERS_KEPT = 20
 
@@ -69,9 +71,13 @@ def drop_duplicate_records(
     Example:
         >>> unique = drop_duplicate_records(frame, time="ts", lateness_ms=30_000)  # doctest: +SKIP
     """
-    # Spark allows one watermark per input, so the app's windows use this one.
-    return records.withWatermark(time, f"{lateness_ms} milliseconds").dropDuplicatesWithinWatermark(
-        [key]
+    # Spark allows one watermark per input, so the app's windows use this one. The id is
+    # copied to a column of its own, the state's key, whatever `key` is called.
+    return (
+        records.withColumn(_DEDUP_KEY, F.col(key))
+        .withWatermark(time, f"{lateness_ms} milliseconds")
+        .dropDuplicatesWithinWatermark([_DEDUP_KEY])
+        .drop(_DEDUP_KEY)
     )
 
 
