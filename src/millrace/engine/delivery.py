@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, get_args
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.errors import EngineError
@@ -35,7 +35,6 @@ Semantics = Literal["exactly_once", "at_least_once", "at_most_once"]
 
 SEMANTICS: tuple[str, ...] = get_args(Semantics)
 
-_DEDUP_TIME = "_millrace_dedup_time"
 _DEDUP_KEY = "_millrace_dedup_key"
 # Batch markers kept by `AtMostOnce`: a re-run is only ever of the last batch or two.
 _MARKERS_KEPT = 20
@@ -57,49 +56,28 @@ def require_semantics(value: str, where: str) -> Semantics:
 
 
 def drop_duplicate_records(
-    records: DataFrame,
-    *,
-    time: str,
-    lateness_ms: int,
-    key: str | Column = "record_id",
-    slack_ms: int = 0,
+    records: DataFrame, *, time: str, lateness_ms: int, key: str = "record_id"
 ) -> DataFrame:
-    """`records` with a watermark, without the rows whose `key` an earlier row had.
+    """`records` with a watermark on `time`, without the rows whose `key` an earlier row had.
 
     `time` is the event-time column (a TIMESTAMP) and `lateness_ms` the input's lateness: the
     watermark is the largest event time seen minus the lateness, as
-    `records.withWatermark(time, lateness)` makes it. An id is kept until the watermark passes
-    its record's event time plus the lateness (and twice the slack). A row whose event time
-    is more than `slack_ms` behind the watermark when it comes is dropped as late, duplicate
-    or not, and counted in the query's late rows (Spark's `dropDuplicatesWithinWatermark`).
-    `key` (a column or its name) must not be null.
-
-    With `slack_ms` 0 the watermark is on `time`, for windows downstream. With a slack, it is
-    on a hidden column (Spark allows one watermark per input) and `time` has none: for a
-    reader that sets late rows aside itself and only needs the watermark's value, as the
-    processor runtime does, which then sees every row up to `slack_ms` behind.
+    `records.withWatermark(time, lateness)` makes it, so windows downstream see the watermark
+    they would see without this step. An id is kept until the watermark passes its record's
+    event time plus the lateness. A row whose event time is behind the watermark when it
+    comes is dropped as late, duplicate or not, and counted in the query's late rows (Spark's
+    `dropDuplicatesWithinWatermark`). `key` names a column that is never null.
 
     Example:
         >>> unique = drop_duplicate_records(frame, time="ts", lateness_ms=30_000)  # doctest: +SKIP
     """
-    key_column = F.col(key) if isinstance(key, str) else key
-    if slack_ms == 0:
-        return (
-            records.withColumn(_DEDUP_KEY, key_column)
-            .withWatermark(time, f"{lateness_ms} milliseconds")
-            .dropDuplicatesWithinWatermark([_DEDUP_KEY])
-            .drop(_DEDUP_KEY)
-        )
-    # The shifted column is ahead by the slack and so is its delay: the watermark's value is
-    # the same, while Spark's late-row check on it lets rows up to the slack behind through.
-    # Dropping the column keeps the watermark: Spark computes it where it is defined.
-    shifted_time = F.col(time) + F.make_dt_interval(secs=F.lit(slack_ms / 1000.0))
+    # Spark allows one watermark per input, so the app's windows use this one. The id is
+    # copied to a column of its own, the state's key, whatever `key` is called.
     return (
-        records.withColumn(_DEDUP_TIME, shifted_time)
-        .withColumn(_DEDUP_KEY, key_column)
-        .withWatermark(_DEDUP_TIME, f"{lateness_ms + slack_ms} milliseconds")
+        records.withColumn(_DEDUP_KEY, F.col(key))
+        .withWatermark(time, f"{lateness_ms} milliseconds")
         .dropDuplicatesWithinWatermark([_DEDUP_KEY])
-        .drop(_DEDUP_TIME, _DEDUP_KEY)
+        .drop(_DEDUP_KEY)
     )
 
 

@@ -60,7 +60,7 @@ from millrace.bus.records import ID_HEADER, Record, RecordDecodeError, decode_va
 from millrace.bus.streams import dead_letter_stream, require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
-from millrace.engine.delivery import AtMostOnce, drop_duplicate_records
+from millrace.engine.delivery import AtMostOnce
 from millrace.engine.metrics import observe_outputs
 from millrace.engine.serving_sink import write_table
 from millrace.engine.triggers import Trigger
@@ -154,9 +154,7 @@ def start_processor_app(
     lookups.require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
     records = None
     for source in processor_class.inputs:
-        frame = _read_input(
-            spark, workspace, source, buckets, max_records_per_batch, processor_class.semantics
-        )
+        frame = _read_input(spark, workspace, source, buckets, max_records_per_batch)
         records = frame if records is None else records.unionByName(frame)
     assert records is not None  # validate() requires at least one input
     outputs = records.groupBy("bucket").transformWithStateInPandas(
@@ -204,7 +202,6 @@ def _read_input(
     source: Input,
     buckets: int,
     max_records_per_batch: int | None,
-    semantics: str = "at_least_once",
 ) -> DataFrame:
     """One input's Kafka records, placed in their key's bucket, with Spark's watermark."""
     reader = (
@@ -220,9 +217,7 @@ def _read_input(
     # The watermark is Spark's, per input (the largest event time minus the lateness) and the
     # smallest over the inputs, as `execution.watermark_after` computes it. The event-time
     # column is then dropped, so that Spark does not drop late records itself: the execution
-    # core sets them aside and counts them. Exactly-once drops copies here too.
-    if semantics == "exactly_once":
-        return _without_copies(placed, source)
+    # core sets them aside and counts them.
     return placed.withWatermark("event_time", f"{source.lateness_ms} milliseconds").drop(
         "event_time"
     )
@@ -245,33 +240,10 @@ def _placed(raw: DataFrame, source: Input, buckets: int) -> DataFrame:
     )
 
 
-# ---- Semantics (docs/semantics.md), kept apart: the read above calls `_without_copies`, the
-# ---- query's foreachBatch is `_semantics_writer`.
-
-DEDUP_SLACK_MS = 10 * 60 * 1000
-"""How far behind the watermark a record may come and still reach an exactly-once processor
-(whose execution core sets it aside as late); a record further behind is dropped by the
-deduplication and counted among Spark's late rows, not the processor's."""
-
-
-def _without_copies(placed: DataFrame, source: Input) -> DataFrame:
-    """`placed` with its watermark and without copies of records read before (exactly_once).
-
-    Deduplication is on the record's id, or its place in the stream when it has none, within
-    the watermark horizon (`engine.delivery.drop_duplicate_records`), with a slack so that the
-    execution core still gets the records behind the watermark, to count them as late.
-    """
-    key = F.coalesce(
-        F.col("record_id"),
-        F.concat_ws(":", F.lit(source.stream), F.col("record_bucket"), F.col("record_offset")),
-    )
-    return drop_duplicate_records(
-        placed,
-        time="event_time",
-        lateness_ms=source.lateness_ms,
-        key=key,
-        slack_ms=DEDUP_SLACK_MS,
-    ).drop("event_time")
+# ---- Semantics (docs/semantics.md), kept apart: the query's foreachBatch is `_semantics_writer`.
+# Inputs are not deduplicated yet: Spark's `dropDuplicatesWithinWatermark` shuffles by record
+# id, which breaks the order of a key's records before its bucket; dropping copies needs the
+# ids kept in the bucket's own state instead (MillWheel's way).
 
 
 def _semantics_writer(
