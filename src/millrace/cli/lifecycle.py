@@ -11,6 +11,8 @@ import click
 from millrace.cli.apps import _epoch_ms  # the same time parsing as `run --batch`
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
+from millrace.errors import MillraceError
+from millrace.monitor.service import Monitor
 from millrace.runtime import checkpoints, lifecycle, registry
 from millrace.runtime.registry import AppRecord
 
@@ -46,9 +48,15 @@ def deploy(app: str, trigger: str | None, master: str | None, force: bool) -> No
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per app.")
 def ps(as_json: bool) -> None:
-    """List the deployed apps: status, pid, uptime, trigger, last batch and input rate."""
+    """List the deployed apps: status, pid, uptime, trigger, last batch, input rate and lags.
+
+    The processing lag is the records waiting on the app's inputs and how many seconds of
+    the bus they span; the watermark lag how far its watermark is behind its newest event
+    time (see docs/monitoring.md).
+    """
     workspace = _workspace()
-    rows = [_ps_row(workspace, record) for record in registry.list_apps(workspace)]
+    monitor = Monitor(workspace)
+    rows = [_ps_row(workspace, record, monitor) for record in registry.list_apps(workspace)]
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
@@ -201,8 +209,8 @@ def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool
         click.echo(f"app {app!r} started again: pid {done.record.pid}")
 
 
-def _ps_row(workspace: Workspace, record: AppRecord) -> dict:
-    """What `ps` shows of one app. Lags are the monitor's (`millrace.runtime.monitor`)."""
+def _ps_row(workspace: Workspace, record: AppRecord, monitor: Monitor) -> dict:
+    """What `ps` shows of one app. Lags are the monitor's (`millrace.monitor`)."""
     last = checkpoints.last_batches(workspace, record.name)
     newest = max(last.values(), key=lambda batch: batch.started_ms or 0, default=None)
     uptime = lifecycle.uptime_s(record)
@@ -216,8 +224,25 @@ def _ps_row(workspace: Workspace, record: AppRecord) -> dict:
         "last_batch": {query: batch.batch_id for query, batch in last.items()} or None,
         "last_batch_at": newest.as_dict()["started"] if newest is not None else None,
         "input_rate": _input_rate(record),
-        "processing_lag": None,
-        "watermark_lag": None,
+        **_lags(monitor, record.name),
+    }
+
+
+def _lags(monitor: Monitor, app: str) -> dict:
+    """The processing and watermark lags of `app`; None where the monitor cannot tell.
+
+    `ps` still lists the apps when the bus is down: the lags are then left out.
+    """
+    try:
+        status = monitor.status(app)
+    except MillraceError:
+        status = None
+    if status is None:
+        return {"processing_lag": None, "watermark_lag": None}
+    watermark_lag = status.watermark_lag_seconds
+    return {
+        "processing_lag": f"{status.lag_records} records, {status.lag_seconds:.1f}s",
+        "watermark_lag": None if watermark_lag is None else f"{watermark_lag:.1f}s",
     }
 
 
