@@ -13,11 +13,13 @@ import itertools
 import math
 import sys
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
+from fastapi.testclient import TestClient
 from pyspark.sql import SparkSession
 
+from millrace.api.app import create_app
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.records import event_time_ms
 from millrace.config.workspace import Workspace
@@ -132,3 +134,23 @@ def test_the_trending_pipeline_ranks_what_plain_python_ranks(
         for (_, weight), (_, score) in zip(got[key], ranked, strict=True):
             assert math.isclose(weight, score, rel_tol=1e-5), key
     assert isinstance(rows[0]["window_start"], datetime)
+
+    # The same rows over HTTP, from the Delta files, filtered by topic, from the last 2 windows.
+    client = TestClient(create_app(workspace))
+    served = client.get(
+        "/apps/trending_ranker/tables/top_events", params={"topic": "news", "last": 2}
+    )
+    assert served.status_code == 200
+    windows = sorted({key[0] for key in got if key[1] == "news"})[-2:]
+    assert [
+        (row["window_start"], [entry["item"] for entry in row["top_events"]])
+        for row in served.json()
+    ] == [
+        (
+            datetime.fromtimestamp(w / 1000, UTC).isoformat().replace("+00:00", "Z"),
+            [e for e, _ in got[(w, "news")]],
+        )
+        for w in windows
+    ]
+    assert client.get("/apps/trending_ranker/tables/top_events?colour=red").status_code == 400
+    assert client.get("/apps/trending_ranker/tables/none").status_code == 404
