@@ -11,6 +11,7 @@ rules computed here in plain Python, and the malformed records against the dead 
 import importlib.util
 import itertools
 import math
+import random
 import sys
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from millrace.processor.loading import load_processor
 from millrace.runtime.processor_batch import run_processor_batch
 from millrace.runtime.sql_apps import query_result_table, run_sql_app_batch, start_sql_app
 from millrace.sql.parser import load_app
+from millrace.testing import ProcessorTester
 
 TRENDING = Path(__file__).resolve().parents[2] / "examples" / "trending"
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch milliseconds
@@ -154,3 +156,55 @@ def test_the_trending_pipeline_ranks_what_plain_python_ranks(
     ]
     assert client.get("/apps/trending_ranker/tables/top_events?colour=red").status_code == 400
     assert client.get("/apps/trending_ranker/tables/none").status_code == 404
+
+
+def test_the_scorer_in_memory_scores_panes_as_plain_python_does() -> None:
+    # Two keys, panes with gaps (the trend decays over panes without records), fed in
+    # micro-batches of 10 s of event time, out of order within each batch.
+    scorer = load_processor(f"{TRENDING / 'scorer.py'}:Scorer")
+    rng = random.Random(5)
+    counts = {
+        ("#oscars", "movies"): [3, 0, 7, 1, 0, 0, 9, 2],
+        ("#eclipse", "news"): [1, 4, 4, 0, 2],
+    }
+    tester = ProcessorTester(scorer)
+    for pane in range(8):
+        batch = [
+            {
+                "event": event,
+                "topic": topic,
+                "event_time": T0 + pane * PANE_MS + rng.randrange(PANE_MS),
+            }
+            for (event, topic), per_pane in counts.items()
+            if pane < len(per_pane)
+            for _ in range(per_pane[pane])
+        ]
+        rng.shuffle(batch)
+        tester.feed("trending.enriched", batch)
+        tester.run_batch()
+    tester.advance_watermark(T0 + 9 * PANE_MS)
+    tester.fire_timers()
+    got = {
+        (
+            event_time_ms(value, "event_time") // PANE_MS * PANE_MS,
+            value["topic"],
+            value["event"],
+        ): value["score"]
+        for value in tester.values("trending.scores")
+    }
+    records = [
+        {"event_type": "post", "dimension_id": event, "event_time": T0 + pane * PANE_MS}
+        for (event, _), per_pane in counts.items()
+        for pane, count in enumerate(per_pane)
+        for _ in range(count)
+    ]
+    dimensions = {event: {"name": event, "topic": topic} for event, topic in counts}
+    expected = {
+        (pane, topic, event): score
+        for (pane, topic), ranked in expected_top_events(records, dimensions, k=10).items()
+        for event, score in ranked
+    }
+    assert got.keys() == expected.keys()
+    for key, score in expected.items():
+        assert math.isclose(got[key], score, rel_tol=1e-5), key
+    assert not tester.late
