@@ -4,7 +4,7 @@
 setup:
 	bash scripts/setup.sh
 
-# The main job: bus up, a stream, sample events, counts per bucket from Spark.
+# The main job: the trending-events pipeline (docs/trending.md) live until Ctrl-C.
 demo: setup
 	.venv/bin/millrace init
 	.venv/bin/millrace demo

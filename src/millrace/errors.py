@@ -144,3 +144,9 @@ class StateSchemaError(LifecycleError):
     """An app's new code needs state that its checkpoint cannot give it."""
 
     code = "state-schema"
+
+
+class ResultTableNotFoundError(SqlError):
+    """A SQL app's result table does not exist (yet)."""
+
+    code = "result-table-not-found"

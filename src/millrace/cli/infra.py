@@ -123,11 +123,19 @@ def status() -> None:
 
 
 @click.command()
-@click.option("--events", default=10_000, show_default=True, help="Sample events to publish.")
-def demo(events: int) -> None:
-    """Run the short demo: bus up, a stream, sample events, counts per bucket from Spark."""
+@click.option("--rate", default=200.0, show_default=True, help="Events per second to publish.")
+@click.option(
+    "--seconds",
+    type=float,
+    default=None,
+    help="Stop after this many seconds (exit 1 if no top-K appeared); default: until Ctrl-C.",
+)
+def demo(rate: float, seconds: float | None) -> None:
+    """Run the trending-events pipeline live: generator, 4 apps, top 3 events per topic."""
     from millrace.runtime.demo import run_demo
 
     workspace = Workspace.locate()
     init_workspace(workspace)
-    run_demo(workspace, events=events, say=click.echo)
+    run = run_demo(workspace, rate=rate, seconds=seconds, say=click.echo)
+    if seconds is not None and run.first_results_s is None:
+        raise SystemExit(1)

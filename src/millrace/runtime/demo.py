@@ -1,119 +1,287 @@
-"""The short demo behind `millrace demo`: the bus up, one stream, sample events, Spark counts.
+"""`millrace demo`: the trending-events pipeline of the Facebook paper, live on one machine.
 
-It shows the foundation working end to end on one machine: a local broker, a 4-bucket stream,
-sample events published with ids and event times (a few of them malformed on purpose), and a
-Spark streaming query that decodes them, routes the malformed ones to the dead-letter stream
-and counts the rest per bucket.
+Figure 3 of `realtime-data-processing-at-facebook.txt` (see docs/trending.md): a generator
+publishes events to `trending.events`; the Filterer (SQL) keeps the relevant event types; the
+Joiner (SQL, `JOIN LOOKUP`) adds each event's name and topic from the serving table
+`trending_dimensions` and reshards by (event, topic); the Scorer (a processor) keeps
+sliding-window counts and a long-term trend per (event, topic) and scores each 10-second
+pane; the Ranker (SQL, `TOPK`) keeps the top 3 events per topic and 10-second window in its
+result table, which `millrace serve` answers at `/apps/trending_ranker/tables/top_events`.
+
+`run_demo` brings Kafka and Redis up, creates what is missing (streams, the dimensions
+table), deploys the four apps detached (`millrace ps` lists them), runs the generator in a
+thread, and prints progress and each new window's top 3 per topic until it is interrupted
+(Ctrl-C or SIGTERM) or `seconds` have passed; then it stops the generator and the apps
+gracefully. Kafka and Redis stay up. The apps keep their checkpoints: a second run resumes.
 """
 
 from __future__ import annotations
 
-import random
-import shutil
+import contextlib
+import importlib.util
+import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-
-from confluent_kafka import Producer
-from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
 
 from millrace.bus.broker import start_broker
-from millrace.bus.publisher import Publisher
-from millrace.bus.streams import (
-    create_stream,
-    dead_letter_stream,
-    delete_stream,
-    list_streams,
-)
+from millrace.bus.streams import describe_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.session import spark_session, stop_spark_session
-from millrace.engine.streams import read_stream
+from millrace.engine.triggers import Trigger
+from millrace.errors import AppNotFoundError, LifecycleError, MillraceError, SqlError
+from millrace.monitor.service import Monitor
+from millrace.runtime import registry
+from millrace.runtime.lifecycle import deploy, stop
+from millrace.runtime.result_files import read_result_rows
+from millrace.serving.server import start_redis
 
-DEMO_STREAM = "demo.events"
-DEMO_APP = "demo"
-_CATEGORIES = ("sports", "music", "movies", "news", "games")
-_MALFORMED = (b"{not json", b"[1, 2, 3]", b'{"time": "2026-01-01T00:00:00Z", "score": "high"}')
+RANKER = "trending_ranker"
+RANKER_TABLE = "top_events"
+APP_NAMES = ("trending_filterer", "trending_joiner", "trending_scorer", RANKER)
+LEAN_SPARK = {
+    # Four Spark applications share the machine: few shuffle partitions and a small heap
+    # each. A setting the user made (in the environment) wins.
+    "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "2",
+    "MILLRACE_SPARK_DRIVER_MEMORY": "1g",
+}
 
 
-def run_demo(workspace: Workspace, *, events: int, say: Callable[[str], None]) -> dict[int, int]:
-    """Run the demo and return the count of good records per bucket that Spark computed."""
-    status = start_broker(workspace)
-    say(f"1. bus up at {status.bootstrap_servers}")
+@dataclass
+class DemoRun:
+    """What a demo run saw: when its first top-K appeared, what it published, and so on."""
 
+    started: float = field(default_factory=time.monotonic)
+    first_results_s: float | None = None
+    events: int = 0
+    malformed: int = 0
+    windows_shown: int = 0
+
+
+def trending_dir() -> Path:
+    """The folder of the pipeline's apps: `examples/trending` of the source tree, or of here.
+
+    Example:
+        >>> trending_dir().name
+        'trending'
+    """
+    candidates = [
+        Path(__file__).resolve().parents[3] / "examples" / "trending",
+        Path.cwd() / "examples" / "trending",
+    ]
+    for candidate in candidates:
+        if (candidate / "generator.py").is_file():
+            return candidate
+    raise MillraceError(
+        "cannot find examples/trending (the demo's apps)",
+        hint="run `millrace demo` from the millrace source tree",
+    )
+
+
+def run_demo(
+    workspace: Workspace,
+    *,
+    rate: float,
+    seconds: float | None,
+    say: Callable[[str], None],
+    trigger: str = "interval:2s",
+) -> DemoRun:
+    """Run the pipeline live until interrupted or `seconds` have passed; then stop the apps.
+
+    Example:
+        >>> run_demo(workspace, rate=200, seconds=180, say=print).first_results_s  # doctest: +SKIP
+        71.4
+    """
+    run = DemoRun()
+    folder = trending_dir()
+    generator = _load(folder / "generator.py")
+    bus = start_broker(workspace)
+    redis = start_redis(workspace)
+    say(f"1. Kafka up at {bus.bootstrap_servers}, Redis up at {redis.url}")
     settings = workspace.settings
-    for name in (DEMO_STREAM, dead_letter_stream(DEMO_STREAM)):
-        if name in list_streams(settings):
-            delete_stream(settings, name)
-    create_stream(settings, DEMO_STREAM, buckets=4, retention="1d")
-    say(f"2. created stream {DEMO_STREAM!r} with 4 buckets")
-
-    started = time.monotonic()
-    _publish_sample(workspace, events)
+    generator.setup(settings)
     say(
-        f"3. published {events} events and {len(_MALFORMED)} malformed records "
-        f"in {time.monotonic() - started:.1f} s"
+        f"2. streams {', '.join(generator.STREAMS)} ready; serving table "
+        f"{generator.DIMENSIONS_TABLE!r} loaded from {generator.DIMENSIONS_FILE.name}"
     )
-
-    say("4. reading them through Spark (the first batch takes a few seconds)...")
-    shutil.rmtree(workspace.checkpoints_dir / DEMO_APP, ignore_errors=True)
-    spark = spark_session(settings, app_name="millrace-demo")
+    for name, value in LEAN_SPARK.items():
+        os.environ.setdefault(name, value)
+    stopping = threading.Event()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    deployed: list[str] = []
+    sender: threading.Thread | None = None
     try:
-        source = read_stream(
-            spark,
-            workspace,
-            DEMO_APP,
-            DEMO_STREAM,
-            "event STRING, category STRING, score DOUBLE",
-            time="time",
-            available_now=True,
+        for source in generator.APPS:
+            where, _, cls = source.partition(":")
+            record = _deploy(workspace, str(folder / where) + (f":{cls}" if cls else ""), trigger)
+            deployed.append(record.name)
+            say(f"3. deployed {record.name} (pid {record.pid}, log {record.log})")
+
+        def counted(events: int, malformed: int) -> None:
+            run.events, run.malformed = events, malformed
+
+        sender = threading.Thread(
+            target=generator.run,
+            kwargs={"settings": settings, "rate": rate, "stop": stopping, "on_sent": counted},
+            name="generator",
+            daemon=True,
         )
-        counts: dict[int, int] = {}
-        query = (
-            source.records.groupBy("record_bucket")
-            .agg(F.count("*").alias("records"))
-            .writeStream.outputMode("complete")
-            .foreachBatch(
-                lambda batch, _: counts.update(
-                    {row.record_bucket: row.records for row in batch.collect()}
-                )
-            )
-            .option("checkpointLocation", str(workspace.checkpoint(DEMO_APP, "counts")))
-            .trigger(availableNow=True)
-            .start()
+        sender.start()
+        say(
+            f"4. generator publishing {rate:g} events/s to {generator.EVENTS}; the apps start "
+            "their Spark sessions (a minute or two on a busy machine), then the first "
+            "10-second windows close"
         )
-        query.awaitTermination()
-        source.wait_for_dead_letters(query)
+        _watch(workspace, run, deployed, seconds, say)
+    except KeyboardInterrupt:
+        say("interrupted")
     finally:
-        stop_spark_session()
-    say("5. records per bucket, counted by Spark:")
-    for bucket in sorted(counts):
-        say(f"     bucket {bucket}: {counts[bucket]}")
-    say(
-        f"   total {sum(counts.values())}; {len(_MALFORMED)} malformed records are in "
-        f"{dead_letter_stream(DEMO_STREAM)!r} (see `millrace tail "
-        f"{dead_letter_stream(DEMO_STREAM)} --from-beginning`)"
-    )
-    say("the bus stays up: `millrace down` stops it")
-    return counts
+        signal.signal(signal.SIGTERM, previous)
+        stopping.set()
+        if sender is not None:
+            sender.join(timeout=10)
+        _stop_all(workspace, deployed, say)
+        _summary(workspace, run, say)
+    return run
 
 
-def _publish_sample(workspace: Workspace, events: int) -> None:
-    generator = random.Random(7)
-    now = datetime.now(UTC)
-    with Publisher(DEMO_STREAM, settings=workspace.settings) as publisher:
-        for number in range(events):
-            category = generator.choice(_CATEGORIES)
-            publisher.send(
-                {
-                    "time": (now - timedelta(milliseconds=generator.randrange(60_000))).isoformat(),
-                    "event": f"{category}-{generator.randrange(100)}",
-                    "category": category,
-                    "score": round(generator.random(), 3),
-                },
-                key=str(number),
+def _deploy(workspace: Workspace, source: str, trigger: str) -> registry.AppRecord:
+    try:
+        return deploy(workspace, source, trigger=Trigger.parse(trigger))
+    except LifecycleError as error:
+        if "already runs" not in error.message:
+            raise
+        # A demo left running (its terminal closed): stop it and start it again.
+        name = error.message.split("'")[1]
+        stop(workspace, name)
+        return deploy(workspace, source, trigger=Trigger.parse(trigger))
+
+
+def _watch(
+    workspace: Workspace,
+    run: DemoRun,
+    apps: list[str],
+    seconds: float | None,
+    say: Callable[[str], None],
+) -> None:
+    """Print progress every few seconds and each new window's top K, until time is up."""
+    monitor = Monitor(workspace)
+    shown: set[Any] = set()
+    last_events, last_time = 0, time.monotonic()
+    while seconds is None or time.monotonic() - run.started < seconds:
+        time.sleep(5)
+        for name in apps:
+            record = registry.load(workspace, name)
+            if record.status != "running":
+                raise MillraceError(
+                    f"app {name} is {record.status}",
+                    hint=f"its log: {record.log} (`millrace logs {name}`)",
+                )
+        now = time.monotonic()
+        rate = (run.events - last_events) / (now - last_time)
+        last_events, last_time = run.events, now
+        say(
+            f"[{now - run.started:5.0f} s] published {run.events} events ({rate:.0f}/s), "
+            f"{run.malformed} malformed; " + _lags(monitor, apps)
+        )
+        for window, rows in _new_windows(workspace, shown):
+            if run.first_results_s is None:
+                run.first_results_s = time.monotonic() - run.started
+                say(f"first top-K after {run.first_results_s:.0f} s")
+            run.windows_shown += 1
+            say(
+                f"  top 3 per topic, window {window:%H:%M:%S}-{rows[0]['window_end']:%H:%M:%S} UTC:"
             )
-    # Bytes no millrace publisher would send, to show dead-letter routing.
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
-    for raw in _MALFORMED:
-        producer.produce(DEMO_STREAM, raw)
-    producer.flush()
+            for row in sorted(rows, key=lambda row: row["topic"]):
+                ranked = ", ".join(
+                    f"{entry['item']} ({entry['weight']:.1f})" for entry in row["top_events"]
+                )
+                say(f"    {row['topic']:<8} {ranked}")
+
+
+def _lags(monitor: Monitor, apps: list[str]) -> str:
+    try:
+        statuses = {status.name: status for status in monitor.statuses(fresh=True)}
+    except MillraceError:
+        return "lag: monitor not available"
+    parts = []
+    for name in apps:
+        status = statuses.get(name)
+        short = name.removeprefix("trending_")
+        if status is None or status.last_batch_id is None:
+            parts.append(f"{short} starting")
+        else:
+            parts.append(f"{short} lag {status.lag_records}")
+    return ", ".join(parts)
+
+
+def _new_windows(workspace: Workspace, shown: set[Any]) -> list[tuple[Any, list[dict]]]:
+    """The Ranker's windows not shown yet, oldest first (all of the latest 3 at most)."""
+    try:
+        rows = read_result_rows(workspace, RANKER, RANKER_TABLE, last=3)
+    except SqlError:
+        return []  # no window has closed yet, or a commit is being written
+    windows: dict[Any, list[dict]] = {}
+    for row in rows:
+        windows.setdefault(row["window_start"], []).append(row)
+    fresh = [(window, windows[window]) for window in sorted(windows) if window not in shown]
+    shown.update(window for window, _ in fresh)
+    return fresh
+
+
+def _stop_all(workspace: Workspace, apps: list[str], say: Callable[[str], None]) -> None:
+    """Stop the apps gracefully, all at once (each finishes its micro-batch)."""
+    if not apps:
+        return
+    say(f"stopping {', '.join(apps)} (each finishes its running micro-batch)...")
+    threads = [threading.Thread(target=_stop_one, args=(workspace, name)) for name in apps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _stop_one(workspace: Workspace, name: str) -> None:
+    with contextlib.suppress(AppNotFoundError):
+        stop(workspace, name)
+
+
+def _summary(workspace: Workspace, run: DemoRun, say: Callable[[str], None]) -> None:
+    try:
+        dead = describe_stream(workspace.settings, "trending.events.dlq").record_count
+        letters = f"{dead} records in trending.events.dlq (all runs)"
+    except MillraceError:
+        letters = "no dead-letter stream yet"
+    first = (
+        f"first top-K after {run.first_results_s:.0f} s"
+        if run.first_results_s is not None
+        else "no window closed yet"
+    )
+    say(
+        f"done: published {run.events} events and {run.malformed} malformed records; "
+        f"{letters}; {first}; {run.windows_shown} windows shown"
+    )
+    say(
+        "Kafka and Redis stay up (`millrace down` stops them); results stay queryable: "
+        f"`millrace query {RANKER}.{RANKER_TABLE} --last 3`, or `millrace serve` and "
+        f"GET /apps/{RANKER}/tables/{RANKER_TABLE}?topic=sports&last=3"
+    )
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _load(path: Path) -> ModuleType:
+    name = f"millrace_trending_{path.stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

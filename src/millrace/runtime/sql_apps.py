@@ -151,6 +151,7 @@ def start_sql_app(
                 app.name,
                 f"insert.{stream}",
                 stream,
+                key=insert_key(records),
                 available_now=available_now,
                 trigger=trigger,
             )
@@ -230,7 +231,9 @@ def run_sql_app_batch(
     for stream, records in compiled.inserts.items():
         streams[stream] = _write_once(
             with_insert_ids(records, app.name, stream),
-            functools.partial(write_batch, workspace=workspace, stream=stream),
+            functools.partial(
+                write_batch, workspace=workspace, stream=stream, key=_key_column(records)
+            ),
         )
     for table in app.tables:
         rows = compiled.tables[table.name]
@@ -334,6 +337,26 @@ def with_insert_ids(records: DataFrame, app: str, stream: str) -> DataFrame:
     )
 
 
+def insert_key(records: DataFrame) -> str | None:
+    """The column an insert's records are keyed by in Kafka: `record_key`, when selected.
+
+    An insert's query chooses its output's Kafka key (which bucket each record lands in) by
+    selecting a column named `record_key`, such as `concat(event, '|', topic) AS record_key`;
+    `SELECT *` over an input keeps the input record's key. Like the other record columns, it
+    is not part of the record's value. Without one, records have no key.
+
+    Example:
+        >>> insert_key(spark.sql("SELECT 'd1' AS record_key"))  # doctest: +SKIP
+        'record_key'
+    """
+    return "record_key" if "record_key" in records.columns else None
+
+
+def _key_column(records: DataFrame) -> Column | None:
+    name = insert_key(records)
+    return None if name is None else F.col(name)
+
+
 _COMMIT_FILE = re.compile(r"^\d{20}\.json$")
 # The folder, under a query's checkpoint, of the batch marks of semantics 'at_most_once'.
 _MARKS = "at_most_once"
@@ -347,7 +370,7 @@ def _insert_at_most_once(
     once = AtMostOnce(checkpoint / _MARKS)
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        once.write(batch_id, lambda: write_batch(batch, workspace, stream))
+        once.write(batch_id, lambda: write_batch(batch, workspace, stream, key=_key_column(batch)))
 
     writer = (
         records.writeStream.queryName(f"{app}.insert.{stream}")

@@ -1,0 +1,44 @@
+"""Routes for SQL apps' result tables: `GET /apps/{app}/tables/{table}`.
+
+`?topic=sports&last=3` keeps the rows whose column `topic` is `sports`, from the table's 3
+latest windows. Column filters are compared as values (never pasted into a query); a column
+the table does not have is a 400, a table that does not exist (yet) a 404. The rows are read
+from the table's Delta files (`millrace.runtime.result_files`), so the service needs no Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+
+from millrace.api.deps import get_workspace
+from millrace.api.errors import ERROR_RESPONSES
+from millrace.config.workspace import Workspace
+from millrace.runtime.result_files import read_result_rows
+
+router = APIRouter(responses=ERROR_RESPONSES)
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"
+_RESERVED = {"last"}
+
+
+@router.get("/apps/{app}/tables/{table}", tags=["results"])
+def result_rows(
+    request: Request,
+    app: str = Path(pattern=NAME_PATTERN, description="The SQL app's name."),
+    table: str = Path(pattern=NAME_PATTERN, description="The result table's name."),
+    last: int | None = Query(
+        None, ge=1, le=10_000, description="Keep the rows of the latest N windows."
+    ),
+    workspace: Workspace = Depends(get_workspace),  # noqa: B008
+) -> list[dict[str, Any]]:
+    """Rows of a SQL app's result table; other query parameters filter by column value.
+
+    Example:
+        GET /apps/trending_ranker/tables/top_events?topic=sports&last=3
+    """
+    where = {
+        column: value for column, value in request.query_params.items() if column not in _RESERVED
+    }
+    return read_result_rows(workspace, app, table, where=where, last=last)
