@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from millrace.bus.publisher import Publisher
@@ -147,6 +148,9 @@ def same(values: list[dict]) -> list[str]:
     return sorted(json.dumps(value, sort_keys=True) for value in values)
 
 
+# Two Spark apps start one after the other (the killed one and its restart): slow on a busy
+# machine, so more time than the suite's default.
+@pytest.mark.timeout(1800)
 def test_zeitgeist_live_killed_and_restarted_and_in_batch_matches_plain_python(
     spark: SparkSession, workspace: Workspace, tmp_path: Path
 ) -> None:
@@ -192,6 +196,7 @@ def test_zeitgeist_live_killed_and_restarted_and_in_batch_matches_plain_python(
     assert same(live["anomalies_stream"]) == same(batch["anomalies_stream"])
 
 
+@pytest.mark.timeout(1800)
 def test_sessions_live_killed_and_restarted_and_in_batch_match_plain_python(
     spark: SparkSession, workspace: Workspace, tmp_path: Path
 ) -> None:
