@@ -9,6 +9,7 @@ example's source into a module that `millrace run file.py:Class` loads, as a use
 import importlib.util
 import json
 import random
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -86,6 +87,8 @@ def live_module(
 def load(module: Path, name: str) -> type[Processor]:
     spec = importlib.util.spec_from_file_location(module.stem, module)
     loaded = importlib.util.module_from_spec(spec)
+    # Registered, so that its classes can be sent to Spark's workers by value.
+    sys.modules[module.stem] = loaded
     spec.loader.exec_module(loaded)
     ship_with_tasks(loaded)
     return getattr(loaded, name)
