@@ -150,7 +150,7 @@ def _compare(
     runs: dict[str, list[Run]] = {side: [] for side in sides}
     for round_number in range(rounds + 1):
         for side, run_side in sides.items():
-            run = run_side()
+            run = _retrying(side, run_side)
             _check(spark, workspace, load, side, run.output)
             # The first round warms the JVM's code and Spark's caches for every side.
             if round_number > 0:
@@ -173,6 +173,23 @@ def _compare(
                 name = "ratio" if figure == "records_per_s" else "wall_ratio"
                 result[f"{side}_to_{short}_{name}"] = ratio
     return result
+
+
+def _retrying(side: str, run_side: Callable[[], Run], attempts: int = 3) -> Run:
+    """`run_side()`, run again when Spark gave up on starting a Python worker.
+
+    On a loaded machine a Python worker of transformWithState may start after the JVM's
+    fixed wait for it has passed ("Python worker failed to connect back"), which fails the
+    query; that says nothing about the side's speed, so the run is done again from the start.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return run_side()
+        except Exception as error:
+            if "failed to connect back" not in str(error) or attempt == attempts:
+                raise
+            print(f"{side}: a Python worker did not start in time, running again", flush=True)
+    raise AssertionError("unreachable")
 
 
 def _check(spark: SparkSession, workspace, load: _Load, side: str, output: str) -> None:

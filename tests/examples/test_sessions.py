@@ -249,3 +249,20 @@ def test_a_catch_up_micro_batch_hours_long_applies_every_event_without_stopping(
     changes = tester.values("session_changes")
     assert changes == expected_changes(events)
     assert [change.get("reason") for change in changes] == [None, "timeout", None, "exit"]
+
+
+def test_one_micro_batch_then_the_watermark_at_the_end_gives_the_same_changes() -> None:
+    """As a batch run does it: the changes of a run in many micro-batches."""
+    rng = random.Random(3)
+    events = video_events(rng, sessions=60)
+    batches = micro_batches(events, rng)
+    streamed = run(batches)
+    at_once = ProcessorTester(ActiveSessions)
+    at_once.feed("video_events", [event for batch in batches[:-1] for event in batch])
+    at_once.run_batch()
+    at_once.advance_watermark(batches[-1][0]["time"])
+    at_once.fire_timers()
+
+    for stream in ("session_changes", "active_session_deltas"):
+        assert in_order(at_once.values(stream)) == in_order(streamed.values(stream))
+    assert in_order(at_once.values("session_changes")) == in_order(expected_changes(events))

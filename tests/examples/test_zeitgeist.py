@@ -203,3 +203,30 @@ def test_a_catch_up_micro_batch_hours_long_closes_every_second_without_stopping(
     }
     assert len(produced) > 10_000
     assert produced == expected_counts(records)
+
+
+def test_one_micro_batch_then_the_watermark_at_the_end_gives_the_same_values() -> None:
+    """As a batch run does it: the values of a run in many micro-batches, wakes included."""
+    rng = random.Random(12)
+    seconds = 200
+    counts = {
+        "cats": [rng.randint(0, 6) for _ in range(seconds)],
+        "fish": [2 if second < 20 or second >= 120 else 0 for second in range(seconds)],
+    }
+    records = queries_per_second(counts, rng)
+    batches = micro_batches(records, rng)
+    streamed = run(batches)
+    closing = batches[-1][0]
+    at_once = ProcessorTester(Zeitgeist)
+    at_once.feed("queries", [record for batch in batches[:-1] for record in batch])
+    at_once.run_batch()
+    at_once.advance_watermark(closing["time"])
+    at_once.fire_timers()
+
+    for stream in ("query_counts", "query_anomalies"):
+        assert by_query_and_second(at_once.values(stream)) == by_query_and_second(
+            streamed.values(stream)
+        )
+    assert ("fish", T0 + 120_000) in {
+        (value["query"], value["second"]) for value in at_once.values("query_counts")
+    }

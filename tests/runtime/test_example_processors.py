@@ -9,10 +9,12 @@ example's source into a module that `millrace run file.py:Class` loads, as a use
 import importlib.util
 import json
 import random
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from millrace.bus.publisher import Publisher
@@ -85,6 +87,8 @@ def live_module(
 def load(module: Path, name: str) -> type[Processor]:
     spec = importlib.util.spec_from_file_location(module.stem, module)
     loaded = importlib.util.module_from_spec(spec)
+    # Registered, so that its classes can be sent to Spark's workers by value.
+    sys.modules[module.stem] = loaded
     spec.loader.exec_module(loaded)
     ship_with_tasks(loaded)
     return getattr(loaded, name)
@@ -147,6 +151,9 @@ def same(values: list[dict]) -> list[str]:
     return sorted(json.dumps(value, sort_keys=True) for value in values)
 
 
+# Two Spark apps start one after the other (the killed one and its restart): slow on a busy
+# machine, so more time than the suite's default.
+@pytest.mark.timeout(1800)
 def test_zeitgeist_live_killed_and_restarted_and_in_batch_matches_plain_python(
     spark: SparkSession, workspace: Workspace, tmp_path: Path
 ) -> None:
@@ -192,6 +199,7 @@ def test_zeitgeist_live_killed_and_restarted_and_in_batch_matches_plain_python(
     assert same(live["anomalies_stream"]) == same(batch["anomalies_stream"])
 
 
+@pytest.mark.timeout(1800)
 def test_sessions_live_killed_and_restarted_and_in_batch_match_plain_python(
     spark: SparkSession, workspace: Workspace, tmp_path: Path
 ) -> None:

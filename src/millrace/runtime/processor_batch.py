@@ -79,14 +79,13 @@ from millrace.runtime.processors import (
 class ProcessorBatchRun:
     """What a batch run of a processor wrote: productions and dead letters, by count.
 
-    `records` counts the input records of the range (readable or not); `late` is always 0,
-    since a batch run processes every record of its range.
+    `late` is always 0, since a batch run processes every record of its range; `streams` are
+    the output streams it wrote to.
     """
 
     processor: type[Processor]
     start_ms: int
     end_ms: int
-    records: int = 0
     productions: int = 0
     dead_letters: int = 0
     late: int = 0
