@@ -116,6 +116,12 @@ class TableNotFoundError(ServingError):
     code = "table-not-found"
 
 
+class RowNotFoundError(ServingError):
+    """A serving table holds no row with the key asked for (never written, or expired)."""
+
+    code = "row-not-found"
+
+
 class TableSpecError(ServingError):
     """A serving table's name, columns, types or TTL are not valid, or it exists already."""
 

@@ -100,7 +100,7 @@ def test_binding_beyond_loopback_without_a_token_is_refused(workspace: Workspace
 
 @pytest.mark.parametrize("token", [None, "s3cret"])
 def test_the_openapi_document_matches_the_implementation(
-    workspace: Workspace, lagging_app: str, token: str | None
+    workspace: Workspace, lagging_app: str, redis_url: str, token: str | None
 ) -> None:
     # Schemathesis's pytest plugin does not run under pytest 9 yet: each operation's cases
     # are drawn with Hypothesis directly, and every check of schemathesis runs on each.
@@ -115,6 +115,8 @@ def test_the_openapi_document_matches_the_implementation(
         "/apps",
         "/apps/{app}",
         "/alerts",
+        "/apps/{app}/tables/{table}",
+        "/tables/{table}/{key}",
     }
     for operation in operations:
 

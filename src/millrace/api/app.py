@@ -18,14 +18,14 @@ from collections.abc import AsyncIterator
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI
 
-from millrace.api import monitoring, results
+from millrace.api import monitoring, results, tables
 from millrace.api.deps import require_token
 from millrace.api.errors import install_error_handlers
 from millrace.config.workspace import Workspace
 from millrace.errors import ConfigError
 from millrace.monitor.service import Monitor
 
-ROUTERS: list[APIRouter] = [monitoring.router, results.router]
+ROUTERS: list[APIRouter] = [monitoring.router, results.router, tables.router]
 """The routers the service includes, in order."""
 
 

@@ -25,12 +25,14 @@ _STATUS_BY_CODE = {
     "schema": 400,
     "sql": 400,
     "stream-invalid": 400,
+    "table-invalid": 400,
     "bad-request": 400,
     "unauthorized": 401,
     "stream-exists": 409,
     "bus": 503,
     "broker": 503,
     "publish": 503,
+    "serving": 503,
 }
 
 
@@ -53,9 +55,9 @@ ERROR_RESPONSES: dict[int | str, dict] = {
     for status, description in (
         (400, "A parameter is not valid."),
         (401, "A bearer token is required and was missing or wrong."),
-        (404, "No such stream or app."),
+        (404, "No such stream, app, table or row."),
         (500, "An unexpected failure; the server's log has the details."),
-        (503, "The bus (Kafka) did not answer."),
+        (503, "The bus (Kafka) or the serving store (Redis) did not answer."),
     )
 }
 """The error responses every route documents; pass as `responses=` to a router."""
