@@ -30,9 +30,9 @@ def isolated_workspace() -> Iterator[Path]:
     os.environ.update(
         {
             "MILLRACE_HOME": str(home),
-            "MILLRACE_KAFKA_PORT": str(_free_port()),
-            "MILLRACE_KAFKA_CONTROLLER_PORT": str(_free_port()),
-            "MILLRACE_REDIS_PORT": str(_free_port()),
+            "MILLRACE_KAFKA_PORT": str(free_port()),
+            "MILLRACE_KAFKA_CONTROLLER_PORT": str(free_port()),
+            "MILLRACE_REDIS_PORT": str(free_port()),
         }
     )
     os.environ.pop("MILLRACE_KAFKA", None)
@@ -83,7 +83,7 @@ def write_results(name: str, results: dict[str, object]) -> Path:
     return output
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
