@@ -128,7 +128,7 @@ def read_stream(
     if max_records_per_batch is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
     raw = reader.load()
-    decoded = _decode(raw, fields, time)
+    decoded = _decode(raw, fields, time, stream)
     router = None
     if route_dead_letters:
         router = DeadLetterRouter(
@@ -136,7 +136,7 @@ def read_stream(
             workspace,
             app,
             stream,
-            lambda batch: _dead_letters(_decode(batch, fields, time), stream),
+            lambda batch: _dead_letters(_decode(batch, fields, time, stream), stream),
             starting_offsets=starting_offsets,
         )
         decoded = decoded.observe(
@@ -193,7 +193,7 @@ def read_batch(
         if source == "bus"
         else read_archive(spark, workspace, stream)
     )
-    decoded = _decode(raw, fields, time)
+    decoded = _decode(raw, fields, time, stream)
     records = _good_records(decoded, fields, time).where(
         (F.col(time) >= F.timestamp_millis(F.lit(start_ms)))
         & (F.col(time) < F.timestamp_millis(F.lit(end_ms)))
@@ -341,7 +341,7 @@ def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
     return [field for field in schema.fields if field.name != time]
 
 
-def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
+def _decode(raw: DataFrame, fields: list[StructField], time: str, stream: str) -> DataFrame:
     """Every Kafka record with its parsed value, event time and, for a bad one, `_error`.
 
     Each record is parsed once into `_parsed`. One in which a column came out empty (a field
@@ -362,7 +362,8 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str) -> DataFrame:
         F.col("offset").alias("record_offset"),
         F.coalesce(
             _record_id(),
-            F.concat_ws(":", F.col("topic"), F.col("partition"), F.col("offset")),
+            # The stream's name, not Kafka's `topic` column: an archive has none.
+            F.concat_ws(":", F.lit(stream), F.col("partition"), F.col("offset")),
         ).alias("record_id"),
         # Spark would push a filter on `_error` below this projection, pasting the parse into
         # each of the many references to `_parsed` and parsing every record a dozen times;
