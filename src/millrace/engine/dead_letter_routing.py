@@ -25,10 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
+from millrace.bus.records import ID_HEADER
 from millrace.bus.streams import create_stream, dead_letter_stream, describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.session import add_listener
@@ -185,6 +187,44 @@ class DeadLetterRouter:
         written = self._state.with_suffix(".tmp")
         written.write_text(json.dumps({str(b): offset for b, offset in self._looked_at.items()}))
         written.replace(self._state)
+
+
+def dead_letter_records(
+    rows: DataFrame, stream: str, *, error: Column, original: Column, original_base64: Column
+) -> DataFrame:
+    """`rows` of `stream` as dead letters: key, value and headers for Kafka's sink.
+
+    `rows` carry the record's `record_key`, `record_bucket` and `record_offset`. The id names
+    the record's place in the stream (`dlq:<stream>:<bucket>:<offset>`), so that routing a
+    record twice, by a streaming and a batch read or by a re-run, gives the same id.
+
+    Example:
+        >>> letters = dead_letter_records(bad, "clicks", error=F.lit("no key"),  # doctest: +SKIP
+        ...     original=F.col("_text"), original_base64=F.base64("_bytes"))
+    """
+    return rows.select(
+        F.col("record_key").alias("key"),
+        F.to_json(
+            F.struct(
+                error.alias("error"),
+                F.lit(stream).alias("stream"),
+                F.col("record_bucket").alias("bucket"),
+                F.col("record_offset").alias("offset"),
+                original.alias("original"),
+                original_base64.alias("original_base64"),
+            )
+        ).alias("value"),
+        F.array(
+            F.struct(
+                F.lit(ID_HEADER).alias("key"),
+                F.concat_ws(
+                    ":", F.lit("dlq"), F.lit(stream), F.col("record_bucket"), F.col("record_offset")
+                )
+                .cast("binary")
+                .alias("value"),
+            )
+        ).alias("headers"),
+    )
 
 
 def write_dead_letters(workspace: Workspace, stream: str, letters: DataFrame) -> int:

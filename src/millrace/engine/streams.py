@@ -32,7 +32,11 @@ from millrace.bus.streams import (
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.archive import read_archive
-from millrace.engine.dead_letter_routing import DeadLetterRouter, write_dead_letters
+from millrace.engine.dead_letter_routing import (
+    DeadLetterRouter,
+    dead_letter_records,
+    write_dead_letters,
+)
 from millrace.engine.delivery import drop_duplicate_records
 from millrace.engine.triggers import Trigger
 from millrace.errors import SchemaError
@@ -489,33 +493,13 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
 
 
 def _dead_letters(decoded: DataFrame, stream: str) -> DataFrame:
-    """The bad records of `decoded` as dead letters: key, value and headers for Kafka's sink.
-
-    The id names the record's place in the stream (`dead_letter_id`), so that routing a
-    record twice, by a streaming and a batch read or by a re-run, gives the same id.
-    """
-    return decoded.where(F.col("_error").isNotNull()).select(
-        F.col("record_key").alias("key"),
-        F.to_json(
-            F.struct(
-                F.col("_error").alias("error"),
-                F.lit(stream).alias("stream"),
-                F.col("record_bucket").alias("bucket"),
-                F.col("record_offset").alias("offset"),
-                F.col("_text").alias("original"),
-                F.base64("_bytes").alias("original_base64"),
-            )
-        ).alias("value"),
-        F.array(
-            F.struct(
-                F.lit(ID_HEADER).alias("key"),
-                F.concat_ws(
-                    ":", F.lit("dlq"), F.lit(stream), F.col("record_bucket"), F.col("record_offset")
-                )
-                .cast("binary")
-                .alias("value"),
-            )
-        ).alias("headers"),
+    """The bad records of `decoded` as dead letters, with the reason and the original bytes."""
+    return dead_letter_records(
+        decoded.where(F.col("_error").isNotNull()),
+        stream,
+        error=F.col("_error"),
+        original=F.col("_text"),
+        original_base64=F.base64("_bytes"),
     )
 
 

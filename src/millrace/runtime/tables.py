@@ -31,10 +31,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 
-from millrace.bus.records import ID_HEADER
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.dead_letter_routing import write_dead_letters
+from millrace.engine.dead_letter_routing import dead_letter_records, write_dead_letters
 from millrace.engine.serving_sink import write_table
 from millrace.engine.streams import StreamInput, read_stream
 from millrace.errors import TableSpecError
@@ -197,31 +196,13 @@ def delete_stream_table(workspace: Workspace, name: str) -> int:
 
 def _keyless_letters(rows: DataFrame, spec: TableSpec) -> DataFrame:
     """Dead letters for records without a key: the reason, where they were, their columns."""
-    stream = spec.stream or ""
     original = F.to_json(F.struct(*(F.col(f"`{column}`") for column in spec.columns)))
-    return rows.select(
-        F.col("record_key").alias("key"),
-        F.to_json(
-            F.struct(
-                F.lit(
-                    f"serving table {spec.name}: key column(s) "
-                    f"{', '.join(spec.key_names)} missing or null"
-                ).alias("error"),
-                F.lit(stream).alias("stream"),
-                F.col("record_bucket").alias("bucket"),
-                F.col("record_offset").alias("offset"),
-                original.alias("original"),
-                F.base64(original.cast("binary")).alias("original_base64"),
-            )
-        ).alias("value"),
-        F.array(
-            F.struct(
-                F.lit(ID_HEADER).alias("key"),
-                F.concat_ws(
-                    ":", F.lit("dlq"), F.lit(stream), F.col("record_bucket"), F.col("record_offset")
-                )
-                .cast("binary")
-                .alias("value"),
-            )
-        ).alias("headers"),
+    return dead_letter_records(
+        rows,
+        spec.stream or "",
+        error=F.lit(
+            f"serving table {spec.name}: key column(s) {', '.join(spec.key_names)} missing or null"
+        ),
+        original=original,
+        original_base64=F.base64(original.cast("binary")),
     )
