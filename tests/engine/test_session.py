@@ -1,7 +1,7 @@
 from pyspark.sql import SparkSession
 
 from millrace.config.settings import Settings
-from millrace.engine.session import connector_jars
+from millrace.engine.session import connector_jars, spark_config
 
 
 def test_the_session_runs_in_utc_with_rocksdb_state_and_the_configured_partitions(
@@ -38,3 +38,11 @@ def test_delta_tables_can_be_written_and_read(spark: SparkSession, tmp_path) -> 
         3,
         4,
     ]
+
+
+def test_extra_driver_java_options_are_added_to_the_quiet_log_configuration() -> None:
+    options = spark_config(Settings(spark_driver_java_options="-XX:TieredStopAtLevel=1"))[
+        "spark.driver.extraJavaOptions"
+    ].split()
+    assert options[0].startswith("-Dlog4j2.configurationFile=")
+    assert options[1:] == ["-XX:TieredStopAtLevel=1"]

@@ -104,6 +104,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Memory of the Spark driver, which with local[*] also runs the executors.",
     ),
     Setting(
+        "spark.driver_java_options",
+        "MILLRACE_SPARK_DRIVER_JAVA_OPTIONS",
+        "Extra JVM options of the Spark driver (with local[*], of the executors too), such as "
+        "-XX:TieredStopAtLevel=1: a faster start, at some cost in peak throughput.",
+    ),
+    Setting(
         "events.time_field",
         "MILLRACE_TIME_FIELD",
         "Field of a published event that holds its event time (ISO-8601, or epoch ms or s); "
@@ -148,6 +154,7 @@ class Settings:
     spark_master: str = "local[*]"
     spark_shuffle_partitions: int = 0
     spark_driver_memory: str = "2g"
+    spark_driver_java_options: str = ""
     events_time_field: str = "time"
     jvm_jars_dir: str = ""
     monitor_webhook_url: str = ""

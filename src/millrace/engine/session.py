@@ -81,8 +81,9 @@ def spark_config(settings: Settings) -> dict[str, str]:
     """The Spark configuration millrace sets, as key-value pairs."""
     partitions = settings.spark_shuffle_partitions or 2 * (os.cpu_count() or 1)
     quiet_logs = f"-Dlog4j2.configurationFile={_LOG_CONFIG.as_uri()}"
+    driver_options = f"{quiet_logs} {settings.spark_driver_java_options}".strip()
     return {
-        "spark.driver.extraJavaOptions": quiet_logs,
+        "spark.driver.extraJavaOptions": driver_options,
         "spark.executor.extraJavaOptions": quiet_logs,
         "spark.jars": ",".join(str(jar) for jar in connector_jars(settings)),
         "spark.driver.memory": settings.spark_driver_memory,

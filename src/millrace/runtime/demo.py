@@ -49,6 +49,10 @@ LEAN_SPARK = {
     # each. A setting the user made (in the environment) wins.
     "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "2",
     "MILLRACE_SPARK_DRIVER_MEMORY": "1g",
+    # The JVM's optimizing compiler (C2) makes four cold JVMs compete for 2 cores while they
+    # start, for speed the demo's 200 events/s never needs: C1 alone brought the first top-K
+    # from 166 s to 106 s on the 2-core machine (docs/trending.md).
+    "MILLRACE_SPARK_DRIVER_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1",
 }
 
 
