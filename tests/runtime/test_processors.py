@@ -66,9 +66,15 @@ def closing(events: list[dict]) -> dict:
 
 
 def publish(workspace: Workspace, stream: str, events: list[dict]) -> None:
+    """Each event keyed by its query, so that a query's events stay in order in one bucket.
+
+    Without a key the client spreads runs of events over the buckets at random, and with two
+    buckets one can hold events seconds ahead of the other: Spark's watermark follows the
+    furthest bucket, so the other's events would come behind it, late.
+    """
     with Publisher(stream, settings=workspace.settings, time_field="ts") as publisher:
         for event in events:
-            publisher.send(event)
+            publisher.send(event, key=event["query"])
 
 
 def read(workspace: Workspace, stream: str) -> list[Record]:
