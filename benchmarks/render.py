@@ -4,7 +4,8 @@ Run it with `.venv/bin/python benchmarks/render.py` after any benchmark. For eac
 name under benchmarks/results/ (`<name>-<time>.json`) it takes the newest file and writes:
 
 - a table of throughputs: for every workload, the median of each side's runs (a list of
-  figures under a key ending in `_per_s`; wall-clock figures are left to the JSON);
+  figures under a key ending in `_per_s`, or a table of one figure per side under such a
+  key; wall-clock figures are left to the JSON);
 - every ratio the benchmark computed (keys containing `ratio`);
 - maximum sustainable rates (`max_sustained_rate`) and latencies (`median_ms`, `p95_ms`,
   `p99_ms`) where the benchmark measured them;
@@ -95,7 +96,8 @@ def _section(name: str, path: Path, result: dict) -> str:
     if latencies:
         lines += ["| side | median ms | p95 ms | p99 ms |", "| --- | ---: | ---: | ---: |"]
         lines += [
-            f"| {side} | {row['median_ms']:,.0f} | {row['p95_ms']:,.0f} | {row['p99_ms']:,.0f} |"
+            f"| {side} | {_milliseconds(row['median_ms'])} | {_milliseconds(row['p95_ms'])} "
+            f"| {_milliseconds(row['p99_ms'])} |"
             for side, row in latencies
         ]
         lines.append("")
@@ -117,17 +119,31 @@ def _nodes(node: object, key: str, path: str = "") -> Iterator[tuple[str, dict]]
 
 
 def _throughputs(result: dict) -> Iterator[tuple[str, str, float]]:
+    """Medians of `<side>_per_s` lists, and `<unit>_per_s` tables of one median per side."""
     for path, node in _walk(result):
         for key, value in node.items():
-            if key.endswith("_per_s") and "wall" not in key and _numbers(value):
+            if not key.endswith("_per_s") or "wall" in key:
+                continue
+            if _numbers(value):
                 yield path or "-", key.removesuffix("_per_s"), statistics.median(value)
+            elif isinstance(value, dict):
+                for side, figure in value.items():
+                    if _number(figure):
+                        yield path or "-", f"{side} ({key.removesuffix('_per_s')})", figure
 
 
 def _figures(result: dict, wanted) -> Iterator[tuple[str, str, float]]:
+    """Numbers under wanted keys, and the numbers of tables under wanted keys, by side."""
     for path, node in _walk(result):
         for key, value in node.items():
-            if wanted(key) and isinstance(value, int | float) and not isinstance(value, bool):
+            if not wanted(key):
+                continue
+            if _number(value):
                 yield path or "-", key, float(value)
+            elif isinstance(value, dict):
+                for side, figure in value.items():
+                    if _number(figure):
+                        yield path or "-", f"{key}.{side}", float(figure)
 
 
 def _latencies(result: dict) -> Iterator[tuple[str, dict]]:
@@ -144,10 +160,17 @@ def _walk(node: object, path: str = "") -> Iterator[tuple[str, dict]]:
                 yield from _walk(child, f"{path}.{key}".lstrip("."))
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _numbers(value: object) -> bool:
-    return (
-        isinstance(value, list) and bool(value) and all(isinstance(v, int | float) for v in value)
-    )
+    return isinstance(value, list) and bool(value) and all(_number(v) for v in value)
+
+
+def _milliseconds(value: float) -> str:
+    """Whole milliseconds, or hundredths below 10 ms, where whole ones would read 0 or 1."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2f}"
 
 
 def _plot_throughputs(name: str, rows: list[tuple[str, str, float]]) -> Path:
@@ -174,7 +197,7 @@ def _plot_latencies(name: str, rows: list[tuple[str, dict]]) -> Path | None:
     for side, percentiles in curves:
         axes.plot(percentiles, range(1, len(percentiles) + 1), label=side)
     axes.set_xscale("log")
-    axes.set_xlabel("latency, publish to output (ms, log scale)")
+    axes.set_xlabel("latency (ms, log scale)")
     axes.set_ylabel("percentile")
     axes.legend()
     axes.set_title(f"{name}: latency distribution")
