@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -20,6 +18,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from millrace.config.jvm import jars, java_executable
+from millrace.config.local_processes import live_command_line, loopback_port_is_free, stop_process
 from millrace.config.workspace import Workspace
 from millrace.errors import BrokerError
 
@@ -90,10 +89,7 @@ def stop_broker(workspace: Workspace) -> BrokerStatus:
     """Stop the workspace's broker cleanly (SIGTERM, then SIGKILL after 30 s); safe to repeat."""
     status = broker_status(workspace)
     if status.running and status.pid is not None:
-        os.kill(status.pid, signal.SIGTERM)
-        if not _wait_for_exit(status.pid, _STOP_GRACE_S):
-            os.kill(status.pid, signal.SIGKILL)
-            _wait_for_exit(status.pid, 5.0)
+        stop_process(status.pid, _STOP_GRACE_S)
     _BrokerPaths(workspace.kafka_dir).pid_file.unlink(missing_ok=True)
     return BrokerStatus(status.bootstrap_servers, False, status.external)
 
@@ -132,9 +128,9 @@ class _BrokerPaths:
         """The broker's pid if its process is alive and is this workspace's broker."""
         try:
             pid = int(self.pid_file.read_text().strip())
-            command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError):
             return None
+        command_line = live_command_line(pid) or b""
         if b"kafka.Kafka" in command_line and str(self.config).encode() in command_line:
             return pid
         return None
@@ -153,18 +149,14 @@ def _read_lines(log: Path) -> list[str]:
 
 
 def _require_free_port(port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            raise BrokerError(
-                f"port {port} on 127.0.0.1 is in use by another process, so the local Kafka "
-                "broker cannot listen there",
-                hint="stop that process, or choose free ports with kafka.port and "
-                "kafka.controller_port in millrace.toml (or MILLRACE_KAFKA_PORT and "
-                "MILLRACE_KAFKA_CONTROLLER_PORT)",
-            ) from None
+    if not loopback_port_is_free(port):
+        raise BrokerError(
+            f"port {port} on 127.0.0.1 is in use by another process, so the local Kafka "
+            "broker cannot listen there",
+            hint="stop that process, or choose free ports with kafka.port and "
+            "kafka.controller_port in millrace.toml (or MILLRACE_KAFKA_PORT and "
+            "MILLRACE_KAFKA_CONTROLLER_PORT)",
+        )
 
 
 def _format_storage(paths: _BrokerPaths, classpath: str) -> None:
@@ -227,28 +219,6 @@ def _wait_until_ready(
         f"the end of its log ({paths.logs}):\n{paths.log_excerpt()}",
         hint="raise kafka.start_timeout_s if the machine is busy, or fix what the log names",
     )
-
-
-def _wait_for_exit(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            finished, _ = os.waitpid(pid, os.WNOHANG)
-            if finished == pid:
-                return True
-        except ChildProcessError:
-            pass
-        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
-    except (OSError, IndexError):
-        return True
 
 
 _SERVER_PROPERTIES = """\

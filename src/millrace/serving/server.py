@@ -9,10 +9,7 @@ serving tables live in that Redis.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -20,6 +17,7 @@ from pathlib import Path
 
 import redis
 
+from millrace.config.local_processes import live_command_line, loopback_port_is_free, stop_process
 from millrace.config.workspace import Workspace
 from millrace.errors import ServingError
 
@@ -101,10 +99,7 @@ def stop_redis(workspace: Workspace) -> RedisStatus:
     """Stop the workspace's Redis (SIGTERM: it saves its snapshot, then exits); safe to repeat."""
     status = redis_status(workspace)
     if status.running and status.pid is not None:
-        os.kill(status.pid, signal.SIGTERM)
-        if not _wait_for_exit(status.pid, _STOP_GRACE_S):
-            os.kill(status.pid, signal.SIGKILL)
-            _wait_for_exit(status.pid, 5.0)
+        stop_process(status.pid, _STOP_GRACE_S)
     _RedisPaths(workspace.redis_dir).pid_file.unlink(missing_ok=True)
     return RedisStatus(status.url, False, status.external)
 
@@ -135,14 +130,10 @@ class _RedisPaths:
         """The server's pid if its process is alive and runs this workspace's configuration."""
         try:
             pid = int(self.pid_file.read_text().strip())
-            command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1]
-        except (OSError, ValueError, IndexError):
-            return None
-        if state.startswith("Z"):
+        except (OSError, ValueError):
             return None
         # redis-server rewrites its process title to `redis-server 127.0.0.1:port`.
-        if b"redis-server" in command_line:
+        if b"redis-server" in (live_command_line(pid) or b""):
             return pid
         return None
 
@@ -152,36 +143,13 @@ class _RedisPaths:
 
 
 def _require_free_port(port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            raise ServingError(
-                f"port {port} on 127.0.0.1 is in use by another process, so the local Redis "
-                "cannot listen there",
-                hint="stop that process, or choose a free port with redis.port in "
-                "millrace.toml (or MILLRACE_REDIS_PORT)",
-            ) from None
-
-
-def _wait_for_exit(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            finished, _ = os.waitpid(pid, os.WNOHANG)
-            if finished == pid:
-                return True
-        except ChildProcessError:
-            pass
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1]
-        except (OSError, IndexError):
-            return True
-        if state.startswith("Z"):
-            return True
-        time.sleep(0.1)
-    return False
+    if not loopback_port_is_free(port):
+        raise ServingError(
+            f"port {port} on 127.0.0.1 is in use by another process, so the local Redis "
+            "cannot listen there",
+            hint="stop that process, or choose a free port with redis.port in "
+            "millrace.toml (or MILLRACE_REDIS_PORT)",
+        )
 
 
 _REDIS_CONF = """\

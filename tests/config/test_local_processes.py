@@ -1,0 +1,50 @@
+"""The workspace's local server processes: free ports, live command lines, and stopping."""
+
+import socket
+import subprocess
+import sys
+import time
+
+from millrace.config.local_processes import (
+    live_command_line,
+    loopback_port_is_free,
+    stop_process,
+)
+
+SLEEPER = "import time; time.sleep(60)"
+# A process that ignores SIGTERM, as a server stuck in its shutdown would.
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+
+
+def started(code: str) -> int:
+    """The pid of a Python process running `code`, once it runs it (its exec is done)."""
+    process = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while code.encode() not in (live_command_line(process.pid) or b""):
+        assert time.monotonic() < deadline, "the process never started"
+        time.sleep(0.05)
+    time.sleep(0.5)  # and has run its first statements
+    return process.pid
+
+
+def test_a_port_another_process_listens_on_is_not_free() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert not loopback_port_is_free(port)
+    assert loopback_port_is_free(port)
+
+
+def test_a_stopped_process_has_no_live_command_line() -> None:
+    pid = started(SLEEPER)
+    stop_process(pid, grace_s=10.0)
+    assert live_command_line(pid) is None
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period() -> None:
+    pid = started(STUBBORN)
+    asked = time.monotonic()
+    stop_process(pid, grace_s=1.0)
+    assert time.monotonic() - asked >= 1.0  # SIGTERM was given its grace period first
+    assert live_command_line(pid) is None
