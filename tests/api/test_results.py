@@ -70,17 +70,18 @@ def test_a_live_apps_windows_are_served_over_http_once_closed(
     client = TestClient(create_app(workspace))
     route = f"/apps/{app_name}/tables/topic_counts"
 
+    def publish(window: int) -> None:
+        with Publisher(source, settings=workspace.settings) as publisher:
+            for event in window_events(window):
+                publisher.send(event, key=event["dimension_id"])
+
     running = start_sql_app(spark, workspace, app)
     seconds_to_serve: list[float] = []
     try:
-        with Publisher(source, settings=workspace.settings) as publisher:
-            for event in window_events(0):
-                publisher.send(event, key=event["dimension_id"])
+        publish(0)
         for window in (1, 2):
             # The next window's events move the watermark past the end of `window - 1`.
-            with Publisher(source, settings=workspace.settings) as publisher:
-                for event in window_events(window):
-                    publisher.send(event, key=event["dimension_id"])
+            publish(window)
             closed = time.monotonic()
             served = _wait_for_window(client, route, T0 + (window - 1) * WINDOW_MS)
             seconds_to_serve.append(time.monotonic() - closed)

@@ -11,19 +11,19 @@ from millrace.config.local_processes import (
     stop_process,
 )
 
-SLEEPER = "import time; time.sleep(60)"
+SLEEPER = "import time; print('ready', flush=True); time.sleep(60)"
 # A process that ignores SIGTERM, as a server stuck in its shutdown would.
-STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+STUBBORN = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(60)"
+)
 
 
 def started(code: str) -> int:
-    """The pid of a Python process running `code`, once it runs it (its exec is done)."""
-    process = subprocess.Popen([sys.executable, "-c", code])
-    deadline = time.monotonic() + 30
-    while code.encode() not in (live_command_line(process.pid) or b""):
-        assert time.monotonic() < deadline, "the process never started"
-        time.sleep(0.05)
-    time.sleep(0.5)  # and has run its first statements
+    """The pid of a Python process running `code`, once it has said it is ready."""
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stdout.readline() == "ready\n"
     return process.pid
 
 
@@ -38,6 +38,7 @@ def test_a_port_another_process_listens_on_is_not_free() -> None:
 
 def test_a_stopped_process_has_no_live_command_line() -> None:
     pid = started(SLEEPER)
+    assert SLEEPER.encode() in (live_command_line(pid) or b"")
     stop_process(pid, grace_s=10.0)
     assert live_command_line(pid) is None
 
