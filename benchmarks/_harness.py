@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -75,7 +76,12 @@ def cli(*arguments: str, stdin: str | None = None) -> None:
 
 def write_results(name: str, results: dict[str, object]) -> Path:
     """Save `results` with the machine and the command as `results/<name>-<time>.json`."""
-    recorded = {"machine": _machine(), "command": " ".join(sys.argv), **results}
+    recorded = {
+        "machine": _machine(),
+        "versions": _versions(),
+        "command": " ".join(sys.argv),
+        **results,
+    }
     output = RESULTS / f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     output.write_text(json.dumps(recorded, indent=2) + "\n")
     print(json.dumps(recorded, indent=2))
@@ -87,6 +93,26 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def _versions() -> dict[str, str | None]:
+    """What ran: millrace's commit (`-dirty` with uncommitted changes), packages, Kafka."""
+    from millrace.config.jvm import jars
+    from millrace.config.settings import Settings
+
+    commit = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=RESULTS
+    ).stdout.strip()
+    versions: dict[str, str | None] = {"millrace": commit or None}
+    for package in ("pyspark", "delta-spark", "confluent-kafka", "redis", "bytewax"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    server = "kafka-server-"
+    found = [jar.stem for jar in jars(Settings(), "kafka") if jar.stem.startswith(server)]
+    versions["kafka"] = found[0].removeprefix(server) if found else None
+    return versions
 
 
 def _machine() -> dict[str, object]:

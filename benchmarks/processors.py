@@ -8,7 +8,10 @@ its own, then runs three sides over them R times, interleaved, each over all its
 each time), after one round of each that warms the JVM up and is not kept:
 
 - `millrace_stateful`: a millrace `Processor` counting in a `ValueState` with per-record
-  Python logic (`on_record`), as `millrace.runtime.processors` runs it;
+  Python logic (`on_record`), as `millrace.runtime.processors` runs it, `exactly_once` (the
+  default: each key remembers its records' ids to drop copies);
+- `millrace_stateful_at_least_once`: the same processor with `semantics = "at_least_once"`,
+  which remembers no ids: the difference is what input deduplication costs;
 - `millrace_monoid`: the same count as a monoid processor (`zero`, `lift`, `combine`), which
   the runtime pre-aggregates per key and micro-batch before it touches state;
 - `pyspark_transform_with_state`: the same logic written directly against PySpark's
@@ -46,6 +49,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from _harness import Run, isolated_workspace, processing_seconds, write_results
@@ -65,7 +69,13 @@ RECORDS_PER_S = 10_000
 LATENESS_MS = 30_000
 CLOSING_KEY = "closing"
 PARTITIONS = 2
-SIDES = ("millrace_stateful", "millrace_monoid", "pyspark_transform_with_state", "bytewax")
+SIDES = (
+    "millrace_stateful",
+    "millrace_stateful_at_least_once",
+    "millrace_monoid",
+    "pyspark_transform_with_state",
+    "bytewax",
+)
 
 
 def main() -> None:
@@ -121,6 +131,9 @@ def _runners(
     """Each side's run over `load`, by side."""
     return {
         "millrace_stateful": lambda: _millrace(spark, workspace, load, _counter, batch_records),
+        "millrace_stateful_at_least_once": lambda: _millrace(
+            spark, workspace, load, partial(_counter, semantics="at_least_once"), batch_records
+        ),
         "millrace_monoid": lambda: _millrace(
             spark, workspace, load, _monoid_counter, batch_records
         ),
@@ -213,12 +226,15 @@ def _check(spark: SparkSession, workspace, load: _Load, side: str, output: str) 
         )
 
 
-def _counter(stream: str, output: str, emit_ms: int) -> type:
+def _counter(stream: str, output: str, emit_ms: int, semantics: str = "exactly_once") -> type:
     """A stateful millrace processor: a count per key, emitted when the watermark passes."""
     from millrace import Input, Processor, ValueState
 
+    chosen = semantics
+
     class Counter(Processor):
         name = f"bench_counter_{uuid.uuid4().hex[:8]}"
+        semantics = chosen
         inputs = [Input(stream, key="key", time="time", lateness=f"{LATENESS_MS}ms")]  # noqa: RUF012
         count = ValueState(int)
 

@@ -75,6 +75,10 @@ def _section(name: str, path: Path, result: dict) -> str:
         f"{machine.get('java', '?')}).",
         "",
     ]
+    versions = result.get("versions")
+    if versions:
+        ran = ", ".join(f"{package} {version}" for package, version in versions.items() if version)
+        lines += [f"Versions: {ran}.", ""]
     throughputs = list(_throughputs(result))
     if throughputs:
         lines += ["| workload | side | median per second |", "| --- | --- | ---: |"]
@@ -114,7 +118,7 @@ def _nodes(node: object, key: str, path: str = "") -> Iterator[tuple[str, dict]]
         if key in node:
             yield path, node
         for child_key, child in node.items():
-            if child_key != "machine":
+            if child_key not in ("machine", "versions"):
                 yield from _nodes(child, key, f"{path}.{child_key}".lstrip("."))
 
 
@@ -156,7 +160,7 @@ def _walk(node: object, path: str = "") -> Iterator[tuple[str, dict]]:
     if isinstance(node, dict):
         yield path, node
         for key, child in node.items():
-            if key != "machine":
+            if key not in ("machine", "versions"):
                 yield from _walk(child, f"{path}.{key}".lstrip("."))
 
 

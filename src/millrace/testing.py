@@ -236,6 +236,7 @@ class ProcessorTester:
         self.watermark_ms: int | None = None
         self.productions: dict[str, list[Production]] = {}
         self.late: list[Record] = []
+        self.duplicates: list[Record] = []
         self.dead_letters: list[DeadLetter] = []
         self._instance = processor()
         self._stored: dict[Any, dict[str, Any]] = {}
@@ -248,12 +249,14 @@ class ProcessorTester:
     ) -> list[Record]:
         """Queue `records` of input `stream` for the next micro-batch, in order; returns them.
 
-        A dict gets bucket `bucket`, the next offset of that bucket and the id
-        `stream/bucket/offset`; pass a `Record` to choose its id, bucket and offset yourself.
+        A dict gets bucket `bucket` and the next offset of that bucket, and no id: like a
+        record written without one, it is known by its place, `stream/bucket/offset`. Pass a
+        `Record` to choose its id, bucket and offset yourself (a `Record` with the id of one
+        already processed is a copy, which `exactly_once` drops).
 
         Example:
-            >>> tester.feed("queries", [{"query": "cats", "ts": 1500}])[0].id  # doctest: +SKIP
-            'queries/0/0'
+            >>> tester.feed("queries", [{"query": "cats", "ts": 1500}])[0].offset  # doctest: +SKIP
+            0
         """
         self.processor.input_of(stream)
         queued = []
@@ -261,9 +264,7 @@ class ProcessorTester:
             if not isinstance(record, Record):
                 offset = self._next_offset.get((stream, bucket), 0)
                 self._next_offset[(stream, bucket)] = offset + 1
-                record = Record(
-                    stream, bucket, offset, None, f"{stream}/{bucket}/{offset}", None, dict(record)
-                )
+                record = Record(stream, bucket, offset, None, None, None, dict(record))
             elif record.stream != stream:
                 raise ProcessorError(
                     f"feed({stream!r}) got a record of stream {record.stream!r}",
@@ -302,8 +303,8 @@ class ProcessorTester:
     def run_batch(self) -> BatchOutcome:
         """Run the queued records as one micro-batch, then move the watermark past them.
 
-        Productions, late records and dead letters are also added to `productions`, `late`
-        and `dead_letters`.
+        Productions, late records, dropped copies and dead letters are also added to
+        `productions`, `late`, `duplicates` and `dead_letters`.
 
         Example:
             >>> tester.run_batch().late  # doctest: +SKIP
@@ -326,6 +327,7 @@ class ProcessorTester:
         for production in outcome.productions:
             self.productions.setdefault(production.stream, []).append(production)
         self.late.extend(outcome.late)
+        self.duplicates.extend(outcome.duplicates)
         self.dead_letters.extend(outcome.dead_letters)
         for stream, time_ms in outcome.max_event_time_ms.items():
             self._max_event_time_ms[stream] = max(

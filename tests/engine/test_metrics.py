@@ -28,7 +28,7 @@ def _app_text(app: str, source: str, target: str) -> str:
     return (
         f"CREATE APPLICATION {app};\n"
         "CREATE INPUT TABLE events (time, event, score DOUBLE)\n"
-        f"  FROM STREAM('{source}') TIME time;\n"
+        f"  FROM STREAM('{source}') TIME time LATENESS '1 hour';\n"
         f"INSERT INTO STREAM('{target}') SELECT time, event, score FROM events WHERE score > 5;\n"
     )
 
@@ -62,9 +62,13 @@ def test_each_batch_publishes_its_progress_with_the_right_counts(
     events = [{"time": START_MS + n, "event": f"e{n}", "score": n % 10} for n in range(40)]
     for n in (4, 21):
         events[n] = {"time": START_MS + n, "event": "bad", "score": "high"}
+    copied = [0, 1, 2]
     with Publisher(source, settings=workspace.settings) as publisher:
         for n, event in enumerate(events):
-            publisher.send(event, key=str(n))
+            publisher.send(event, key=str(n), record_id=f"event-{n}")
+        # Copies of records already sent, with the same ids, as a re-run batch writes them.
+        for n in copied:
+            publisher.send(events[n], key=str(n), record_id=f"event-{n}")
     since_ms = int(time.time() * 1000) - 1000
 
     running = start_sql_app(
@@ -76,17 +80,20 @@ def test_each_batch_publishes_its_progress_with_the_right_counts(
     )
     running.await_termination()
     [query] = running.queries
-    reported = [progress for progress in query.recentProgress if progress["numInputRows"] > 0]
+    # Every batch, including those that only move the watermark on (the input has a lateness).
+    reported = list({progress["batchId"]: progress for progress in query.recentProgress}.values())
 
     metrics = published_metrics(workspace, app_name, since_ms, len(reported))
     # One record per batch, with Spark's own figures for it.
     assert [m["batch_id"] for m in metrics] == [p["batchId"] for p in reported]
     assert [m["input_rows"] for m in metrics] == [p["numInputRows"] for p in reported]
-    assert sum(m["input_rows"] for m in metrics) == len(events)
+    assert sum(m["input_rows"] for m in metrics) == len(events) + len(copied)
     assert all(m["query"] == f"{app_name}.insert.{target}" for m in metrics)
     # The bad records are counted in the batches that read them.
     assert sum(m["dead_letter_rows"] for m in metrics) == 2
     assert sum(m["dead_letters"].get(source, 0) for m in metrics) == 2
+    # The copies are dropped by the app's deduplication and counted.
+    assert sum(m["duplicate_rows"] for m in metrics) == len(copied)
     # The last batch ends where the input stream ends.
     last = metrics[-1]["sources"][0]["end_offsets"][source]
     assert {int(bucket): offset for bucket, offset in last.items()} == end_offsets(
@@ -114,13 +121,12 @@ def test_a_processor_app_publishes_its_dead_letters_per_batch(
             ctx.produce(target, record)
 
     producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers, "log_level": 0})
-    values = [
-        b"not json",
-        b"[1]",
-        *(json.dumps({"query": "q", "ts": START_MS + n}).encode() for n in range(8)),
-    ]
-    for value in values:
-        producer.produce(source, value)
+    sent: list[tuple[bytes, str | None]] = [(b"not json", None), (b"[1]", None)]
+    sent += [(json.dumps({"query": "q", "ts": START_MS + n}).encode(), f"e{n}") for n in range(8)]
+    # Copies of three records already sent, with the same ids, as a re-run batch writes them.
+    sent += sent[2:5]
+    for value, record_id in sent:
+        producer.produce(source, value, headers=[("id", record_id.encode())] if record_id else None)
     producer.flush()
     since_ms = int(time.time() * 1000) - 1000
 
@@ -129,9 +135,10 @@ def test_a_processor_app_publishes_its_dead_letters_per_batch(
     reported = [p for p in running.query.recentProgress if p["numInputRows"] > 0]
 
     metrics = published_metrics(workspace, Echo.name, since_ms, len(reported))
-    assert sum(m["input_rows"] for m in metrics) == len(values)
+    assert sum(m["input_rows"] for m in metrics) == len(sent)
     assert sum(m["dead_letter_rows"] for m in metrics) == running.dead_letters == 2
     assert sum(m["late_rows"] for m in metrics) == running.late
+    assert sum(m["duplicate_rows"] for m in metrics) == running.duplicates == 3
     assert all(m["query"] == f"{Echo.name}.processor" for m in metrics)
 
 

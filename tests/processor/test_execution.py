@@ -1,4 +1,4 @@
-"""One micro-batch of the execution core: inputs, late records, monoids, failures."""
+"""One micro-batch of the execution core: inputs, late records, copies, monoids, failures."""
 
 # Processor classes declare `inputs` as a list, the way users write them.
 # ruff: noqa: RUF012
@@ -92,6 +92,74 @@ def test_records_behind_the_watermark_are_not_processed_and_are_counted_late() -
     assert [record.value for record in outcome.late] == [late]
     assert [record.value for record in tester.late] == [late]
     assert tester.state("a") == {"total": 2}
+
+
+class Tally(Processor):
+    """Counts the records of each key, with five seconds of lateness."""
+
+    name = "tally"
+    inputs = [Input("events", key="k", time="ts", lateness="5s")]
+    total = ValueState(int)
+
+    def on_record(self, key, record, ctx):
+        self.total.set(self.total.get(0) + 1)
+
+
+def event(record_id: str, offset: int, time_ms: int, key: str = "a") -> Record:
+    """A record of `events` with its own id, as a millrace writer gives it."""
+    return Record("events", 0, offset, None, record_id, None, {"k": key, "ts": time_ms})
+
+
+def test_a_copy_of_a_processed_record_is_dropped_in_the_same_batch_and_later_ones() -> None:
+    tester = ProcessorTester(Tally)
+    tester.feed("events", [event("r1", 0, T0 + 10_000), event("r1", 1, T0 + 10_000)])
+    first = tester.run_batch()
+    tester.feed("events", [event("r1", 2, T0 + 10_000), event("r2", 3, T0 + 10_000)])
+    second = tester.run_batch()
+
+    assert tester.state("a") == {"total": 2}
+    assert [record.offset for record in first.duplicates] == [1]
+    assert [record.offset for record in second.duplicates] == [2]
+    assert [record.offset for record in tester.duplicates] == [1, 2]
+
+
+def test_an_id_is_forgotten_once_the_watermark_passes_it_and_a_later_copy_is_late() -> None:
+    tester = ProcessorTester(Tally)
+    tester.feed("events", [event("r1", 0, T0 + 10_000)])
+    tester.run_batch()
+    tester.feed("events", [event("r2", 1, T0 + 20_000)])
+    tester.run_batch()
+    assert tester.watermark_ms == T0 + 15_000
+
+    tester.feed("events", [event("r1", 2, T0 + 10_000)])
+    outcome = tester.run_batch()
+
+    assert [record.offset for record in outcome.late] == [2]
+    assert outcome.duplicates == []
+    assert tester.state("a") == {"total": 2}
+
+
+def test_a_key_s_remembered_ids_do_not_outlive_the_watermark() -> None:
+    remembered = {"a": {"state": {"total": [1, 0]}, "seen": {"r1": T0, "r2": T0 + 9_000}}}
+    outcome = run_batch(Tally(), remembered, [], watermark_ms=T0 + 5_000, processing_time_ms=0)
+    assert outcome.states["a"] == {"state": {"total": [1, 0]}, "seen": {"r2": T0 + 9_000}}
+
+    idle = {"b": {"seen": {"r3": T0}}}
+    outcome = run_batch(Tally(), idle, [], watermark_ms=T0 + 5_000, processing_time_ms=0)
+    assert outcome.states == {"b": None}
+
+
+def test_at_least_once_processes_every_copy() -> None:
+    class AtLeastOnce(Tally):
+        name = "tally_at_least_once"
+        semantics = "at_least_once"
+
+    tester = ProcessorTester(AtLeastOnce)
+    tester.feed("events", [event("r1", 0, T0), event("r1", 1, T0)])
+    outcome = tester.run_batch()
+
+    assert tester.state("a") == {"total": 2}
+    assert outcome.duplicates == []
 
 
 def test_records_of_one_batch_are_never_late_for_each_other() -> None:
@@ -196,6 +264,21 @@ def test_a_monoid_combines_the_stored_aggregate_once_with_the_batch_s_partial() 
 
     assert combined_with_stored == [(1000, 50)]
     assert outcome.state == {"state": {"aggregate": [1050, 7]}}
+
+
+def test_a_monoid_folds_each_record_once_whatever_its_copies() -> None:
+    copies = [
+        Record("payments", 0, offset, None, f"p{offset % 2}", None, value)
+        for offset, value in enumerate(
+            [{"user": "ann", "amount": 5, "ts": T0}, {"user": "ann", "amount": 7, "ts": T0}] * 2
+        )
+    ]
+    tester = ProcessorTester(Sum)
+    tester.feed("payments", copies)
+    tester.run_batch()
+
+    assert tester.state("ann") == {"aggregate": {"sum": 12, "count": 2, "max": 7}}
+    assert len(tester.duplicates) == 2
 
 
 def test_a_failing_callback_stops_the_batch_naming_processor_key_and_record() -> None:

@@ -1,12 +1,13 @@
 """A two-app pipeline whose drivers are killed with kill -9 and restarted while it runs.
 
 App `filter` (stateless) reads the input stream and writes the events it keeps to a middle
-stream; app `agg` counts and sums the middle stream per category and minute into a result
-table. Each app runs as `millrace run app.sql` does for a user, in a process group of its
-own, killed whole (Python and Spark's JVM) with SIGKILL and started again. The filter is
-killed just after its micro-batch has started writing to the middle stream (its end offsets
-moved) and so, most of the time, before Spark has recorded the batch done: the re-run writes
-the batch again, which makes the copies a reader must drop. The aggregation is killed at
+stream; app `agg` counts and sums the middle stream per category and minute: a SQL app into a
+result table, or a processor (`Aggregator.PROCESSOR`) producing each minute to a result stream
+once the watermark passes it. Each app runs as `millrace run` does for a user, in a process
+group of its own, killed whole (Python and Spark's JVM) with SIGKILL and started again. The
+filter is killed just after its micro-batch has started writing to the middle stream (its end
+offsets moved) and so, most of the time, before Spark has recorded the batch done: the re-run
+writes the batch again, which makes the copies a reader must drop. The aggregation is killed at
 random moments of its micro-batches. Then both apps are run to the end of their input with
 `--available-now`. The answer is computed in plain Python from the events.
 
@@ -24,6 +25,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -62,6 +64,40 @@ CREATE INPUT TABLE kept (event_time, category, amount INT)
 CREATE TABLE per_minute AS
 SELECT category, COUNT(*) AS n, SUM(amount) AS total FROM kept [1 minute] GROUP BY category;
 """
+
+AGG_PROCESSOR = """
+from millrace import Input, MapState, Processor
+
+
+class CrashAggregation(Processor):
+    name = "{name}"
+    semantics = "{semantics}"
+    max_records_per_batch = {batch}
+    inputs = [Input("{middle}", key="category", time="event_time", lateness="5 minutes")]
+    per_minute = MapState(key=int, value=list)
+
+    def on_record(self, key, record, ctx):
+        minute = ctx.event_time_ms // {minute_ms} * {minute_ms}
+        count, total = self.per_minute.get(minute, [0, 0])
+        self.per_minute[minute] = [count + 1, total + record["amount"]]
+        ctx.set_timer(f"close-{{minute}}", event_time_ms=minute + {minute_ms})
+
+    def on_timer(self, key, timer, ctx):
+        minute = timer.time_ms - {minute_ms}
+        count, total = self.per_minute.pop(minute)
+        ctx.produce(
+            "{results}",
+            {{"category": key, "minute_ms": minute, "n": count, "total": total}},
+            time_ms=minute,
+        )
+"""
+
+
+class Aggregator(Enum):
+    """Which kind of app aggregates the middle stream."""
+
+    SQL = "sql"
+    PROCESSOR = "processor"
 
 
 def event(number: int) -> dict:
@@ -112,7 +148,7 @@ class _App:
     """One app's process, what it has committed, and its kills and restarts."""
 
     name: str
-    file: Path
+    target: str
     commits: Path
     log: Path
     process: subprocess.Popen | None = None
@@ -135,7 +171,7 @@ class _App:
             log.write(f"\n==== start {time.strftime('%H:%M:%S')} {' '.join(arguments)}\n")
             log.flush()
             return subprocess.Popen(
-                [sys.executable, "-m", "millrace.cli.main", "run", str(self.file), *arguments],
+                [sys.executable, "-m", "millrace.cli.main", "run", self.target, *arguments],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=os.environ,
@@ -205,34 +241,52 @@ def run_with_kills(
     kills: int,
     batch: int,
     seed: int,
+    aggregator: Aggregator = Aggregator.SQL,
     timeout_s: float = 900.0,
 ) -> CrashRun:
     """Publish `events`, run the pipeline, kill each app `kills` times, then finish it."""
     rng = random.Random(seed)
     source, middle = f"test.crash-in.{run}", f"test.crash-mid.{run}"
+    results = f"test.crash-out.{run}"
     create_stream(workspace.settings, source, buckets=2)
     create_stream(workspace.settings, middle, buckets=2)
+    create_stream(workspace.settings, results, buckets=1)
     _publish(spark, workspace, source, events, run)
     names = {"filter": f"crash_filter_{run}", "agg": f"crash_agg_{run}"}
-    templates = {"filter": FILTER_APP, "agg": AGG_APP}
+    processor = aggregator is Aggregator.PROCESSOR
+    templates = {"filter": FILTER_APP, "agg": AGG_PROCESSOR if processor else AGG_APP}
+    files = {
+        "filter": folder / "filter.sql",
+        "agg": folder / ("agg.py" if processor else "agg.sql"),
+    }
 
-    def write_app(role: str, batch: int) -> Path:
-        file = folder / f"{role}.sql"
-        file.write_text(
+    def write_app(role: str, batch: int) -> None:
+        files[role].write_text(
             templates[role].format(
-                name=names[role], semantics=semantics, batch=batch, source=source, middle=middle
+                name=names[role],
+                semantics=semantics,
+                batch=batch,
+                source=source,
+                middle=middle,
+                results=results,
+                minute_ms=MINUTE_MS,
             )
         )
-        return file
 
+    queries = {
+        "filter": f"insert.{middle}",
+        "agg": "processor" if processor else "table.per_minute",
+    }
+    for role in files:
+        write_app(role, batch)
     apps = {
         role: _App(
             names[role],
-            write_app(role, batch),
-            workspace.checkpoint(names[role], query) / "commits",
+            f"{files[role]}:CrashAggregation" if files[role].suffix == ".py" else str(files[role]),
+            workspace.checkpoint(names[role], queries[role]) / "commits",
             folder / f"{role}.log",
         )
-        for role, query in (("filter", f"insert.{middle}"), ("agg", "table.per_minute"))
+        for role in files
     }
 
     def middle_end() -> int:
@@ -290,11 +344,49 @@ def run_with_kills(
             if finished.poll() is None:
                 os.killpg(finished.pid, signal.SIGKILL)
         assert finished.returncode == 0, f"{role} did not finish:\n{app.log_tail()}"
-    return _observe(spark, workspace, apps, middle, events)
+    if processor:
+        produced = _results_of_stream(workspace, results)
+    else:
+        produced = _results_of_table(spark, workspace, apps["agg"].name)
+    return _observe(workspace, apps, middle, events, produced)
+
+
+def _results_of_table(
+    spark: SparkSession, workspace: Workspace, app: str
+) -> dict[tuple[int, str], tuple[int, int]]:
+    """(minute, category) -> (count, sum) from the SQL app's result table."""
+    rows = query_result_table(spark, workspace, app, "per_minute")
+    return {
+        (
+            (int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS,
+            row["category"],
+        ): (row["n"], row["total"])
+        for row in rows
+    }
+
+
+def _results_of_stream(workspace: Workspace, stream: str) -> dict[tuple[int, str], tuple[int, int]]:
+    """(minute, category) -> (count, sum) from the processor's productions, read as a millrace
+    reader reads them: a copy of a production (the same id) is dropped, and a production that
+    repeats a minute under another id is counted again, so it shows."""
+    by_id = {
+        record.id: record.value
+        for record in tail(stream, TailStart(from_beginning=True), settings=workspace.settings)
+    }
+    results: dict[tuple[int, str], tuple[int, int]] = {}
+    for value in by_id.values():
+        key = ((value["minute_ms"] - START_MS) // MINUTE_MS, value["category"])
+        count, total = results.get(key, (0, 0))
+        results[key] = (count + value["n"], total + value["total"])
+    return results
 
 
 def _observe(
-    spark: SparkSession, workspace: Workspace, apps: dict[str, _App], middle: str, events: int
+    workspace: Workspace,
+    apps: dict[str, _App],
+    middle: str,
+    events: int,
+    results: dict[tuple[int, str], tuple[int, int]],
 ) -> CrashRun:
     ids: Counter = Counter()
     counts: Counter = Counter()
@@ -304,14 +396,6 @@ def _observe(
         ids[record.id] += 1
         minute = (event_time_ms(record.value, "event_time") - START_MS) // MINUTE_MS
         counts[(minute, record.value["category"])] += 1
-    rows = query_result_table(spark, workspace, apps["agg"].name, "per_minute")
-    results = {
-        (
-            (int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS,
-            row["category"],
-        ): (row["n"], row["total"])
-        for row in rows
-    }
     return CrashRun(
         results=results,
         middle_ids=ids,

@@ -5,7 +5,8 @@ result table. Both are killed at least five times while they run and restarted e
 (see `crash_pipeline`). Spark's Kafka sink writes a re-run micro-batch again, so the middle
 stream holds copies; with `exactly_once` (the default) the aggregation's reader drops them
 by record id and the result equals the answer computed in plain Python. With
-`at_least_once` the reader keeps them: the result counts each copy that was written.
+`at_least_once` the reader keeps them: the result counts each copy that was written. The
+same holds when the aggregation is a processor, which drops the copies in its keys' state.
 """
 
 import uuid
@@ -15,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millrace.config.workspace import Workspace
-from tests.runtime.crash_pipeline import known_answer, run_with_kills
+from tests.runtime.crash_pipeline import Aggregator, known_answer, run_with_kills
 
 EVENTS = 200_000
 # Each kill costs a Spark start; on a busy machine the run takes far longer than usual.
@@ -43,6 +44,31 @@ def test_exactly_once_the_result_equals_the_answer_whatever_the_kills(
     # The middle stream has every kept event, under one id each, and maybe copies.
     assert len(run.middle_ids) == sum(n for n, _ in answer.values())
     # No event lost, none counted twice: the copies were dropped by the aggregation's reader.
+    assert run.results == answer
+
+
+def test_exactly_once_a_processor_reading_the_copies_counts_each_event_once(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    run = run_with_kills(
+        spark,
+        workspace,
+        tmp_path,
+        run=uuid.uuid4().hex[:8],
+        semantics="exactly_once",
+        events=EVENTS,
+        kills=5,
+        batch=5_000,
+        seed=8,
+        aggregator=Aggregator.PROCESSOR,
+    )
+    answer = known_answer(EVENTS)
+
+    print("exactly_once, processor:", run.summary(answer))
+    assert run.kills == {"filter": 5, "agg": 5}
+    assert len(run.middle_ids) == sum(n for n, _ in answer.values())
+    # The processor dropped the middle stream's copies by id, and its own productions that a
+    # re-run wrote again carry the ids of the first run, so a reader drops them too.
     assert run.results == answer
 
 

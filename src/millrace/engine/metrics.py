@@ -71,13 +71,15 @@ def observe_outputs(
     """`outputs`, counting its dead-letter and late rows per micro-batch; publishes metrics.
 
     For a processor app, whose operator's output rows say what they are in column `kind`
-    (`dead_letter`, `late` or a production): the counts go into the app's batch metrics.
+    (`dead_letter`, `late`, `duplicate` or a production): the counts go into the app's batch
+    metrics.
     """
     publish_metrics(spark, workspace, app)
     return outputs.observe(
         f"{_OUTPUT_METRICS}{app}",
         F.count_if(kind == F.lit("dead_letter")).alias("dead_letters"),
         F.count_if(kind == F.lit("late")).alias("late"),
+        F.count_if(kind == F.lit("duplicate")).alias("duplicates"),
     )
 
 
@@ -177,10 +179,17 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
         if metric.startswith(_DEAD_LETTER_METRICS)
     }
     late_rows = sum(operator.numRowsDroppedByWatermark for operator in progress.stateOperators)
+    # A SQL app's copies are dropped by Spark's deduplication operator, a processor's by its
+    # execution core (the `duplicate` rows of its output).
+    duplicate_rows = sum(
+        int((operator.customMetrics or {}).get("numDroppedDuplicateRows", 0))
+        for operator in progress.stateOperators
+    )
     outputs = observed.get(f"{_OUTPUT_METRICS}{app}")
     if outputs is not None:
         dead_letters["*"] = int(outputs["dead_letters"])
         late_rows += int(outputs["late"])
+        duplicate_rows += int(outputs["duplicates"])
     event_time = progress.eventTime or {}
     return {
         "time": progress.timestamp,
@@ -199,6 +208,7 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
         "state_rows": sum(operator.numRowsTotal for operator in progress.stateOperators),
         "state_memory_bytes": sum(operator.memoryUsedBytes for operator in progress.stateOperators),
         "late_rows": late_rows,
+        "duplicate_rows": duplicate_rows,
         "dead_letters": dead_letters,
         "dead_letter_rows": sum(dead_letters.values()),
     }

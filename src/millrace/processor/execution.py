@@ -11,13 +11,20 @@ One micro-batch, `run_batch`:
    behind the micro-batch's watermark (`time_ms < watermark_ms`) is late: it is not processed
    and is returned in `BatchOutcome.late`.
 2. The other records are grouped by key, in arrival order. Each key with records, then each
-   key whose stored timers hold a due one, runs `run_key` once.
-3. `run_key` runs the records, then the due timers. A monoid processor's records are first
+   key whose stored timers hold a due one (or whose remembered ids have expired), runs
+   `run_key` once.
+3. Under `exactly_once`, `run_key` first drops the copies: a record whose id the key has
+   already seen is returned in `BatchOutcome.duplicates`, not processed. A key remembers the
+   ids of its records with their event times until the watermark passes them; a copy that
+   comes later is behind the watermark, so it is late (MillWheel's record ids kept in the
+   key's own state, with the horizon of `docs/semantics.md`). Records without an id (written
+   by a tool other than millrace) are unique by their place in the stream and not remembered.
+4. `run_key` runs the records, then the due timers. A monoid processor's records are first
    folded with `combine`, from `zero`, into one partial aggregate; the stored aggregate is
    then read once, combined with it, written once, and given to `on_aggregate`. Due timers
    fire one at a time, earliest first (ties by tag), re-checked after each firing, so a timer
    set while firing that is already due fires in the same pass.
-4. The watermark moves between micro-batches only: `watermark_after` gives the next one.
+5. The watermark moves between micro-batches only: `watermark_after` gives the next one.
 
 A callback that raises leaves no trace: its state changes, timers and productions are undone.
 With `on_error = "stop"` the micro-batch fails with a `ProcessorError` naming the processor,
@@ -83,6 +90,7 @@ class KeyOutcome:
     state: dict[str, Any] | None
     productions: list[Production] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    duplicates: list[Record] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -90,8 +98,9 @@ class BatchOutcome:
     """What one micro-batch gave.
 
     `states` holds the new stored state of every key that ran (None: delete the key's state);
-    other keys are unchanged. `max_event_time_ms` is the largest event time per input stream
-    among the batch's records, late ones included, for `watermark_after`.
+    other keys are unchanged. `duplicates` are the copies of records already processed,
+    dropped under `exactly_once`. `max_event_time_ms` is the largest event time per input
+    stream among the batch's records, late ones and copies included, for `watermark_after`.
 
     Example:
         >>> outcome.productions[0].stream  # doctest: +SKIP
@@ -102,6 +111,7 @@ class BatchOutcome:
     productions: list[Production]
     dead_letters: list[DeadLetter]
     late: list[Record]
+    duplicates: list[Record]
     max_event_time_ms: dict[str, int]
 
 
@@ -160,14 +170,18 @@ def run_batch(
         stored.items() if timer_keys is None else ((key, stored.get(key)) for key in timer_keys)
     )
     for key, key_stored in candidates:
-        if key not in by_key and has_due_timer(
-            (key_stored or {}).get("timers"),
-            watermark_ms=watermark_ms,
-            processing_time_ms=processing_time_ms,
+        if key not in by_key and (
+            has_due_timer(
+                (key_stored or {}).get("timers"),
+                watermark_ms=watermark_ms,
+                processing_time_ms=processing_time_ms,
+            )
+            or _has_expired_ids(key_stored, watermark_ms)
         ):
             by_key[key] = []
     states: dict[Any, dict[str, Any] | None] = {}
     productions: list[Production] = []
+    duplicates: list[Record] = []
     for key, key_records in by_key.items():
         outcome = run_key(
             processor,
@@ -180,7 +194,8 @@ def run_batch(
         states[key] = outcome.state
         productions.extend(outcome.productions)
         dead_letters.extend(outcome.dead_letters)
-    return BatchOutcome(states, productions, dead_letters, late, max_event_time_ms)
+        duplicates.extend(outcome.duplicates)
+    return BatchOutcome(states, productions, dead_letters, late, duplicates, max_event_time_ms)
 
 
 def run_key(
@@ -195,8 +210,8 @@ def run_key(
     """Run one key's records of a micro-batch, then its due timers, from its stored state.
 
     `records` are the key's records that are not late, each with its event time set, in
-    arrival order. Returns the key's new stored state: `{"state": {...}, "timers": {...}}`,
-    leaving out empty parts, or None when the key has neither.
+    arrival order. Returns the key's new stored state: `{"state": {...}, "timers": {...},
+    "seen": {record id: event time}}`, leaving out empty parts, or None when it has none.
 
     Example:
         >>> run_key(processor, "cats", None, [], watermark_ms=5000,  # doctest: +SKIP
@@ -205,6 +220,8 @@ def run_key(
     """
     stored = stored or {}
     run = _KeyRun(processor, key, stored, watermark_ms, processing_time_ms)
+    if type(processor).semantics == "exactly_once":
+        records = run.first_copies(records)
     bind_key_state(processor, run.state)
     try:
         if type(processor).kind() == "monoid":
@@ -223,7 +240,7 @@ def run_key(
         run.fire_timers()
     finally:
         bind_key_state(processor, None)
-    return KeyOutcome(run.stored(), run.productions, run.dead_letters)
+    return KeyOutcome(run.stored(), run.productions, run.dead_letters, run.duplicates)
 
 
 def fold(processor: Processor, values: Iterable[dict[str, Any]]) -> Any:
@@ -299,9 +316,28 @@ class _KeyRun:
             type(processor).states(), stored.get("state"), now_ms=processing_time_ms
         )
         self.timers = KeyTimers(stored.get("timers"))
+        self.seen: dict[str, int] = {
+            record_id: time_ms
+            for record_id, time_ms in stored.get("seen", {}).items()
+            if watermark_ms is None or time_ms >= watermark_ms
+        }
         self.productions: list[Production] = []
         self.dead_letters: list[DeadLetter] = []
+        self.duplicates: list[Record] = []
         self.undo_failures = type(processor).on_error == "dlq"
+
+    def first_copies(self, records: Sequence[Record]) -> list[Record]:
+        """The records whose ids the key has not seen, remembering them; copies go aside."""
+        first: list[Record] = []
+        for record in records:
+            if record.id is None:
+                first.append(record)
+            elif record.id in self.seen:
+                self.duplicates.append(record)
+            else:
+                self.seen[record.id] = record.time_ms  # type: ignore[assignment]
+                first.append(record)
+        return first
 
     def callback(
         self,
@@ -401,10 +437,16 @@ class _KeyRun:
         )
 
     def stored(self) -> dict[str, Any] | None:
-        state = self.state.stored()
-        timers = self.timers.stored()
-        stored = {part: value for part, value in (("state", state), ("timers", timers)) if value}
+        parts = (("state", self.state.stored()), ("timers", self.timers.stored()))
+        stored = {part: value for part, value in (*parts, ("seen", self.seen)) if value}
         return stored or None
+
+
+def _has_expired_ids(stored: Mapping[str, Any] | None, watermark_ms: int | None) -> bool:
+    """True when a key remembers a record id whose event time the watermark has passed."""
+    if watermark_ms is None or not stored:
+        return False
+    return any(time_ms < watermark_ms for time_ms in stored.get("seen", {}).values())
 
 
 def _fresh_zero(processor: Processor) -> Any:

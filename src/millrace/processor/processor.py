@@ -147,7 +147,8 @@ class Processor:
 
     Class options: `name` (required; names the app's state and production ids), `inputs` (a
     list of `Input`), `semantics` ("exactly_once" by default, "at_least_once" or
-    "at_most_once") and `on_error` ("stop" by default, or "dlq").
+    "at_most_once"), `on_error` ("stop" by default, or "dlq") and `max_records_per_batch`
+    (None by default: a micro-batch reads all there is; the SQL option of the same name).
 
     Callbacks run for one key at a time and see only that key's state:
 
@@ -179,6 +180,7 @@ class Processor:
     inputs: ClassVar[list[Input]]
     semantics: ClassVar[Semantics] = "exactly_once"
     on_error: ClassVar[OnError] = "stop"
+    max_records_per_batch: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -265,6 +267,12 @@ def _check_options(cls: type[Processor]) -> None:
                 f"{where}.{option} is {value!r}, which is not one of the allowed values",
                 hint=f"set {option} to one of " + ", ".join(repr(choice) for choice in allowed),
             )
+    cap = cls.max_records_per_batch
+    if cap is not None and (type(cap) is not int or cap < 1):
+        raise ProcessorError(
+            f"{where}.max_records_per_batch is {cap!r}, which is not a number of records",
+            hint="set it to a whole number of 1 or more, or leave it out to read all there is",
+        )
     if hasattr(cls, "name") and (not isinstance(cls.name, str) or not _NAME.match(cls.name)):
         raise ProcessorError(
             f"{where}.name is {cls.name!r}, which is not a processor name",

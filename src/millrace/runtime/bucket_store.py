@@ -6,13 +6,14 @@ micro-batch made the cost of a micro-batch grow with the keys stored, not with t
 touched. `BucketStore` keeps the bucket as two texts that split and join in C:
 
 - `keys`: one line per key, the key as canonical JSON, a tab, the key's stored state as JSON;
-- `timers`: one line per key that has event-time timers, the key's JSON, a tab, the time of
-  its earliest one.
+- `timers`: one line per key that waits for the watermark, the key's JSON, a tab, and the
+  watermark it waits for: its earliest event-time timer, or the expiry of the record ids it
+  remembers for deduplication (one past the earliest id's event time), whichever is first.
 
 JSON text never holds a raw tab or newline (it escapes them), so the lines split safely.
-A micro-batch decodes the state of the keys that have records and of the keys whose earliest
-timer the watermark has passed (found from `timers` without decoding any state), and encodes
-only the keys that ran; every other key's text is copied through as it is.
+A micro-batch decodes the state of the keys that have records and of the keys whose wait the
+watermark has passed (found from `timers` without decoding any state), and encodes only the
+keys that ran; every other key's text is copied through as it is.
 
 Keys Python finds equal (1, 1.0, True) are one key, as in `bucket_of`; a key read back from
 the store is in its canonical form (1, and a tuple for a list).
@@ -79,7 +80,7 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
         return len(self._texts)
 
     def due_keys(self, watermark_ms: int | None) -> list[Any]:
-        """The keys with an event-time timer at or before `watermark_ms`."""
+        """The keys with an event-time timer (or an id expiry) at or before `watermark_ms`."""
         if watermark_ms is None:
             return []
         return [
@@ -89,7 +90,7 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
         ]
 
     def next_timer_ms(self) -> int | None:
-        """The earliest event-time timer of any key, or None."""
+        """The earliest event-time timer (or id expiry) of any key, or None."""
         return min(self._timers.values(), default=None)
 
     def update(self, states: Mapping[Any, Mapping[str, Any] | None], *, processor: str) -> None:
@@ -110,6 +111,10 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
                 for domain, time_ms in key_stored.get("timers", {}).values()
                 if domain == "event_time"
             ]
+            seen = key_stored.get("seen")
+            if seen:
+                # An id is forgotten once the watermark is past its event time.
+                times.append(min(seen.values()) + 1)
             if times:
                 self._timers[key_text] = min(times)
             else:

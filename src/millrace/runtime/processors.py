@@ -75,7 +75,9 @@ DEFAULT_BUCKETS = 64
 """Hash buckets a processor's keys are spread over; each is one group of Spark's operator."""
 
 _OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING"
-_PRODUCTION, _DEAD_LETTER, _LATE = "production", "dead_letter", "late"
+_PRODUCTION, _DEAD_LETTER = "production", "dead_letter"
+_LATE, _DUPLICATE = "late", "duplicate"
+_NOT_WRITTEN = (_LATE, _DUPLICATE)
 _BUCKET_STATE_SCHEMA = "keys STRING, timers STRING, timer_ms LONG"
 # A ProcessorError raised in a Python worker reaches the driver as the text of a Spark
 # exception; this mark starts its fields, as JSON, so the driver can raise it again.
@@ -86,9 +88,10 @@ _WORKER_ERROR_MARK = "millrace-processor-error:"
 class RunningProcessor:
     """A started processor app: its streaming query and what it has written this run.
 
-    `productions`, `dead_letters` and `late` count, since the start, the records written to
-    output streams, the records and timers sent to dead-letter streams, and the records that
-    came behind the watermark and were not processed.
+    `productions`, `dead_letters`, `late` and `duplicates` count, since the start, the records
+    written to output streams, the records and timers sent to dead-letter streams, the records
+    that came behind the watermark and were not processed, and the copies of records already
+    processed that were dropped (under `exactly_once`).
     """
 
     processor: type[Processor]
@@ -96,6 +99,7 @@ class RunningProcessor:
     productions: int = 0
     dead_letters: int = 0
     late: int = 0
+    duplicates: int = 0
     _known_streams: set[str] = field(default_factory=set)
 
     def process_all_available(self) -> None:
@@ -129,7 +133,8 @@ def start_processor_app(
 ) -> RunningProcessor:
     """Start `processor_class` on Spark; with `available_now` it stops at the end of input.
 
-    `max_records_per_batch` caps the records each micro-batch reads from an input; `buckets`
+    `max_records_per_batch` caps the records each micro-batch reads from an input (by
+    default the class's `max_records_per_batch`); `buckets`
     is the number of hash buckets of keys (keep it once the app has a checkpoint: a key's
     state lives in its bucket). Its input streams must exist; an output stream that does not
     exist stops the app at the first micro-batch that produces to it, before anything of that
@@ -152,6 +157,8 @@ def start_processor_app(
     if processor_class.on_error == "dlq":
         create_dead_letter_stream(workspace, processor_class.name)
     lookups.require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
+    if max_records_per_batch is None:
+        max_records_per_batch = processor_class.max_records_per_batch
     records = None
     for source in processor_class.inputs:
         frame = _read_input(spark, workspace, source, buckets, max_records_per_batch)
@@ -241,9 +248,9 @@ def _placed(raw: DataFrame, source: Input, buckets: int) -> DataFrame:
 
 
 # ---- Semantics (docs/semantics.md), kept apart: the query's foreachBatch is `_semantics_writer`.
-# Inputs are not deduplicated yet: Spark's `dropDuplicatesWithinWatermark` shuffles by record
-# id, which breaks the order of a key's records before its bucket; dropping copies needs the
-# ids kept in the bucket's own state instead (MillWheel's way).
+# Inputs are deduplicated by the execution core, with the ids kept in each key's own state
+# (MillWheel's way): Spark's `dropDuplicatesWithinWatermark` would shuffle the records by id,
+# which breaks the order of a key's records before its bucket.
 
 
 def _semantics_writer(
@@ -388,6 +395,9 @@ def _outputs_of(name: str, outcome: BatchOutcome) -> list[_Output]:
     ]
     outputs.extend(_processor_letter(name, letter) for letter in outcome.dead_letters)
     outputs.extend(_Output(_LATE, record.stream, None, None, record.id) for record in outcome.late)
+    outputs.extend(
+        _Output(_DUPLICATE, record.stream, None, None, record.id) for record in outcome.duplicates
+    )
     return outputs
 
 
@@ -528,6 +538,7 @@ def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataF
     running.productions += counts[_PRODUCTION]
     running.dead_letters += counts[_DEAD_LETTER]
     running.late += counts[_LATE]
+    running.duplicates += counts[_DUPLICATE]
 
 
 def _write_output_rows(
@@ -551,10 +562,10 @@ def _write_output_rows(
                 except ProcessorError as error:
                     raise RuntimeError(_worker_error_text(error)) from None
                 known_streams.add(row["stream"])
-        written = batch.where(F.col("kind") != _LATE)
+        written = batch.where(~F.col("kind").isin(*_NOT_WRITTEN))
         if tables:
             written = written.where(~F.col("stream").isin(*tables))
-        if any(row["kind"] != _LATE and row["stream"] not in tables for row in counts):
+        if any(row["kind"] not in _NOT_WRITTEN and row["stream"] not in tables for row in counts):
             (
                 written.select(
                     F.col("stream").alias("topic"),
@@ -570,7 +581,7 @@ def _write_output_rows(
                 .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
                 .save()
             )
-        totals = dict.fromkeys((_PRODUCTION, _DEAD_LETTER, _LATE), 0)
+        totals = dict.fromkeys((_PRODUCTION, _DEAD_LETTER, *_NOT_WRITTEN), 0)
         for row in counts:
             totals[row["kind"]] += row["count"]
         return totals
