@@ -39,6 +39,8 @@ def test_metrics_expose_the_lag_gauges(client: TestClient, lagging_app: str) -> 
     assert samples[("millrace_input_lag_records", input_labels)] == 5
     assert samples[("millrace_input_lag_seconds", input_labels)] >= 0
     assert samples[("millrace_app_last_batch_id", app_label)] >= 0
+    # Its input was published once, with no copies to drop.
+    assert samples[("millrace_app_recent_duplicate_rows", app_label)] == 0
     ends = end_offsets(client.app.state.workspace.settings, stream)
     for bucket, end in ends.items():
         labels = (("app", lagging_app), ("bucket", str(bucket)), ("stream", stream))

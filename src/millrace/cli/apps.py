@@ -251,6 +251,7 @@ def _run_processor(target: str, trigger: Trigger | None, master: str | None, for
         click.echo(
             f"{_count(running.productions, 'production')}, "
             f"{_count(running.late, 'late record')} dropped, "
+            f"{_count(running.duplicates, 'duplicate')} dropped, "
             f"{_count(running.dead_letters, 'dead letter')}"
         )
         if stopping.is_set():

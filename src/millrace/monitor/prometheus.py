@@ -75,6 +75,10 @@ class _Snapshot(Collector):
                 "Rows dropped as late in the monitor's lookback.",
                 lambda s: s.recent_late_rows,
             ),
+            "recent_duplicate_rows": (
+                "Copies of records dropped as duplicates in the monitor's lookback.",
+                lambda s: s.recent_duplicate_rows,
+            ),
             "recent_dead_letter_rows": (
                 "Rows dead-lettered in the monitor's lookback.",
                 lambda s: s.recent_dead_letter_rows,

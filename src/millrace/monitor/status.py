@@ -63,6 +63,7 @@ class AppStatus:
     state_memory_bytes: int = 0
     recent_input_rows: int = 0
     recent_late_rows: int = 0
+    recent_duplicate_rows: int = 0
     recent_dead_letter_rows: int = 0
 
     @property
@@ -164,6 +165,7 @@ def app_status(
         state_memory_bytes=sum(int(b.fields.get("state_memory_bytes", 0)) for b in latest.values()),
         recent_input_rows=sum(int(b.fields.get("input_rows", 0)) for b in recent),
         recent_late_rows=sum(int(b.fields.get("late_rows", 0)) for b in recent),
+        recent_duplicate_rows=sum(int(b.fields.get("duplicate_rows", 0)) for b in recent),
         recent_dead_letter_rows=sum(int(b.fields.get("dead_letter_rows", 0)) for b in recent),
     )
 
