@@ -134,11 +134,11 @@ def start_processor_app(
     """Start `processor_class` on Spark; with `available_now` it stops at the end of input.
 
     `max_records_per_batch` caps the records each micro-batch reads from an input (by
-    default the class's `max_records_per_batch`); `buckets`
-    is the number of hash buckets of keys (keep it once the app has a checkpoint: a key's
-    state lives in its bucket). Its input streams must exist; an output stream that does not
-    exist stops the app at the first micro-batch that produces to it, before anything of that
-    micro-batch is written. `trigger` sets when micro-batches run.
+    default the class's `max_records_per_batch`); `buckets` is the number of hash buckets of
+    keys (keep it once the app has a checkpoint: a key's state lives in its bucket). Its input
+    streams must exist; an output stream that does not exist stops the app at the first
+    micro-batch that produces to it, before anything of that micro-batch is written.
+    `trigger` sets when micro-batches run.
 
     Example:
         >>> running = start_processor_app(spark, workspace, WindowCounter)  # doctest: +SKIP
