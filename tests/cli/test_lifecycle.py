@@ -6,6 +6,8 @@ rewrite the same rows; the table is compared with counts computed in plain Pytho
 """
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -19,6 +21,7 @@ from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.runtime import checkpoints, registry
+from tests.cli.deployed import wait_for
 from tests.cli.test_cli import millrace
 
 APP = """
@@ -28,7 +31,6 @@ CREATE INPUT TABLE events (event_time, category)
 CREATE TABLE per_category WITH (mode = 'updates') AS
 SELECT category, COUNT(*) AS n FROM events {where} GROUP BY category;
 """
-WAIT_S = 600  # generous: the machine running the suite may be busy with other Spark work
 
 
 def _publish(workspace: Workspace, stream: str, categories: list[str], first: int) -> None:
@@ -61,16 +63,6 @@ def _table(workspace: Workspace, app: str) -> dict[str, int]:
     return {row["category"]: row["n"] for row in rows}
 
 
-def _wait_for(what: str, check, app: str, workspace: Workspace) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        record = registry.load(workspace, app)
-        log = Path(record.log).read_text() if Path(record.log).is_file() else ""
-        assert record.status == "running", f"app {record.status} while waiting for {what}:\n{log}"
-        assert time.monotonic() < deadline, f"no {what} within {WAIT_S} s:\n{log}"
-        time.sleep(1.0)
-
-
 # Three starts of a Spark application and their first micro-batches: on a machine shared with
 # other Spark work that takes longer than the suite's default limit.
 @pytest.mark.timeout(1800)
@@ -89,7 +81,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
     assert deployed.returncode == 0, deployed.stderr
     assert f"app '{name}' deployed: pid " in deployed.stdout
     try:
-        _wait_for(
+        wait_for(
             "the first results",
             lambda: _table(workspace, name) == Counter(first),
             name,
@@ -116,16 +108,35 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
         logged = millrace("logs", name)
         assert f"app '{name}' running: 1 queries" in logged.stdout, logged.stdout
 
-        # The batch that read the first records: the app is rolled back to it later.
-        with_first = max(
-            batch.batch_id
+        # The batch that read the first records: the app is rolled back to it later, by the
+        # time it was committed.
+        with_first, with_first_committed_ms = max(
+            (batch.batch_id, batch.committed_ms)
             for batch in checkpoints.history(workspace, name)
             if batch.committed_ms is not None
         )
-        second = ["b", "d", "b"]
-        _publish(workspace, stream, second, len(first))
-        both = Counter(first + second)
-        _wait_for("the second results", lambda: _table(workspace, name) == both, name, workspace)
+        # `logs -f` prints what the app writes from now on: the batch of the second records.
+        followed = tmp_path / "followed.log"
+        with followed.open("w") as output:
+            follower = subprocess.Popen(
+                [sys.executable, "-m", "millrace.cli.main", "logs", name, "-f", "-n", "0"],
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            second = ["b", "d", "b"]
+            _publish(workspace, stream, second, len(first))
+            both = Counter(first + second)
+            wait_for("the second results", lambda: _table(workspace, name) == both, name, workspace)
+            wait_for(
+                "a batch printed by logs -f",
+                lambda: f"{name}.table.per_category: batch " in followed.read_text(),
+                name,
+                workspace,
+            )
+        finally:
+            follower.terminate()
+            follower.wait(timeout=30)
 
         history = millrace("history", name, "--json")
         assert history.returncode == 0, history.stderr
@@ -136,7 +147,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
         newest = batches[-1]["batch"]
         assert newest > with_first
 
-        rolled = millrace("rollback", name, "--to-batch", str(with_first))
+        rolled = millrace("rollback", name, "--to-time", str(with_first_committed_ms))
         assert rolled.returncode == 0, rolled.stderr
         assert f"table.per_category: back to batch {with_first}" in rolled.stdout, rolled.stdout
         backup = Path(rolled.stdout.split("backup: ")[1].splitlines()[0])
@@ -153,7 +164,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
             again = batches.get(with_first + 1)
             return again is not None and (again.committed_ms or 0) >= rolled_at_ms - 2000
 
-        _wait_for("the batches after the rollback", recomputed, name, workspace)
+        wait_for("the batches after the rollback", recomputed, name, workspace)
         time.sleep(3)  # a few more micro-batches: nothing may change
         # The same results as a run without the rollback: the second records counted once.
         assert _table(workspace, name) == both
@@ -182,7 +193,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
         _publish(workspace, stream, third, len(first) + len(second))
         # Counts kept from the state, the new filter applied to the new records only.
         expected = both + Counter(c for c in third if c != "b")
-        _wait_for(
+        wait_for(
             "the results of the new code",
             lambda: _table(workspace, name) == expected,
             name,
@@ -253,7 +264,7 @@ def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back
     deployed = millrace("deploy", f"{module}:RunningCount")
     assert deployed.returncode == 0, deployed.stderr
     try:
-        _wait_for(
+        wait_for(
             "the first productions",
             lambda: len(_productions(workspace, output)) == 200,
             name,
@@ -273,7 +284,7 @@ def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back
         # The last batch of the first run: the app is rolled back to it below.
         before_second = max(b.batch_id for b in checkpoints.history(workspace, name))
         _publish_numbers(workspace, source, range(200, 400))
-        _wait_for(
+        wait_for(
             "the productions of the new code",
             lambda: len(_productions(workspace, output)) == 400,
             name,
@@ -286,14 +297,14 @@ def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back
         rolled = millrace("rollback", name, "--to-batch", str(before_second))
         assert rolled.returncode == 0, rolled.stderr
         assert f"processor: back to batch {before_second}" in rolled.stdout, rolled.stdout
-        _wait_for(
+        wait_for(
             "the productions recomputed after the rollback",
             lambda: len(_all_productions(workspace, output)) >= produced_before_rollback + 200,
             name,
             workspace,
         )
         _publish_numbers(workspace, source, range(400, 500))
-        _wait_for(
+        wait_for(
             "the productions after the rollback",
             lambda: len(_productions(workspace, output)) == 500,
             name,

@@ -84,6 +84,19 @@ def live_module(
     return module, source, streams
 
 
+def live_zeitgeist_module(tmp_path: Path, workspace: Workspace) -> tuple[Path, str, dict[str, str]]:
+    """`live_module` of examples/zeitgeist.py: `LiveZeitgeist` keyed by query, 5 s of lateness."""
+    return live_module(
+        tmp_path,
+        workspace,
+        "zeitgeist",
+        "Zeitgeist",
+        "query",
+        "5s",
+        {"counts_stream": "query-counts", "anomalies_stream": "query-anomalies"},
+    )
+
+
 def load(module: Path, name: str) -> type[Processor]:
     spec = importlib.util.spec_from_file_location(module.stem, module)
     loaded = importlib.util.module_from_spec(spec)
@@ -169,15 +182,7 @@ def test_zeitgeist_live_killed_and_restarted_and_in_batch_matches_plain_python(
     }
     records = zeitgeist.queries_per_second(counts, rng)
     arrivals = [record for batch in zeitgeist.micro_batches(records, rng) for record in batch]
-    module, source, streams = live_module(
-        tmp_path,
-        workspace,
-        "zeitgeist",
-        "Zeitgeist",
-        "query",
-        "5s",
-        {"counts_stream": "query-counts", "anomalies_stream": "query-anomalies"},
-    )
+    module, source, streams = live_zeitgeist_module(tmp_path, workspace)
 
     live, batch, in_memory = run_live_then_batch(
         spark, workspace, module, "Zeitgeist", source, streams, arrivals

@@ -1,0 +1,21 @@
+"""Waiting on an app deployed by a test, with its log in the failure message."""
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from millrace.config.workspace import Workspace
+from millrace.runtime import registry
+
+WAIT_S = 600  # generous: the machine running the suite may be busy with other Spark work
+
+
+def wait_for(what: str, check: Callable[[], bool], app: str, workspace: Workspace) -> None:
+    """Wait until `check()` holds; fail, with the app's log, if the app ends or time is up."""
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        record = registry.load(workspace, app)
+        log = Path(record.log).read_text() if Path(record.log).is_file() else ""
+        assert record.status == "running", f"app {record.status} while waiting for {what}:\n{log}"
+        assert time.monotonic() < deadline, f"no {what} within {WAIT_S} s:\n{log}"
+        time.sleep(1.0)
