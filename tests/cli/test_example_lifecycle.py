@@ -1,5 +1,5 @@
-"""The example apps deployed, listed, logged, rolled back, restarted and stopped from the
-command line, their results checked against plain Python at the end.
+"""The example apps deployed, listed (with their lags, also at `/metrics`), logged, rolled back,
+restarted and stopped from the command line, their results checked against plain Python.
 
 `examples/zeitgeist.py` runs as a subclass with streams of its own (as in
 tests/runtime/test_example_processors.py), `examples/top_events.sql` with its application and
@@ -17,7 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
+from millrace.api.app import create_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
@@ -36,13 +39,28 @@ def _committed(workspace: Workspace, app: str) -> list[checkpoints.Batch]:
     return [batch for batch in checkpoints.history(workspace, app) if batch.committed_ms]
 
 
+def _gauges(workspace: Workspace, app: str) -> dict[str, float]:
+    """The app's gauges at `/metrics` of the HTTP service, by name."""
+    response = TestClient(create_app(workspace)).get("/metrics")
+    assert response.status_code == 200
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+        if sample.labels == {"app": app}
+    }
+
+
 def _listed_and_logged(workspace: Workspace, app: str, running_line: str) -> None:
-    """`ps`, `logs` and `history` show the running app and the batches it has committed."""
+    """`ps`, `logs`, `history` and `/metrics` show the running app, its lags and batches."""
     listed = millrace("ps", "--json")
     assert listed.returncode == 0, listed.stderr
     [row] = [json.loads(line) for line in listed.stdout.splitlines() if app in line]
     assert (row["app"], row["status"]) == (app, "running")
     assert set(row) >= {"input_rate", "processing_lag", "watermark_lag", "uptime"}
+    lags = {"millrace_app_lag_records", "millrace_app_watermark_lag_seconds"}
+    wait_for("its lags at /metrics", lambda: lags <= set(_gauges(workspace, app)), app, workspace)
+    assert all(_gauges(workspace, app)[gauge] >= 0 for gauge in lags)
     logged = millrace("logs", app)
     assert running_line in logged.stdout, logged.stdout
     history = millrace("history", app, "--json")
