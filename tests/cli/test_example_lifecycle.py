@@ -60,7 +60,8 @@ def _listed_and_logged(workspace: Workspace, app: str, running_line: str) -> Non
     assert set(row) >= {"input_rate", "processing_lag", "watermark_lag", "uptime"}
     lags = {"millrace_app_lag_records", "millrace_app_watermark_lag_seconds"}
     wait_for("its lags at /metrics", lambda: lags <= set(_gauges(workspace, app)), app, workspace)
-    assert all(_gauges(workspace, app)[gauge] >= 0 for gauge in lags)
+    gauges = _gauges(workspace, app)
+    assert all(gauges[gauge] >= 0 for gauge in lags)
     logged = millrace("logs", app)
     assert running_line in logged.stdout, logged.stdout
     history = millrace("history", app, "--json")

@@ -70,16 +70,19 @@ def test_the_watermark_is_the_slowest_input_s_latest_time_minus_its_lateness() -
     assert watermark_after(TwoInputs, {"fast": T0, "slow": T0}, T0) == T0  # never goes back
 
 
+class Tally(Processor):
+    """Counts the records of each key, with five seconds of lateness."""
+
+    name = "tally"
+    inputs = [Input("events", key="k", time="ts", lateness="5s")]
+    total = ValueState(int)
+
+    def on_record(self, key, record, ctx):
+        self.total.set(self.total.get(0) + 1)
+
+
 def test_records_behind_the_watermark_are_not_processed_and_are_counted_late() -> None:
-    class Count(Processor):
-        name = "count"
-        inputs = [Input("events", key="k", time="ts", lateness="5s")]
-        total = ValueState(int)
-
-        def on_record(self, key, record, ctx):
-            self.total.set(self.total.get(0) + 1)
-
-    tester = ProcessorTester(Count)
+    tester = ProcessorTester(Tally)
     tester.feed("events", [{"k": "a", "ts": T0 + 10_000}])
     tester.run_batch()
     assert tester.watermark_ms == T0 + 5_000
@@ -92,17 +95,6 @@ def test_records_behind_the_watermark_are_not_processed_and_are_counted_late() -
     assert [record.value for record in outcome.late] == [late]
     assert [record.value for record in tester.late] == [late]
     assert tester.state("a") == {"total": 2}
-
-
-class Tally(Processor):
-    """Counts the records of each key, with five seconds of lateness."""
-
-    name = "tally"
-    inputs = [Input("events", key="k", time="ts", lateness="5s")]
-    total = ValueState(int)
-
-    def on_record(self, key, record, ctx):
-        self.total.set(self.total.get(0) + 1)
 
 
 def event(record_id: str, offset: int, time_ms: int, key: str = "a") -> Record:

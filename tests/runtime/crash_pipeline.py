@@ -256,12 +256,13 @@ def run_with_kills(
     rng = random.Random(seed)
     source, middle = f"test.crash-in.{run}", f"test.crash-mid.{run}"
     results = f"test.crash-out.{run}"
+    processor = aggregator is Aggregator.PROCESSOR
     create_stream(workspace.settings, source, buckets=2)
     create_stream(workspace.settings, middle, buckets=2)
-    create_stream(workspace.settings, results, buckets=1)
+    if processor:
+        create_stream(workspace.settings, results, buckets=1)
     _publish(spark, workspace, source, events, run)
     names = {"filter": f"crash_filter_{run}", "agg": f"crash_agg_{run}"}
-    processor = aggregator is Aggregator.PROCESSOR
     templates = {"filter": FILTER_APP, "agg": AGG_PROCESSOR if processor else AGG_APP}
     files = {
         "filter": folder / "filter.sql",

@@ -16,33 +16,51 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millrace.config.workspace import Workspace
-from tests.runtime.crash_pipeline import Aggregator, known_answer, run_with_kills
+from tests.runtime.crash_pipeline import Aggregator, CrashRun, known_answer, run_with_kills
 
 EVENTS = 200_000
+KILLS = 5
 # Each kill costs a Spark start; on a busy machine the run takes far longer than usual.
 pytestmark = pytest.mark.timeout(3600)
 
 
-def test_exactly_once_the_result_equals_the_answer_whatever_the_kills(
-    spark: SparkSession, workspace: Workspace, tmp_path: Path
-) -> None:
+def bounded_run(
+    spark: SparkSession,
+    workspace: Workspace,
+    tmp_path: Path,
+    semantics: str,
+    seed: int,
+    aggregator: Aggregator = Aggregator.SQL,
+) -> CrashRun:
+    """The CI-sized crash run: EVENTS events, each app killed KILLS times, then checked that
+    every app was killed that often and that no kept event is missing from the middle stream.
+    """
     run = run_with_kills(
         spark,
         workspace,
         tmp_path,
         run=uuid.uuid4().hex[:8],
-        semantics="exactly_once",
+        semantics=semantics,
         events=EVENTS,
-        kills=5,
+        kills=KILLS,
         batch=5_000,
-        seed=6,
+        seed=seed,
+        aggregator=aggregator,
     )
     answer = known_answer(EVENTS)
-
-    print("exactly_once:", run.summary(answer))
-    assert run.kills == {"filter": 5, "agg": 5}
+    print(f"{semantics}, {aggregator.value}:", run.summary(answer))
+    assert run.kills == {"filter": KILLS, "agg": KILLS}
     # The middle stream has every kept event, under one id each, and maybe copies.
     assert len(run.middle_ids) == sum(n for n, _ in answer.values())
+    return run
+
+
+def test_exactly_once_the_result_equals_the_answer_whatever_the_kills(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    run = bounded_run(spark, workspace, tmp_path, "exactly_once", seed=6)
+    answer = known_answer(EVENTS)
+
     # No event lost, none counted twice: the copies were dropped by the aggregation's reader.
     assert run.results == answer
 
@@ -50,23 +68,11 @@ def test_exactly_once_the_result_equals_the_answer_whatever_the_kills(
 def test_exactly_once_a_processor_reading_the_copies_counts_each_event_once(
     spark: SparkSession, workspace: Workspace, tmp_path: Path
 ) -> None:
-    run = run_with_kills(
-        spark,
-        workspace,
-        tmp_path,
-        run=uuid.uuid4().hex[:8],
-        semantics="exactly_once",
-        events=EVENTS,
-        kills=5,
-        batch=5_000,
-        seed=8,
-        aggregator=Aggregator.PROCESSOR,
+    run = bounded_run(
+        spark, workspace, tmp_path, "exactly_once", seed=8, aggregator=Aggregator.PROCESSOR
     )
     answer = known_answer(EVENTS)
 
-    print("exactly_once, processor:", run.summary(answer))
-    assert run.kills == {"filter": 5, "agg": 5}
-    assert len(run.middle_ids) == sum(n for n, _ in answer.values())
     # The processor dropped the middle stream's copies by id, and its own productions that a
     # re-run wrote again carry the ids of the first run, so a reader drops them too.
     assert run.results == answer
@@ -75,23 +81,10 @@ def test_exactly_once_a_processor_reading_the_copies_counts_each_event_once(
 def test_at_least_once_the_result_counts_the_copies_a_re_run_wrote(
     spark: SparkSession, workspace: Workspace, tmp_path: Path
 ) -> None:
-    run = run_with_kills(
-        spark,
-        workspace,
-        tmp_path,
-        run=uuid.uuid4().hex[:8],
-        semantics="at_least_once",
-        events=EVENTS,
-        kills=5,
-        batch=5_000,
-        seed=7,
-    )
+    run = bounded_run(spark, workspace, tmp_path, "at_least_once", seed=7)
     answer = known_answer(EVENTS)
 
-    print("at_least_once:", run.summary(answer))
-    assert run.kills == {"filter": 5, "agg": 5}
-    # Nothing is lost either way: every kept event is in the middle stream.
-    assert len(run.middle_ids) == sum(n for n, _ in answer.values())
+    # Nothing is lost either way (`bounded_run` found every kept event in the middle stream).
     # The aggregation counted every record of the middle stream, copies included (they come
     # within the lateness, so none is dropped as late): the counts are the answer plus the
     # copies, window by window, and the sums are at least the answer's.

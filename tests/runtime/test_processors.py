@@ -20,7 +20,7 @@ from millrace.bus.records import Record
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import ProcessorError
-from millrace.runtime.processors import start_processor_app
+from millrace.runtime.processors import RunningProcessor, start_processor_app
 from millrace.testing import ProcessorTester
 
 T0 = 1_767_225_600_000
@@ -95,55 +95,69 @@ def produced_counts(records: list[Record]) -> Counter:
     )
 
 
-def test_window_counter_on_spark_matches_plain_python_and_the_tester(
-    spark: SparkSession, workspace: Workspace, stream_name: str
-) -> None:
-    output = f"{stream_name}.counts"
-    create_stream(workspace.settings, stream_name, buckets=1)
-    create_stream(workspace.settings, output, buckets=1)
-    processor = window_counter(stream_name, output)
-    events = queries(0, 300)
-    publish(workspace, stream_name, [*events, closing(events)])
+BATCH_RECORDS = 100
 
+
+def counting_app(workspace: Workspace, stream: str) -> tuple[str, type[Processor]]:
+    """The WindowCounter over `stream` (one bucket, created), into a new counts stream."""
+    output = f"{stream}.counts"
+    create_stream(workspace.settings, stream, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+    return output, window_counter(stream, output)
+
+
+def run_to_the_end(
+    spark: SparkSession, workspace: Workspace, processor: type[Processor]
+) -> RunningProcessor:
+    """`processor` on Spark over all its input, `BATCH_RECORDS` records per micro-batch."""
     running = start_processor_app(
-        spark, workspace, processor, available_now=True, max_records_per_batch=100
+        spark, workspace, processor, available_now=True, max_records_per_batch=BATCH_RECORDS
     )
     running.await_termination()
-
-    produced = read(workspace, output)
-    assert produced_counts(produced) == window_counts(events)
-    assert len({record.id for record in produced}) == len(produced)
-    assert running.late == 0
-
-    tester = replayed_in_tester(workspace, processor, stream_name, batch_size=100)
-    assert {p.id: p.value for p in tester.productions[output]} == {
-        record.id: record.value for record in produced
-    }
+    return running
 
 
-def replayed_in_tester(
-    workspace: Workspace, processor: type[Processor], stream: str, *, batch_size: int
+def assert_tester_produces(
+    produced: list[Record], workspace: Workspace, processor: type[Processor], stream: str
 ) -> ProcessorTester:
-    """ProcessorTester run over what `stream` holds, `batch_size` records per micro-batch."""
+    """ProcessorTester over what `stream` holds, in the Spark run's micro-batches: it must give
+    the `produced` records, ids included."""
     tester = ProcessorTester(processor)
     inputs = [
         Record(r.stream, r.bucket, r.offset, r.key, r.id, None, r.value)
         for r in read(workspace, stream)
     ]
-    for start in range(0, len(inputs), batch_size):
-        tester.feed(stream, inputs[start : start + batch_size])
+    for start in range(0, len(inputs), BATCH_RECORDS):
+        tester.feed(stream, inputs[start : start + BATCH_RECORDS])
         tester.run_batch()
     tester.fire_timers()
+    [output] = {record.stream for record in produced}
+    assert {p.id: p.value for p in tester.productions[output]} == {
+        record.id: record.value for record in produced
+    }
     return tester
+
+
+def test_window_counter_on_spark_matches_plain_python_and_the_tester(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output, processor = counting_app(workspace, stream_name)
+    events = queries(0, 300)
+    publish(workspace, stream_name, [*events, closing(events)])
+
+    running = run_to_the_end(spark, workspace, processor)
+
+    produced = read(workspace, output)
+    assert produced_counts(produced) == window_counts(events)
+    assert len({record.id for record in produced}) == len(produced)
+    assert running.late == 0
+    assert_tester_produces(produced, workspace, processor, stream_name)
 
 
 def test_copies_of_processed_records_are_dropped_on_spark_as_in_the_tester(
     spark: SparkSession, workspace: Workspace, stream_name: str
 ) -> None:
-    output = f"{stream_name}.counts"
-    create_stream(workspace.settings, stream_name, buckets=1)
-    create_stream(workspace.settings, output, buckets=1)
-    processor = window_counter(stream_name, output)
+    output, processor = counting_app(workspace, stream_name)
     events = queries(0, 300)
     # An upstream batch that is re-run after a crash writes its records again with the same
     # ids: here a copy of every tenth event comes five events after it.
@@ -156,18 +170,12 @@ def test_copies_of_processed_records_are_dropped_on_spark_as_in_the_tester(
         for event, record_id in [*sent, (closing(events), "closing")]:
             publisher.send(event, key=event["query"], record_id=record_id)
 
-    running = start_processor_app(
-        spark, workspace, processor, available_now=True, max_records_per_batch=100
-    )
-    running.await_termination()
+    running = run_to_the_end(spark, workspace, processor)
 
     produced = read(workspace, output)
     assert produced_counts(produced) == window_counts(events)
     assert (running.duplicates, running.late) == (len(sent) - len(events), 0)
-    tester = replayed_in_tester(workspace, processor, stream_name, batch_size=100)
-    assert {p.id: p.value for p in tester.productions[output]} == {
-        record.id: record.value for record in produced
-    }
+    tester = assert_tester_produces(produced, workspace, processor, stream_name)
     assert len(tester.duplicates) == running.duplicates
 
 
