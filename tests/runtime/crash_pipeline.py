@@ -9,7 +9,9 @@ filter is killed just after its micro-batch has started writing to the middle st
 offsets moved) and so, most of the time, before Spark has recorded the batch done: the re-run
 writes the batch again, which makes the copies a reader must drop. The aggregation is killed at
 random moments of its micro-batches. Then both apps are run to the end of their input with
-`--available-now`. The answer is computed in plain Python from the events.
+`--available-now`; only then does one record far ahead of the others (the closing record) go
+through the filter, to move the aggregation's watermark past every minute. The answer is
+computed in plain Python from the events.
 
 Used by tests/runtime/test_exactly_once.py (a bounded run in CI, and a longer soak run).
 """
@@ -67,7 +69,7 @@ SELECT category, COUNT(*) AS n, SUM(amount) AS total FROM kept [1 minute] GROUP 
 
 # The processor's lateness is half an hour: about the whole input, and less than the hour by
 # which the closing record is ahead, so that the watermark still passes every minute at the
-# end. Five minutes are not enough here: the run's last micro-batch reads up to
+# end. Five minutes are not enough here: the run's last micro-batches read up to
 # `_FINISHING_BATCH` records from the middle stream's two buckets, in proportion to what each
 # holds unread; with the copies a re-run wrote in one of them, their event times can end
 # minutes apart, and Spark's watermark follows the bucket furthest ahead. A processor sets
@@ -130,15 +132,18 @@ def known_answer(events: int) -> dict[tuple[int, str], tuple[int, int]]:
     return answer
 
 
-def _publish(spark: SparkSession, workspace: Workspace, stream: str, events: int, run: str) -> None:
-    """Write the events, then one far ahead that moves the watermark past every window.
+def _publish(
+    spark: SparkSession, workspace: Workspace, stream: str, numbers: range, events: int, run: str
+) -> None:
+    """Write the records `numbers` of a run of `events` events. Number `events` is the closing
+    record, an hour after the last event, which moves the watermark past every minute.
 
     Spark writes them, from one task so that both buckets hold them in time order (the
     Python publisher takes minutes for a million). Each has an id of its own.
     """
     number = F.col("id")
     closing = number == events
-    frame = spark.range(0, events + 1, 1, numPartitions=1).select(
+    frame = spark.range(numbers.start, numbers.stop, 1, numPartitions=1).select(
         F.when(closing, START_MS + events * STEP_MS + 3600_000)
         .otherwise(START_MS + number * STEP_MS)
         .alias("event_time"),
@@ -197,6 +202,16 @@ class _App:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.process = None
+
+    def finish(self) -> None:
+        """Run the app to the end of its input (`--available-now`) and see it end well."""
+        finished = self.start("--available-now")
+        try:
+            finished.wait(timeout=1800)
+        finally:
+            if finished.poll() is None:
+                os.killpg(finished.pid, signal.SIGKILL)
+        assert finished.returncode == 0, f"{self.name} did not finish:\n{self.log_tail()}"
 
     def log_tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
@@ -261,7 +276,7 @@ def run_with_kills(
     create_stream(workspace.settings, middle, buckets=2)
     if processor:
         create_stream(workspace.settings, results, buckets=1)
-    _publish(spark, workspace, source, events, run)
+    _publish(spark, workspace, source, range(events), events, run)
     names = {"filter": f"crash_filter_{run}", "agg": f"crash_agg_{run}"}
     templates = {"filter": FILTER_APP, "agg": AGG_PROCESSOR if processor else AGG_APP}
     files = {
@@ -343,16 +358,17 @@ def run_with_kills(
         for app in apps.values():
             app.kill()
     # The end: each app processes what its input holds, in larger micro-batches, and stops.
-    for role in ("filter", "agg"):
-        app = apps[role]
+    # The closing record goes through the filter after every event, so that it is the last
+    # record of its middle bucket: read with it, in one micro-batch, are the ends of both
+    # buckets. Had it come amid the events, the filter's two tasks writing to the middle
+    # stream at once could put it ahead of events not yet written, and the aggregation would
+    # set those aside as late once the closing record had moved its watermark.
+    for role in files:
         write_app(role, _FINISHING_BATCH)
-        finished = app.start("--available-now")
-        try:
-            finished.wait(timeout=1800)
-        finally:
-            if finished.poll() is None:
-                os.killpg(finished.pid, signal.SIGKILL)
-        assert finished.returncode == 0, f"{role} did not finish:\n{app.log_tail()}"
+    apps["filter"].finish()
+    _publish(spark, workspace, source, range(events, events + 1), events, run)
+    apps["filter"].finish()
+    apps["agg"].finish()
     if processor:
         produced = _results_of_stream(workspace, results)
     else:
