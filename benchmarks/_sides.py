@@ -129,22 +129,27 @@ def compare(
 
     Throughput is events over the time spent in micro-batches; the wall-clock figures add
     starting (for millrace, compiling the app) and stopping the queries. `check` stops the
-    benchmark unless the `millrace` and `handwritten_pyspark` sides agree, in every round.
+    benchmark unless every millrace side (`millrace`, `millrace_<variant>`) agrees with
+    `handwritten_pyspark`, in every round. A variant's ratio is `<variant side>_ratio_of_medians`.
     """
     runs: dict[str, list[Run]] = {side: [] for side in sides}
+    millrace_sides = [name for name in sides if name.startswith("millrace")]
     # A first round warms the JVM's code and Spark's caches for every side, and is not kept.
     for side in sides.values():
         side()
     for _ in range(rounds):
         for name, side in sides.items():
             runs[name].append(side())
-        check(spark, runs["millrace"][-1].output, runs[BASELINE][-1].output)
+        for name in millrace_sides:
+            check(spark, runs[name][-1].output, runs[BASELINE][-1].output)
     result: dict[str, object] = {}
     for name, side_runs in runs.items():
         result[f"{name}_events_per_s"] = [events / run.processing_s for run in side_runs]
         result[f"{name}_wall_events_per_s"] = [events / run.wall_s for run in side_runs]
     medians = {name: statistics.median(result[f"{name}_events_per_s"]) for name in sides}
     result["ratio_of_medians"] = medians["millrace"] / medians[BASELINE]
+    for name in millrace_sides[1:]:
+        result[f"{name}_ratio_of_medians"] = medians[name] / medians[BASELINE]
     wall_medians = {name: statistics.median(result[f"{name}_wall_events_per_s"]) for name in sides}
     result["wall_ratio_of_medians"] = wall_medians["millrace"] / wall_medians[BASELINE]
     if "ceiling" in medians:

@@ -17,7 +17,10 @@ Each runs twice over:
 - from Kafka (N events): the whole app. Both sides read the same topic, decode the same JSON,
   keep a 30-second watermark and append the closed windows to a Delta table; the millrace
   app also counts bad records for the dead-letter stream and writes its result table as
-  every app does. Loading the topic is not measured.
+  every app does. Loading the topic is not measured. The app runs twice: with the default
+  semantics, `exactly_once`, which drops copies of its input records by id
+  (`millrace_events_per_s`), and with `at_least_once`, which does not
+  (`millrace_at_least_once_events_per_s`): the difference is what deduplication costs.
 - from memory (M events, already decoded, read as a stream from a Delta table): the query
   plan alone, millrace's compiled plan against Spark's own, both appending to Delta. The
   sliding count runs twice, on events 100,000 and 1,000,000 to a second of event time (10
@@ -110,33 +113,57 @@ def main() -> None:
         workloads = {
             "kafka_tumbling_topk": (
                 options.events,
-                lambda: millrace_app(spark, workspace, TOPK_APP),
-                lambda: handwritten(workspace, _handwritten_topk(kafka())),
+                {
+                    "millrace": lambda: millrace_app(spark, workspace, TOPK_APP),
+                    "handwritten_pyspark": lambda: handwritten(
+                        workspace, _handwritten_topk(kafka())
+                    ),
+                    "millrace_at_least_once": lambda: millrace_app(
+                        spark, workspace, _at_least_once(TOPK_APP)
+                    ),
+                },
             ),
             "kafka_sliding_count_30s_1s": (
                 options.events,
-                lambda: millrace_app(spark, workspace, SLIDING_APP),
-                lambda: handwritten(workspace, _handwritten_sliding(kafka())),
+                {
+                    "millrace": lambda: millrace_app(spark, workspace, SLIDING_APP),
+                    "handwritten_pyspark": lambda: handwritten(
+                        workspace, _handwritten_sliding(kafka())
+                    ),
+                    "millrace_at_least_once": lambda: millrace_app(
+                        spark, workspace, _at_least_once(SLIDING_APP)
+                    ),
+                },
             ),
             "memory_tumbling_topk": (
                 options.memory_events,
-                lambda: _millrace_plan(spark, workspace, TOPK_APP, in_memory()),
-                lambda: handwritten(workspace, _handwritten_topk(_watermarked(in_memory()))),
+                {
+                    "millrace": lambda: _millrace_plan(spark, workspace, TOPK_APP, in_memory()),
+                    "handwritten_pyspark": lambda: handwritten(
+                        workspace, _handwritten_topk(_watermarked(in_memory()))
+                    ),
+                },
             ),
             "memory_sliding_count_30s_1s": (
                 options.memory_events,
-                lambda: _millrace_plan(spark, workspace, SLIDING_APP, in_memory()),
-                lambda: handwritten(workspace, _handwritten_sliding(_watermarked(in_memory()))),
+                {
+                    "millrace": lambda: _millrace_plan(spark, workspace, SLIDING_APP, in_memory()),
+                    "handwritten_pyspark": lambda: handwritten(
+                        workspace, _handwritten_sliding(_watermarked(in_memory()))
+                    ),
+                },
             ),
             "memory_sliding_count_30s_1s_dense": (
                 options.memory_events,
-                lambda: _millrace_plan(
-                    spark, workspace, SLIDING_APP, in_memory(DENSE_EVENTS_PER_S)
-                ),
-                lambda: handwritten(
-                    workspace,
-                    _handwritten_sliding(_watermarked(in_memory(DENSE_EVENTS_PER_S))),
-                ),
+                {
+                    "millrace": lambda: _millrace_plan(
+                        spark, workspace, SLIDING_APP, in_memory(DENSE_EVENTS_PER_S)
+                    ),
+                    "handwritten_pyspark": lambda: handwritten(
+                        workspace,
+                        _handwritten_sliding(_watermarked(in_memory(DENSE_EVENTS_PER_S))),
+                    ),
+                },
             ),
         }
         results: dict[str, object] = {
@@ -152,10 +179,9 @@ def main() -> None:
             },
         }
         try:
-            for name, (events, ours, theirs) in workloads.items():
+            for name, (events, sides) in workloads.items():
                 if options.only and name not in options.only:
                     continue
-                sides = {"millrace": ours, "handwritten_pyspark": theirs}
                 results[name] = {
                     "events": events,
                     **compare(spark, events, options.rounds, sides, check=_same_summary),
@@ -163,6 +189,12 @@ def main() -> None:
         finally:
             stop_spark_session()
     write_results("sql-apps", results)
+
+
+def _at_least_once(app_text: str) -> str:
+    """The app with `semantics = 'at_least_once'`: its input is not deduplicated by record id."""
+    application, rest = app_text.split(";", 1)
+    return f"{application} WITH (semantics = 'at_least_once');{rest}"
 
 
 def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFrame) -> Run:
