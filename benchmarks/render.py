@@ -1,4 +1,4 @@
-"""Render the newest result of every benchmark into docs/benchmarks.md, with PNG plots.
+"""Render the newest result of every benchmark workload into docs/benchmarks.md, with PNG plots.
 
 Run it with `.venv/bin/python benchmarks/render.py` after any benchmark. For each benchmark
 name under benchmarks/results/ (`<name>-<time>.json`) it takes each workload (a top-level
