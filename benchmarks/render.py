@@ -9,8 +9,9 @@ table of a result) from the newest file that measured it, so a run of some workl
   figures under a key ending in `_per_s`, or a table of one figure per side under such a
   key; wall-clock figures are left to the JSON);
 - every ratio the benchmark computed (keys containing `ratio`);
-- maximum sustainable rates (`max_sustained_rate`) and latencies (`median_ms`, `p95_ms`,
-  `p99_ms`) where the benchmark measured them;
+- maximum sustainable rates (`max_sustained_rate`), micro-batch cycles (`median_rows`,
+  `median_cycle_ms`) and latencies (`median_ms`, `p95_ms`, `p99_ms`) where the benchmark
+  measured them;
 - a bar chart of the throughputs (docs/benchmarks/<file>.png) and, for latencies, their
   distribution (docs/benchmarks/<file>-latency.png).
 
@@ -120,6 +121,17 @@ def _part(path: Path, result: dict) -> str:
     if sustained:
         lines += ["| workload / side | max sustained input rate (records/s) |", "| --- | ---: |"]
         lines += [f"| {w} | {value:,.0f} |" for w, _, value in sustained]
+        lines.append("")
+    cycles = [
+        (side, node["median_rows"], node["median_cycle_ms"])
+        for side, node in _nodes(result, "median_cycle_ms")
+    ]
+    if cycles:
+        lines += [
+            "| side.rate | rows per micro-batch | ms per micro-batch |",
+            "| --- | ---: | ---: |",
+        ]
+        lines += [f"| {side} | {rows:,.0f} | {ms:,.0f} |" for side, rows, ms in cycles]
         lines.append("")
     latencies = list(_latencies(result))
     if latencies:
