@@ -45,6 +45,17 @@ class Started:
             query.stop()
 
 
+def at_least_once(app_text: str) -> str:
+    """The app with `semantics = 'at_least_once'`: its input is not deduplicated by record id.
+
+    Example:
+        >>> at_least_once("CREATE APPLICATION a_{run}; CREATE TABLE t AS SELECT 1;")
+        "CREATE APPLICATION a_{run} WITH (semantics = 'at_least_once'); CREATE TABLE t AS SELECT 1;"
+    """
+    application, rest = app_text.split(";", 1)
+    return f"{application} WITH (semantics = 'at_least_once');{rest}"
+
+
 def millrace_app(spark: SparkSession, workspace, app_text: str, available_now: bool = True):
     """The app `app_text` (with `{run}` for a fresh name), as `millrace run` runs it.
 

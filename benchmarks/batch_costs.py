@@ -26,15 +26,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import yahoo
 from _harness import isolated_workspace, write_results
 from _load import publish_at_rate
-from _sides import millrace_app
+from _sides import at_least_once, millrace_app
 from pyspark.sql.streaming import StreamingQuery
 
 SIDES = ("millrace", "millrace_at_least_once", "handwritten_pyspark")
-_AT_LEAST_ONCE = "CREATE APPLICATION yahoo_{run} WITH (semantics = 'at_least_once');"
 _WARM_UP_S = 15
 
 
@@ -56,13 +56,13 @@ def main() -> None:
             yahoo._campaign_rows(), "ad_id STRING, campaign_id STRING"
         )
 
-        def start(side: str, stream: str) -> tuple[list[StreamingQuery], object]:
+        def start(side: str, stream: str) -> tuple[list[StreamingQuery], Callable[[], None]]:
             if side == "handwritten_pyspark":
                 query = yahoo._handwritten(spark, workspace, stream, campaigns, available_now=False)
                 return [query], query.stop
             app = yahoo._app(workspace, stream)
             if side == "millrace_at_least_once":
-                app = app.replace("CREATE APPLICATION yahoo_{run};", _AT_LEAST_ONCE)
+                app = at_least_once(app)
             running = millrace_app(spark, workspace, app, available_now=False)
             return running.queries, running.stop
 

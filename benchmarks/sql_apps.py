@@ -44,7 +44,7 @@ import uuid
 from datetime import UTC, datetime
 
 from _harness import Run, isolated_workspace, write_results
-from _sides import compare, handwritten, millrace_app
+from _sides import at_least_once, compare, handwritten, millrace_app
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -119,7 +119,7 @@ def main() -> None:
                         workspace, _handwritten_topk(kafka())
                     ),
                     "millrace_at_least_once": lambda: millrace_app(
-                        spark, workspace, _at_least_once(TOPK_APP)
+                        spark, workspace, at_least_once(TOPK_APP)
                     ),
                 },
             ),
@@ -131,7 +131,7 @@ def main() -> None:
                         workspace, _handwritten_sliding(kafka())
                     ),
                     "millrace_at_least_once": lambda: millrace_app(
-                        spark, workspace, _at_least_once(SLIDING_APP)
+                        spark, workspace, at_least_once(SLIDING_APP)
                     ),
                 },
             ),
@@ -189,12 +189,6 @@ def main() -> None:
         finally:
             stop_spark_session()
     write_results("sql-apps", results)
-
-
-def _at_least_once(app_text: str) -> str:
-    """The app with `semantics = 'at_least_once'`: its input is not deduplicated by record id."""
-    application, rest = app_text.split(";", 1)
-    return f"{application} WITH (semantics = 'at_least_once');{rest}"
 
 
 def _millrace_plan(spark: SparkSession, workspace, app_text: str, events: DataFrame) -> Run:
