@@ -219,5 +219,12 @@ def sustained(
                 print(f"{label} {side}: {result}", flush=True)
                 probes[side].append(result)
     summary = {side: summarize(side_probes) for side, side_probes in probes.items()}
-    ours, theirs = (summary[side]["max_sustained_rate"] for side in ("millrace", BASELINE))
-    return {**summary, "ratio": ours / theirs if theirs else None}
+    theirs = summary[BASELINE]["max_sustained_rate"]
+    ratios = {
+        ("ratio" if side == "millrace" else f"{side}_ratio"): (
+            summary[side]["max_sustained_rate"] / theirs if theirs else None
+        )
+        for side in summary
+        if side.startswith("millrace")
+    }
+    return {**summary, **ratios}

@@ -14,7 +14,8 @@ A running query's micro-batch gathers what arrived while the previous one ran. F
 micro-batches that had input, the result gives, per side and rate, the median rows per batch,
 the median cycle (`median_cycle_ms`, Spark's `triggerExecution`: the whole batch) and the
 median of each of Spark's phases (`durationMs`: `addBatch` runs the batch's jobs,
-`queryPlanning` plans them, `walCommit` and `commitOffsets` write the offset and commit logs).
+`queryPlanning` plans them, `walCommit` and `commitOffsets` write the offset and commit logs),
+and of each stateful operator's state-store times (`median_state_ms`).
 A cycle that stays the same while the rows double is a fixed cost per batch; one that grows
 with them is a cost per row. A side keeps up while its cycle stays short of the time in which
 its input gathers (benchmarks/yahoo.py `--sustained` finds the rate where it no longer does).
@@ -112,6 +113,26 @@ def _batch_costs(queries: list[StreamingQuery]) -> dict[str, object]:
             phase: statistics.median(batch["durationMs"].get(phase, 0) for batch in batches)
             for phase in phases
         },
+        "median_state_ms": _state_costs(batches),
+    }
+
+
+def _state_costs(batches: list[dict]) -> dict[str, dict[str, float]]:
+    """Per stateful operator (`<index>:<name>`), the median of its times in a micro-batch.
+
+    Spark sums each time over the operator's partitions: `commitTimeMs` writes the state
+    store's new version, `allUpdatesTimeMs` reads and writes rows, `allRemovalsTimeMs` drops
+    the rows the watermark has passed.
+    """
+    times: dict[str, dict[str, list[float]]] = {}
+    for batch in batches:
+        for index, operator in enumerate(batch["stateOperators"]):
+            kept = times.setdefault(f"{index}:{operator['operatorName']}", {})
+            for name in ("commitTimeMs", "allUpdatesTimeMs", "allRemovalsTimeMs"):
+                kept.setdefault(name, []).append(operator.get(name, 0))
+    return {
+        operator: {name: statistics.median(values) for name, values in kept.items()}
+        for operator, kept in times.items()
     }
 
 

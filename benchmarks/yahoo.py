@@ -18,7 +18,9 @@ to Kafka. Three sides read the same records:
 Both query sides must write the same rows. Measurements, as in benchmarks/dstreams.py: drain
 (N loaded events, R interleaved rounds after a warm-up round, events/s over the time spent in
 micro-batches; the input ends with an event an hour later so every window closes), and with
-`--sustained` the maximum sustainable input rate of both query sides (benchmarks/_load.py).
+`--sustained` the maximum sustainable input rate of both query sides, and of the millrace app
+with `semantics = 'at_least_once'` (`millrace_at_least_once`, without deduplication), from
+probes interleaved in the same run (benchmarks/_load.py).
 
 The result goes to benchmarks/results/yahoo-*.json.
 """
@@ -30,9 +32,10 @@ import json
 import random
 import time
 import uuid
+from collections.abc import Callable
 
 from _harness import Run, isolated_workspace, processing_seconds, write_results
-from _sides import Started, ceiling, compare, millrace_app, sustained
+from _sides import Started, at_least_once, ceiling, compare, millrace_app, sustained
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -170,8 +173,9 @@ def _handwritten(
 
 
 def _sustained(spark: SparkSession, workspace, campaigns: DataFrame, options) -> dict:
-    def start_millrace(stream: str) -> Started:
-        running = millrace_app(spark, workspace, _app(workspace, stream), available_now=False)
+    def start_millrace(stream: str, rewrite: Callable[[str], str] = str) -> Started:
+        app = rewrite(_app(workspace, stream))
+        running = millrace_app(spark, workspace, app, available_now=False)
         return Started(running.queries, stream, running.stop)
 
     def start_handwritten(stream: str) -> Started:
@@ -180,7 +184,11 @@ def _sustained(spark: SparkSession, workspace, campaigns: DataFrame, options) ->
 
     return sustained(
         workspace,
-        {"millrace": start_millrace, "handwritten_pyspark": start_handwritten},
+        {
+            "millrace": start_millrace,
+            "millrace_at_least_once": lambda stream: start_millrace(stream, at_least_once),
+            "handwritten_pyspark": start_handwritten,
+        },
         live_payloads,
         options,
         label="yahoo",

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from pyspark.sql import SparkSession
 
 from millrace.config.settings import Settings
@@ -12,6 +14,31 @@ def test_the_session_runs_in_utc_with_rocksdb_state_and_the_configured_partition
         "RocksDBStateStoreProvider"
     )
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+
+
+def test_state_is_committed_as_changelogs_and_restored_from_them_on_restart(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    source, checkpoint = tmp_path / "source", tmp_path / "checkpoint"
+    source.mkdir()
+
+    def run_once(words: list[str], name: str) -> dict[str, int]:
+        (source / f"{name}.txt").write_text("\n".join(words))
+        counts = spark.readStream.text(str(source)).groupBy("value").count()
+        query = (
+            counts.writeStream.outputMode("complete")
+            .format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        return {row["value"]: row["count"] for row in spark.table(name).collect()}
+
+    assert run_once(["a", "b", "a"], "first_run") == {"a": 2, "b": 1}
+    assert run_once(["a", "c"], "second_run") == {"a": 3, "b": 1, "c": 1}
+    assert list(checkpoint.glob("state/0/*/2.changelog"))
 
 
 def test_the_kafka_connector_and_delta_are_on_the_classpath_without_pyspark_duplicates(

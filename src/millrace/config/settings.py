@@ -96,7 +96,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "spark.shuffle_partitions",
         "MILLRACE_SPARK_SHUFFLE_PARTITIONS",
-        "Partitions of Spark's shuffles and of streaming state; 0 chooses twice the cores.",
+        "Partitions of Spark's shuffles and of streaming state; 0 chooses one per core.",
     ),
     Setting(
         "spark.driver_memory",

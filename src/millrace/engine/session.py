@@ -1,8 +1,8 @@
 """The SparkSession: the one place that knows Spark's configuration.
 
 `spark_session` builds (once per process) a session with the master from the settings, the
-Kafka connector and Delta jars on the classpath, RocksDB state, UTC time, quiet logs and a
-shuffle-partition count that fits the machine.
+Kafka connector and Delta jars on the classpath, RocksDB state with changelog checkpoints,
+UTC time, quiet logs and a shuffle-partition count that fits the machine.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from millrace.config.settings import Settings
 from millrace.errors import EngineError
 
 _ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_ROCKSDB_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 _LISTENERS: dict[int, list[StreamingQueryListener]] = {}
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+)-(?P<version>\d+\.\d+[\w.\-]*)\.jar$")
@@ -79,7 +80,10 @@ def add_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:
 
 def spark_config(settings: Settings) -> dict[str, str]:
     """The Spark configuration millrace sets, as key-value pairs."""
-    partitions = settings.spark_shuffle_partitions or 2 * (os.cpu_count() or 1)
+    # Every stateful operator commits each of its partitions at the end of every micro-batch,
+    # a fixed cost per partition: partitions beyond the cores add commits, not parallelism
+    # (benchmarks/batch_costs.py).
+    partitions = settings.spark_shuffle_partitions or os.cpu_count() or 1
     quiet_logs = f"-Dlog4j2.configurationFile={_LOG_CONFIG.as_uri()}"
     driver_options = f"{quiet_logs} {settings.spark_driver_java_options}".strip()
     return {
@@ -93,6 +97,10 @@ def spark_config(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": str(partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stateStore.providerClass": _ROCKSDB_PROVIDER,
+        # A commit then writes the batch's changes to a changelog file, instead of flushing
+        # RocksDB and copying a snapshot of its files every batch; snapshots are made in the
+        # background. It halved the commit of each state store in benchmarks/batch_costs.py.
+        _ROCKSDB_CHANGELOG: "true",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.ui.showConsoleProgress": "false",

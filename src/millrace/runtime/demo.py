@@ -202,10 +202,18 @@ def _watch(
                 f"  top 3 per topic, window {window:%H:%M:%S}-{rows[0]['window_end']:%H:%M:%S} UTC:"
             )
             for row in sorted(rows, key=lambda row: row["topic"]):
-                ranked = ", ".join(
-                    f"{entry['item']} ({entry['weight']:.1f})" for entry in row["top_events"]
-                )
-                say(f"    {row['topic']:<8} {ranked}")
+                say(topic_line(row))
+
+
+def topic_line(row: dict[str, Any]) -> str:
+    """How the demo prints one of the Ranker's rows: a topic and its top events with scores.
+
+    Example:
+        >>> topic_line({"topic": "sports", "top_events": [{"item": "#worldcup", "weight": 9.25}]})
+        '    sports   #worldcup (9.2)'
+    """
+    ranked = ", ".join(f"{entry['item']} ({entry['weight']:.1f})" for entry in row["top_events"])
+    return f"    {row['topic']:<8} {ranked}"
 
 
 def _lags(monitor: Monitor, apps: list[str]) -> str:

@@ -1,0 +1,105 @@
+"""`millrace demo`, the README's main job, run as a newcomer runs it: live, then Ctrl-C.
+
+The demo gets a workspace of its own, with its own Kafka and Redis on free ports, as on a
+fresh machine. The test waits for the first closed window's top 3 per topic, sends SIGINT as
+Ctrl-C does, and checks that the four apps stopped cleanly and that what the demo printed is
+what the Ranker's result table holds. The pipeline's results are checked against plain Python
+in tests/examples/test_trending.py, over a fixed input.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from millrace.config.workspace import Workspace
+from millrace.runtime import registry
+from millrace.runtime.demo import APP_NAMES, RANKER, RANKER_TABLE, topic_line
+from millrace.runtime.result_files import read_result_rows
+from tests.cli.test_cli import millrace
+from tests.conftest import free_port
+
+TOPICS = ["games", "movies", "music", "news", "sports"]
+# On the 2-core machine the first top 3 came 106 to 122 s after the start (README); this
+# leaves room for a slower machine without letting a stuck demo hold the suite for long.
+FIRST_WINDOW_DEADLINE_S = 360
+_WINDOW_LINE = re.compile(r"^  top 3 per topic, window (\d\d:\d\d:\d\d)-(\d\d:\d\d:\d\d) UTC:$")
+
+
+def test_the_demo_prints_top_events_per_topic_and_stops_its_apps_on_ctrl_c(
+    tmp_path: Path,
+) -> None:
+    environment = {
+        **os.environ,
+        "MILLRACE_HOME": str(tmp_path / "workspace"),
+        "MILLRACE_KAFKA_PORT": str(free_port()),
+        "MILLRACE_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "MILLRACE_REDIS_PORT": str(free_port()),
+    }
+    workspace = Workspace.locate(environment)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "millrace.cli.main", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environment,
+    )
+    lines: list[str] = []
+    first_window = threading.Event()
+    reader = threading.Thread(target=_read, args=(demo, lines, first_window), daemon=True)
+    reader.start()
+    try:
+        assert first_window.wait(FIRST_WINDOW_DEADLINE_S), "\n".join(lines)
+        # The window's five topic lines are printed right after its heading.
+        _wait_for_lines(lines, _first_window_index(lines) + 1 + len(TOPICS))
+        demo.send_signal(signal.SIGINT)
+        demo.wait(timeout=180)
+        reader.join(timeout=10)
+        output = "\n".join(lines)
+
+        assert demo.returncode == 0, output
+        assert "interrupted" in lines, output
+        assert re.search(r"^done: published \d+ events and \d+ malformed records", output, re.M)
+        assert re.search(r"first top-K after \d+ s; [1-9]\d* windows shown", output), output
+        for app in APP_NAMES:
+            assert registry.load(workspace, app).status == "stopped", output
+
+        heading = _first_window_index(lines)
+        start, end = _WINDOW_LINE.match(lines[heading]).groups()
+        printed = lines[heading + 1 : heading + 1 + len(TOPICS)]
+        assert [line.split()[0] for line in printed] == TOPICS, output
+        stored = [
+            row
+            for row in read_result_rows(workspace, RANKER, RANKER_TABLE)
+            if f"{row['window_start']:%H:%M:%S}" == start
+        ]
+        assert [f"{row['window_end']:%H:%M:%S}" for row in stored] == [end] * len(TOPICS)
+        assert printed == [topic_line(row) for row in sorted(stored, key=lambda r: r["topic"])]
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+        for app in APP_NAMES:
+            millrace("stop", app, environment=environment)
+        millrace("down", environment=environment)
+
+
+def _read(demo: subprocess.Popen, lines: list[str], first_window: threading.Event) -> None:
+    for line in demo.stdout:
+        lines.append(line.rstrip("\n"))
+        if _WINDOW_LINE.match(lines[-1]):
+            first_window.set()
+
+
+def _first_window_index(lines: list[str]) -> int:
+    return next(index for index, line in enumerate(lines) if _WINDOW_LINE.match(line))
+
+
+def _wait_for_lines(lines: list[str], count: int) -> None:
+    deadline = time.monotonic() + 10
+    while len(lines) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
