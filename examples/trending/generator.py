@@ -4,10 +4,10 @@
 events `{event_time, event_type, dimension_id, text}` at `rate` per second of event time,
 most dimensions popular at a steady level and one "hot" dimension per topic that changes every
 30 seconds; about 10% of events are out of order (event time up to 4 s behind, within the
-apps' 5 s lateness), about 1% late (20 to 40 s behind), and one record in 500 malformed (not
-JSON, a JSON array, or an unreadable time), which the Filterer routes to
-`trending.events.dlq`. Some events name dimensions the dimensions file does not know; the
-Joiner drops them.
+apps' 5 s lateness), about 1% late (20 to 40 s behind; neither ever before the first event),
+and one record in 500 malformed (not JSON, a JSON array, or an unreadable time), which the
+Filterer routes to `trending.events.dlq`. Some events name dimensions the dimensions file
+does not know; the Joiner drops them.
 
 `publish(settings, records)` sends them; `run(settings, rate, seconds, stop)` publishes live,
 paced by the clock. `setup(settings)` creates the streams and the serving table
@@ -147,6 +147,9 @@ def _records(
             shift = rng.randint(20_000, 40_000)  # late: beyond the 5 s lateness
         elif disorder < 0.11:
             shift = rng.randint(1, 4_000)  # out of order, on time
+        # Never before the first event, which nothing could be behind: such a record would
+        # open a window of its own ahead of the run's first.
+        shift = min(shift, nominal - start_ms)
         name = known.get(dimension, {}).get("name", dimension)
         yield {
             "event_time": datetime.fromtimestamp((nominal - shift) / 1000, UTC).isoformat(),
