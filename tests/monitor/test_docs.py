@@ -1,10 +1,13 @@
-"""The alert configuration of docs/monitoring.md is valid as the page shows it."""
+"""The alert configuration and webhook payload of docs/monitoring.md are as the page shows."""
 
+import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 from millrace.config.alerts import load_alert_rules
 from millrace.config.settings import load_settings
+from millrace.monitor.alerts import Alert
 
 PAGE = Path(__file__).parents[2] / "docs" / "monitoring.md"
 
@@ -24,3 +27,10 @@ def test_the_documented_config_loads(tmp_path: Path) -> None:
     ]
     assert rules[0].app == "top_events" and rules[0].for_ms == 120_000
     assert rules[3].window_ms == 600_000
+
+
+def test_the_documented_webhook_payload_is_an_alert_as_posted() -> None:
+    [block] = re.findall(r"```json\n(.*?)```", PAGE.read_text(), flags=re.DOTALL)
+    payload = json.loads(block)
+    assert json.loads(json.dumps(asdict(Alert(**payload)))) == payload
+    assert payload["state"] in ("firing", "resolved")
