@@ -1,6 +1,6 @@
 """MillWheel's latency experiment (section 8.1): one keyed stage at a fixed input rate.
 
-Run it with `.venv/bin/python benchmarks/latency.py [--rate R] [--seconds S]
+Run it with `.venv/bin/python benchmarks/latency.py [--rate R | --fraction F] [--seconds S]
 [--warmup-seconds W] [--only SIDE ...]` after `make setup`. A publisher process writes R
 records a second, each stamped with the wall-clock time it was made, to a fresh stream; the
 stage under test passes each record on, keyed, to an output stream; a consumer in this process
@@ -18,10 +18,14 @@ Sides, run one after the other in the same sitting:
   trigger a stateless Kafka-to-Kafka query supports; when this Spark refuses it, the result
   says why.
 
-Choose R as a fraction of the stage's maximum sustainable rate (benchmarks/dstreams.py and
-benchmarks/processors.py measure those); the default, 2,000 records/s, is well below it on a
-2-core machine. The result goes to benchmarks/results/latency-*.json, with the median, p95 and
-p99 and the percentiles from 1 to 99 for the plot.
+The rate is R records a second (default 2,000, well below the stage's limit on a 2-core
+machine), or, with `--fraction F`, F times the highest rate the millrace stage sustains (the
+papers' maximum sustainable throughput). A sustained-rate search (`_load.search`, with
+`--start-rate`, `--refinements`, `--probe-seconds`) first finds that rate for the millrace
+stage and for the PySpark pass-through with the default trigger, their probes interleaved;
+then every side's latency is measured at that one rate, so the sides carry the same load. The
+result goes to benchmarks/results/latency-*.json, with the median, p95 and p99, the
+percentiles from 1 to 99 for the plot, and with `--fraction` the search's probes and rates.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Callable
 
 from _harness import isolated_workspace, write_results
 from _load import publish_at_rate
+from _sides import Started, sustained
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -48,9 +53,13 @@ _QUIET_S = 15
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=2_000)
+    parser.add_argument("--fraction", type=float, metavar="F")
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--warmup-seconds", type=float, default=20)
     parser.add_argument("--only", action="append", metavar="SIDE")
+    parser.add_argument("--probe-seconds", type=float, default=60)
+    parser.add_argument("--start-rate", type=int, default=2_000)
+    parser.add_argument("--refinements", type=int, default=2)
     options = parser.parse_args()
     with isolated_workspace():
         from millrace.config.workspace import Workspace
@@ -58,7 +67,7 @@ def main() -> None:
 
         workspace = Workspace.locate()
         spark = spark_session(workspace.settings, app_name="millrace-bench-latency")
-        sides: dict[str, Callable[[str, str], Callable[[], None]]] = {
+        sides: dict[str, Callable[[str, str], Started]] = {
             "millrace_processor": lambda source, out: _millrace(spark, workspace, source, out),
             "pyspark_default": lambda source, out: _pyspark(spark, workspace, source, out),
             "pyspark_real_time": lambda source, out: _pyspark(
@@ -66,11 +75,22 @@ def main() -> None:
             ),
         }
         results: dict[str, object] = {
-            "rate": options.rate,
             "seconds": options.seconds,
             "warmup_seconds": options.warmup_seconds,
         }
         try:
+            if options.fraction is not None:
+                search = _sustained(workspace, sides, options)
+                results["sustained"] = search
+                highest = search["millrace_processor"]["max_sustained_rate"]
+                if not highest:
+                    raise SystemExit(
+                        f"the millrace stage sustained no rate from {options.start_rate} "
+                        "records/s on: give a lower --start-rate"
+                    )
+                options.rate = int(options.fraction * highest)
+                results["fraction"] = options.fraction
+            results["rate"] = options.rate
             for name, start in sides.items():
                 if options.only and name not in options.only:
                     continue
@@ -81,7 +101,32 @@ def main() -> None:
     write_results("latency", results)
 
 
-def _measure(workspace, start: Callable[[str, str], Callable[[], None]], options) -> dict:
+def _sustained(workspace, sides: dict[str, Callable[[str, str], Started]], options) -> dict:
+    """The highest rate the millrace stage and the default-trigger PySpark stage sustain."""
+    from millrace.bus.streams import create_stream
+
+    def relaying(side: str) -> Callable[[str], Started]:
+        def start(stream: str) -> Started:
+            create_stream(workspace.settings, f"{stream}.out", buckets=2)
+            return sides[side](stream, f"{stream}.out")
+
+        return start
+
+    search = sustained(
+        workspace,
+        {
+            "millrace_processor": relaying("millrace_processor"),
+            "handwritten_pyspark": relaying("pyspark_default"),
+        },
+        stamped_records,
+        options,
+        label="latency",
+    )
+    search["pyspark_default"] = search.pop("handwritten_pyspark")
+    return search
+
+
+def _measure(workspace, start: Callable[[str, str], Started], options) -> dict:
     """Latencies of one side: start it, feed it at the rate, read its output as it comes."""
     from millrace.bus.streams import create_stream
 
@@ -90,7 +135,7 @@ def _measure(workspace, start: Callable[[str, str], Callable[[], None]], options
     create_stream(workspace.settings, source, buckets=2)
     create_stream(workspace.settings, output, buckets=2)
     try:
-        stop = start(source, output)
+        started = start(source, output)
     except Exception as error:  # a refused trigger is a result, not a crash
         return {"unsupported": str(error).strip().splitlines()[0]}
     latencies: list[float] = []
@@ -111,7 +156,7 @@ def _measure(workspace, start: Callable[[str, str], Callable[[], None]], options
     publisher.join()
     published.set()
     reader.join()
-    stop()
+    started.stop()
     if not latencies:
         return {"records": 0}
     ranked = statistics.quantiles(latencies, n=100, method="inclusive")
@@ -167,7 +212,7 @@ def stamped_records(first: int, count: int) -> list[bytes]:
     return [f'{{"time":{now_ms},"key":"k{key}"}}'.encode() for key in keys]
 
 
-def _millrace(spark: SparkSession, workspace, source: str, output: str) -> Callable[[], None]:
+def _millrace(spark: SparkSession, workspace, source: str, output: str) -> Started:
     from millrace import Input, Processor
     from millrace.runtime.processors import start_processor_app
 
@@ -179,12 +224,12 @@ def _millrace(spark: SparkSession, workspace, source: str, output: str) -> Calla
             ctx.produce(output, {"key": key, "sent_ms": ctx.event_time_ms}, key=key)
 
     running = start_processor_app(spark, workspace, Relay, available_now=False)
-    return running.stop
+    return Started([running.query], source, running.stop)
 
 
 def _pyspark(
     spark: SparkSession, workspace, source: str, output: str, real_time: bool = False
-) -> Callable[[], None]:
+) -> Started:
     raw = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
@@ -207,8 +252,7 @@ def _pyspark(
     )
     if real_time:
         writer = writer.trigger(realTime="5 minutes").outputMode("update")
-    query = writer.start()
-    return query.stop
+    return Started([writer.start()], source)
 
 
 if __name__ == "__main__":

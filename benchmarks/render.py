@@ -135,6 +135,15 @@ def _part(path: Path, result: dict) -> str:
         lines.append("")
     latencies = list(_latencies(result))
     if latencies:
+        if "rate" in result:
+            fraction = result.get("fraction")
+            of_sustained = (
+                f" ({fraction:g} of the millrace side's sustained rate)" if fraction else ""
+            )
+            lines += [
+                f"Latency at an input rate of {result['rate']:,} records/s{of_sustained}:",
+                "",
+            ]
         lines += ["| side | median ms | p95 ms | p99 ms |", "| --- | ---: | ---: | ---: |"]
         lines += [
             f"| {side} | {_milliseconds(row['median_ms'])} | {_milliseconds(row['p95_ms'])} "
