@@ -52,8 +52,9 @@ _QUIET_S = 15
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=int, default=2_000)
-    parser.add_argument("--fraction", type=float, metavar="F")
+    load = parser.add_mutually_exclusive_group()
+    load.add_argument("--rate", type=int, default=2_000)
+    load.add_argument("--fraction", type=float, metavar="F")
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--warmup-seconds", type=float, default=20)
     parser.add_argument("--only", action="append", metavar="SIDE")

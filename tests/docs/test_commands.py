@@ -71,9 +71,9 @@ def _option_names(command: click.Command) -> set[str]:
 def test_every_command_in_a_code_block_parses_as_written(page: Path) -> None:
     for words in _block_commands(page.read_text()):
         command, rest = _resolve(words)
-        assert command is not cli, f"{page.name}: `millrace {' '.join(words)}` names no command"
+        assert command is not cli, f"{page.name}: `millrace {shlex.join(words)}` names no command"
         try:
-            command.make_context(command.name or "", list(rest), resilient_parsing=False)
+            command.make_context(command.name or "", rest)
         except click.UsageError as error:
             pytest.fail(f"{page.name}: `millrace {shlex.join(words)}` does not parse: {error}")
 
