@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from _harness import Run, processing_seconds
 from _load import Payloads, probe, processed_offsets, search, summarize
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 BASELINE = "handwritten_pyspark"
+HANDWRITTEN_STATE_STORE = "memory"
+"""Where hand-written queries keep their state: Spark's default store, which a SQL app uses
+unless it asks for RocksDB, so that the two sides differ by their plans, not their stores."""
 
 
 @dataclass
@@ -52,8 +55,22 @@ def at_least_once(app_text: str) -> str:
         >>> at_least_once("CREATE APPLICATION a_{run}; CREATE TABLE t AS SELECT 1;")
         "CREATE APPLICATION a_{run} WITH (semantics = 'at_least_once'); CREATE TABLE t AS SELECT 1;"
     """
+    return _with_option(app_text, "semantics", "at_least_once")
+
+
+def on_rocksdb(app_text: str) -> str:
+    """The app with `state_store = 'rocksdb'`: its state on disk, not on the JVM heap.
+
+    Example:
+        >>> on_rocksdb("CREATE APPLICATION a_{run}; CREATE TABLE t AS SELECT 1;")
+        "CREATE APPLICATION a_{run} WITH (state_store = 'rocksdb'); CREATE TABLE t AS SELECT 1;"
+    """
+    return _with_option(app_text, "state_store", "rocksdb")
+
+
+def _with_option(app_text: str, key: str, value: str) -> str:
     application, rest = app_text.split(";", 1)
-    return f"{application} WITH (semantics = 'at_least_once');{rest}"
+    return f"{application} WITH ({key} = '{value}');{rest}"
 
 
 def millrace_app(spark: SparkSession, workspace, app_text: str, available_now: bool = True):
@@ -80,11 +97,16 @@ def millrace_app(spark: SparkSession, workspace, app_text: str, available_now: b
     )
 
 
-def handwritten(workspace, results: DataFrame, available_now: bool = True):
+def handwritten(
+    workspace,
+    results: DataFrame,
+    available_now: bool = True,
+    store: str = HANDWRITTEN_STATE_STORE,
+):
     """A hand-written streaming DataFrame appending to a Delta table of its own.
 
     With `available_now` it runs over all its input and gives a `Run`; otherwise it keeps
-    running and gives the `StreamingQuery`.
+    running and gives the `StreamingQuery`. `store` is the state store it keeps state in.
     """
     run = uuid.uuid4().hex[:8]
     table = str(workspace.tables_dir / "bench" / run)
@@ -93,10 +115,28 @@ def handwritten(workspace, results: DataFrame, available_now: bool = True):
         .foreachBatch(lambda batch, _: batch.write.format("delta").mode("append").save(table))
         .option("checkpointLocation", str(workspace.checkpoint("bench", run)))
     )
-    if not available_now:
-        return writer.start()
-    started = time.perf_counter()
-    query = writer.trigger(availableNow=True).start()
+    return start_handwritten(writer, results.sparkSession, table, available_now, store)
+
+
+def start_handwritten(
+    writer: DataStreamWriter,
+    spark: SparkSession,
+    table: str,
+    available_now: bool,
+    store: str = HANDWRITTEN_STATE_STORE,
+) -> Run | StreamingQuery:
+    """Start a hand-written query writing `table`, keeping its state in `store`.
+
+    With `available_now` it runs over all its input and gives a `Run`; otherwise it keeps
+    running and gives the `StreamingQuery`.
+    """
+    from millrace.engine.session import state_store
+
+    with state_store(spark, store):
+        if not available_now:
+            return writer.start()
+        started = time.perf_counter()
+        query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
     return Run(time.perf_counter() - started, processing_seconds(query), table)
 

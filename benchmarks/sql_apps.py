@@ -17,10 +17,13 @@ Each runs twice over:
 - from Kafka (N events): the whole app. Both sides read the same topic, decode the same JSON,
   keep a 30-second watermark and append the closed windows to a Delta table; the millrace
   app also counts bad records for the dead-letter stream and writes its result table as
-  every app does. Loading the topic is not measured. The app runs twice: with the default
-  semantics, `exactly_once`, which drops copies of its input records by id
-  (`millrace_events_per_s`), and with `at_least_once`, which does not
-  (`millrace_at_least_once_events_per_s`): the difference is what deduplication costs.
+  every app does. Loading the topic is not measured. The app runs three times: with the
+  defaults, `exactly_once`, which drops copies of its input records by id, on the `memory`
+  state store (`millrace_events_per_s`); with `at_least_once`, which does not
+  (`millrace_at_least_once_events_per_s`): the difference is what deduplication costs; and
+  with `exactly_once` on `rocksdb` (`millrace_rocksdb_events_per_s`). The hand-written
+  query runs on both stores too (`handwritten_pyspark`, the baseline of the ratios, on
+  `memory`, Spark's default; `handwritten_pyspark_rocksdb`).
 - from memory (M events, already decoded, read as a stream from a Delta table): the query
   plan alone, millrace's compiled plan against Spark's own, both appending to Delta. The
   sliding count runs twice, on events 100,000 and 1,000,000 to a second of event time (10
@@ -44,7 +47,14 @@ import uuid
 from datetime import UTC, datetime
 
 from _harness import Run, isolated_workspace, write_results
-from _sides import at_least_once, compare, handwritten, millrace_app
+from _sides import (
+    HANDWRITTEN_STATE_STORE,
+    at_least_once,
+    compare,
+    handwritten,
+    millrace_app,
+    on_rocksdb,
+)
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -118,8 +128,14 @@ def main() -> None:
                     "handwritten_pyspark": lambda: handwritten(
                         workspace, _handwritten_topk(kafka())
                     ),
+                    "handwritten_pyspark_rocksdb": lambda: handwritten(
+                        workspace, _handwritten_topk(kafka()), store="rocksdb"
+                    ),
                     "millrace_at_least_once": lambda: millrace_app(
                         spark, workspace, at_least_once(TOPK_APP)
+                    ),
+                    "millrace_rocksdb": lambda: millrace_app(
+                        spark, workspace, on_rocksdb(TOPK_APP)
                     ),
                 },
             ),
@@ -130,8 +146,14 @@ def main() -> None:
                     "handwritten_pyspark": lambda: handwritten(
                         workspace, _handwritten_sliding(kafka())
                     ),
+                    "handwritten_pyspark_rocksdb": lambda: handwritten(
+                        workspace, _handwritten_sliding(kafka()), store="rocksdb"
+                    ),
                     "millrace_at_least_once": lambda: millrace_app(
                         spark, workspace, at_least_once(SLIDING_APP)
+                    ),
+                    "millrace_rocksdb": lambda: millrace_app(
+                        spark, workspace, on_rocksdb(SLIDING_APP)
                     ),
                 },
             ),
@@ -175,7 +197,13 @@ def main() -> None:
             "spark": {
                 "master": workspace.settings.spark_master,
                 "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
-                "state_store": spark.conf.get("spark.sql.streaming.stateStore.providerClass"),
+                "state_store": {
+                    "millrace": "memory",
+                    "millrace_rocksdb": "rocksdb",
+                    "handwritten_pyspark": HANDWRITTEN_STATE_STORE,
+                    "handwritten_pyspark_rocksdb": "rocksdb",
+                    "memory_plans": HANDWRITTEN_STATE_STORE,
+                },
             },
         }
         try:

@@ -34,8 +34,16 @@ import time
 import uuid
 from collections.abc import Callable
 
-from _harness import Run, isolated_workspace, processing_seconds, write_results
-from _sides import Started, at_least_once, ceiling, compare, millrace_app, sustained
+from _harness import isolated_workspace, write_results
+from _sides import (
+    Started,
+    at_least_once,
+    ceiling,
+    compare,
+    millrace_app,
+    start_handwritten,
+    sustained,
+)
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -164,12 +172,7 @@ def _handwritten(
         .foreachBatch(write)
         .option("checkpointLocation", str(workspace.checkpoint("bench", uuid.uuid4().hex[:8])))
     )
-    if not available_now:
-        return writer.start()
-    started = time.perf_counter()
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
-    return Run(time.perf_counter() - started, processing_seconds(query), table)
+    return start_handwritten(writer, spark, table, available_now)
 
 
 def _sustained(spark: SparkSession, workspace, campaigns: DataFrame, options) -> dict:

@@ -1,6 +1,7 @@
 """The semantics option of SQL apps: readers drop copies by id (exactly_once), keep them
 (at_least_once), and a micro-batch marked as started is not written again (at_most_once)."""
 
+import json
 import re
 import uuid
 from collections import Counter
@@ -23,10 +24,12 @@ START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
 MINUTE_MS = 60_000
 
 
-def _app(name: str, semantics: str, source: str, output: str, batch: int = 1000) -> str:
+def _app(
+    name: str, semantics: str, source: str, output: str, batch: int = 1000, store: str = "memory"
+) -> str:
     return (
         f"CREATE APPLICATION {name} WITH (semantics = '{semantics}', "
-        f"max_records_per_batch = '{batch}');\n"
+        f"max_records_per_batch = '{batch}', state_store = '{store}');\n"
         "CREATE INPUT TABLE events (event_time, category, amount INT)\n"
         f"  FROM STREAM('{source}') TIME event_time LATENESS '1 minute';\n"
         f"INSERT INTO STREAM('{output}') SELECT category, amount FROM events WHERE amount > 0;\n"
@@ -117,6 +120,43 @@ def test_exactly_once_drops_copies_by_id_and_at_least_once_keeps_them(
     assert sum(outputs["at_least_once"].values()) > len(outputs["at_least_once"])
 
 
+@pytest.mark.parametrize("store", ["memory", "rocksdb"])
+def test_exactly_once_gives_the_same_results_on_either_state_store(
+    spark: SparkSession, workspace: Workspace, store: str
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    source, output = f"test.store-in.{run}", f"test.store-out.{run}"
+    create_stream(workspace.settings, source, buckets=1)
+    create_stream(workspace.settings, output)
+    events = _events()
+    with Publisher(source, settings=workspace.settings, time_field="event_time") as publisher:
+        for record_id, event in events:
+            publisher.send(event, record_id=record_id)
+    name = f"store_{store}_{run}"
+    app = parse_app(_app(name, "exactly_once", source, output, batch=50, store=store))
+
+    start_sql_app(spark, workspace, app, available_now=True).await_termination()
+
+    rows = query_result_table(spark, workspace, name, "per_minute")
+    result = {
+        ((int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS, row["category"]): (
+            row["n"],
+            row["total"],
+        )
+        for row in rows
+    }
+    assert result == _answer(events, copies=False)
+    # Spark records each query's state store in its write-ahead log, and keeps it on restart.
+    expected = {"memory": "HDFSBackedStateStoreProvider", "rocksdb": "RocksDBStateStoreProvider"}
+    for query in ("table.per_minute", f"insert.{output}"):
+        log = (workspace.checkpoint(name, query) / "offsets" / "0").read_text().splitlines()
+        provider = json.loads(log[1])["conf"]["spark.sql.streaming.stateStore.providerClass"]
+        assert provider.endswith(expected[store])
+    assert spark.conf.get("spark.sql.streaming.stateStore.providerClass").endswith(
+        "RocksDBStateStoreProvider"
+    )
+
+
 def test_at_most_once_does_not_write_a_batch_marked_as_started(
     spark: SparkSession, workspace: Workspace
 ) -> None:
@@ -164,6 +204,15 @@ def test_an_unknown_semantics_is_an_error_at_its_place() -> None:
     app = parse_app("CREATE APPLICATION a WITH (semantics = 'AT_MOST_ONCE');")
     assert (app.semantics, app.max_records_per_batch) == ("at_most_once", None)
     assert parse_app("CREATE APPLICATION a;").semantics == "exactly_once"
+
+
+def test_an_unknown_state_store_is_an_error_at_its_place() -> None:
+    with pytest.raises(SqlError, match=r"<string>:1:28: state_store 'disk' is not known"):
+        parse_app("CREATE APPLICATION a WITH (state_store = 'disk');")
+    assert parse_app("CREATE APPLICATION a WITH (state_store = 'RocksDB');").state_store == (
+        "rocksdb"
+    )
+    assert parse_app("CREATE APPLICATION a;").state_store == "memory"
 
 
 def test_the_sql_example_of_docs_semantics_parses() -> None:

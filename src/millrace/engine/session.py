@@ -2,7 +2,8 @@
 
 `spark_session` builds (once per process) a session with the master from the settings, the
 Kafka connector and Delta jars on the classpath, RocksDB state with changelog checkpoints,
-UTC time, quiet logs and a shuffle-partition count that fits the machine.
+UTC time, quiet logs and a shuffle-partition count that fits the machine. `state_store`
+starts a query on another state store than the session's.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyspark
@@ -21,6 +25,11 @@ from millrace.config.settings import Settings
 from millrace.errors import EngineError
 
 _ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_MEMORY_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+STATE_STORES = {"memory": _MEMORY_PROVIDER, "rocksdb": _ROCKSDB_PROVIDER}
+"""The state stores a query can keep its state in, by the name apps give them."""
+_PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
+_STATE_STORE_SWITCH = threading.Lock()
 _ROCKSDB_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 _LISTENERS: dict[int, list[StreamingQueryListener]] = {}
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -78,6 +87,28 @@ def add_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:
     _LISTENERS.setdefault(id(spark), []).append(listener)
 
 
+@contextmanager
+def state_store(spark: SparkSession, name: str) -> Iterator[None]:
+    """Queries started inside keep their state in store `name` (a key of `STATE_STORES`).
+
+    Spark reads the store from the session when a query starts on a new checkpoint, and
+    from the checkpoint's log when it restarts, so a query keeps the store it began with.
+    Starts inside are serialised, so that a query started from another thread at the same
+    time does not pick up this store.
+
+    Example:
+        >>> with state_store(spark, "memory"):  # doctest: +SKIP
+        ...     query = counts.writeStream.format("noop").start()
+    """
+    with _STATE_STORE_SWITCH:
+        before = spark.conf.get(_PROVIDER_CLASS)
+        spark.conf.set(_PROVIDER_CLASS, STATE_STORES[name])
+        try:
+            yield
+        finally:
+            spark.conf.set(_PROVIDER_CLASS, before)
+
+
 def spark_config(settings: Settings) -> dict[str, str]:
     """The Spark configuration millrace sets, as key-value pairs."""
     # Every stateful operator commits each of its partitions at the end of every micro-batch,
@@ -96,7 +127,7 @@ def spark_config(settings: Settings) -> dict[str, str]:
         # result tables are small, and 50 tasks cost seconds on every write.
         "spark.databricks.delta.snapshotPartitions": str(partitions),
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.streaming.stateStore.providerClass": _ROCKSDB_PROVIDER,
+        _PROVIDER_CLASS: _ROCKSDB_PROVIDER,
         # A commit then writes the batch's changes to a changelog file, instead of flushing
         # RocksDB and copying a snapshot of its files every batch; snapshots are made in the
         # background. It halved the commit of each state store in benchmarks/batch_costs.py.

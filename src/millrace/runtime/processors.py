@@ -63,6 +63,7 @@ from millrace.engine.dead_letter_routing import create_dead_letter_stream
 from millrace.engine.delivery import AtMostOnce
 from millrace.engine.metrics import observe_outputs
 from millrace.engine.serving_sink import write_table
+from millrace.engine.session import state_store
 from millrace.engine.triggers import Trigger
 from millrace.errors import ProcessorError, ServingError, StreamNotFoundError
 from millrace.processor import lookups
@@ -187,7 +188,9 @@ def start_processor_app(
         writer = writer.trigger(availableNow=True)
     elif trigger is not None:
         writer = trigger.apply(writer, f"{processor_class.name}.processor", foreach_batch=True)
-    running = RunningProcessor(processor_class, writer.start())
+    # transformWithState keeps its state only in RocksDB.
+    with state_store(spark, "rocksdb"):
+        running = RunningProcessor(processor_class, writer.start())
     return running
 
 

@@ -42,6 +42,7 @@ from millrace.engine.delivery import AtMostOnce
 from millrace.engine.metrics import publish_metrics
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.serving_sink import write_table
+from millrace.engine.session import state_store
 from millrace.engine.streams import StreamInput, write_batch, write_stream
 from millrace.engine.triggers import Trigger
 from millrace.errors import ServingError, SqlError, StreamNotFoundError
@@ -137,47 +138,48 @@ def start_sql_app(
     publish_metrics(spark, workspace, app.name)
     compiled = compile_app(spark, workspace, app, max_records_per_batch=max_records_per_batch)
     running = RunningApp(app, inputs=compiled.inputs)
-    for stream, records in compiled.inserts.items():
-        records = with_insert_ids(records, app.name, stream)
-        if app.semantics == "at_most_once":
+    with state_store(spark, app.state_store):
+        for stream, records in compiled.inserts.items():
+            records = with_insert_ids(records, app.name, stream)
+            if app.semantics == "at_most_once":
+                running.queries.append(
+                    _insert_at_most_once(records, workspace, app.name, stream, available_now)
+                )
+                continue
             running.queries.append(
-                _insert_at_most_once(records, workspace, app.name, stream, available_now)
+                write_stream(
+                    records,
+                    workspace,
+                    app.name,
+                    f"insert.{stream}",
+                    stream,
+                    key=insert_key(records),
+                    available_now=available_now,
+                    trigger=trigger,
+                )
             )
-            continue
-        running.queries.append(
-            write_stream(
-                records,
-                workspace,
-                app.name,
-                f"insert.{stream}",
-                stream,
-                key=insert_key(records),
-                available_now=available_now,
-                trigger=trigger,
+        for table in app.tables:
+            writer = _ResultTableWriter(workspace, app.name, table)
+            writer.serve(compiled.tables[table.name])
+            write = writer.write_batch
+            if app.semantics == "at_most_once":
+                once = AtMostOnce(workspace.checkpoint(app.name, f"table.{table.name}") / _MARKS)
+                write = functools.partial(_once, once, writer.write_batch)
+            query = (
+                compiled.tables[table.name]
+                .writeStream.queryName(f"{app.name}.table.{table.name}")
+                .outputMode("append" if table.mode == "final" else "update")
+                .foreachBatch(write)
+                .option(
+                    "checkpointLocation", str(workspace.checkpoint(app.name, f"table.{table.name}"))
+                )
             )
-        )
-    for table in app.tables:
-        writer = _ResultTableWriter(workspace, app.name, table)
-        writer.serve(compiled.tables[table.name])
-        write = writer.write_batch
-        if app.semantics == "at_most_once":
-            once = AtMostOnce(workspace.checkpoint(app.name, f"table.{table.name}") / _MARKS)
-            write = functools.partial(_once, once, writer.write_batch)
-        query = (
-            compiled.tables[table.name]
-            .writeStream.queryName(f"{app.name}.table.{table.name}")
-            .outputMode("append" if table.mode == "final" else "update")
-            .foreachBatch(write)
-            .option(
-                "checkpointLocation", str(workspace.checkpoint(app.name, f"table.{table.name}"))
-            )
-        )
-        if available_now:
-            query = query.trigger(availableNow=True)
-        elif trigger is not None:
-            query = trigger.apply(query, f"{app.name}.table.{table.name}", foreach_batch=True)
-        running.tables[table.name] = query.start()
-        running.queries.append(running.tables[table.name])
+            if available_now:
+                query = query.trigger(availableNow=True)
+            elif trigger is not None:
+                query = trigger.apply(query, f"{app.name}.table.{table.name}", foreach_batch=True)
+            running.tables[table.name] = query.start()
+            running.queries.append(running.tables[table.name])
     return running
 
 

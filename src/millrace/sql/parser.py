@@ -37,6 +37,7 @@ _APPLICATION = re.compile(
     re.I | re.S,
 )
 _SEMANTICS = ("exactly_once", "at_least_once", "at_most_once")
+_STATE_STORES = ("memory", "rocksdb")
 _INPUT = re.compile(
     rf"CREATE\s+INPUT\s+TABLE\s+(?P<name>{_IDENT})\s*\((?P<columns>.*)\)\s*"
     r"FROM\s+(?:STREAM|SCRIBE)\s*\(\s*'(?P<stream>[^']*)'\s*\)\s*"
@@ -215,6 +216,9 @@ class SqlApp:
     at_most_once (see docs/semantics.md)."""
     max_records_per_batch: int | None = None
     """`WITH (max_records_per_batch = 'N')`: the records each micro-batch reads at most."""
+    state_store: str = "memory"
+    """`WITH (state_store = '...')`: memory (on the JVM heap) or rocksdb (on local disk), the
+    state store of the app's queries (see docs/sql.md)."""
 
     def input(self, name: str) -> InputTable | None:
         """The input table called `name`, if there is one."""
@@ -254,6 +258,7 @@ class _AppParser:
         self.defined: dict[str, Position] = {}
         self.semantics = "exactly_once"
         self.max_records_per_batch: int | None = None
+        self.state_store = "memory"
 
     def parse(self) -> SqlApp:
         for offset, statement in _split_statements(self.text):
@@ -275,6 +280,7 @@ class _AppParser:
             tuple(self.inserts),
             self.semantics,
             self.max_records_per_batch,
+            self.state_store,
         )
 
     def _statement(self, offset: int, statement: str) -> None:
@@ -474,12 +480,13 @@ class _AppParser:
         for start, part in _split_top_level(text, ","):
             match = _OPTION.fullmatch(part)
             key = match["key"].lower() if match is not None else None
-            if match is None or key not in ("semantics", "max_records_per_batch"):
+            if match is None or key not in ("semantics", "max_records_per_batch", "state_store"):
                 raise self.error(
                     offset + start,
                     f"application option {part.strip()!r} is not known",
                     "the options are semantics = 'exactly_once', 'at_least_once' or "
-                    "'at_most_once', and max_records_per_batch = 'N'",
+                    "'at_most_once', max_records_per_batch = 'N', and state_store = 'memory' "
+                    "or 'rocksdb'",
                 )
             value = match["value"].strip()
             if key == "semantics":
@@ -490,6 +497,14 @@ class _AppParser:
                         "use 'exactly_once' (the default), 'at_least_once' or 'at_most_once'",
                     )
                 self.semantics = value.lower()
+            elif key == "state_store":
+                if value.lower() not in _STATE_STORES:
+                    raise self.error(
+                        offset + start,
+                        f"state_store {value!r} is not known",
+                        "use 'memory' (the default) or 'rocksdb'",
+                    )
+                self.state_store = value.lower()
             else:
                 if not value.isdigit() or int(value) < 1:
                     raise self.error(
