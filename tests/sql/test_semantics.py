@@ -76,6 +76,23 @@ def _answer(events: list[tuple[str, dict]], *, copies: bool) -> dict:
     return {key: (answer[key], totals[key]) for key in answer}
 
 
+def _publish(workspace: Workspace, source: str, events: list[tuple[str, dict]]) -> None:
+    with Publisher(source, settings=workspace.settings, time_field="event_time") as publisher:
+        for record_id, event in events:
+            publisher.send(event, record_id=record_id)
+
+
+def _per_minute(spark: SparkSession, workspace: Workspace, app: str) -> dict:
+    """The app's result table as `_answer` gives it: (count, total) by (minute, category)."""
+    return {
+        ((int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS, row["category"]): (
+            row["n"],
+            row["total"],
+        )
+        for row in query_result_table(spark, workspace, app, "per_minute")
+    }
+
+
 def test_exactly_once_drops_copies_by_id_and_at_least_once_keeps_them(
     spark: SparkSession, workspace: Workspace
 ) -> None:
@@ -83,9 +100,7 @@ def test_exactly_once_drops_copies_by_id_and_at_least_once_keeps_them(
     source = f"test.semantics-in.{run}"
     create_stream(workspace.settings, source, buckets=1)
     events = _events()
-    with Publisher(source, settings=workspace.settings, time_field="event_time") as publisher:
-        for record_id, event in events:
-            publisher.send(event, record_id=record_id)
+    _publish(workspace, source, events)
     results = {}
     outputs = {}
     for semantics in ("exactly_once", "at_least_once"):
@@ -93,17 +108,7 @@ def test_exactly_once_drops_copies_by_id_and_at_least_once_keeps_them(
         create_stream(workspace.settings, output)
         app = parse_app(_app(name, semantics, source, output, batch=50))
         start_sql_app(spark, workspace, app, available_now=True).await_termination()
-        rows = query_result_table(spark, workspace, name, "per_minute")
-        results[semantics] = {
-            (
-                (int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS,
-                row["category"],
-            ): (
-                row["n"],
-                row["total"],
-            )
-            for row in rows
-        }
+        results[semantics] = _per_minute(spark, workspace, name)
         outputs[semantics] = Counter(
             record.id
             for record in tail(output, TailStart(from_beginning=True), settings=workspace.settings)
@@ -129,23 +134,13 @@ def test_exactly_once_gives_the_same_results_on_either_state_store(
     create_stream(workspace.settings, source, buckets=1)
     create_stream(workspace.settings, output)
     events = _events()
-    with Publisher(source, settings=workspace.settings, time_field="event_time") as publisher:
-        for record_id, event in events:
-            publisher.send(event, record_id=record_id)
+    _publish(workspace, source, events)
     name = f"store_{store}_{run}"
     app = parse_app(_app(name, "exactly_once", source, output, batch=50, store=store))
 
     start_sql_app(spark, workspace, app, available_now=True).await_termination()
 
-    rows = query_result_table(spark, workspace, name, "per_minute")
-    result = {
-        ((int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS, row["category"]): (
-            row["n"],
-            row["total"],
-        )
-        for row in rows
-    }
-    assert result == _answer(events, copies=False)
+    assert _per_minute(spark, workspace, name) == _answer(events, copies=False)
     # Spark records each query's state store in its write-ahead log, and keeps it on restart.
     expected = {"memory": "HDFSBackedStateStoreProvider", "rocksdb": "RocksDBStateStoreProvider"}
     for query in ("table.per_minute", f"insert.{output}"):
@@ -165,9 +160,7 @@ def test_at_most_once_does_not_write_a_batch_marked_as_started(
     create_stream(workspace.settings, source, buckets=1)
     create_stream(workspace.settings, output)
     events = _events()[:100]
-    with Publisher(source, settings=workspace.settings, time_field="event_time") as publisher:
-        for record_id, event in events:
-            publisher.send(event, record_id=record_id)
+    _publish(workspace, source, events)
     name = f"amo_{run}"
     app = parse_app(_app(name, "at_most_once", source, output, batch=50))
     # As if a run had died while writing micro-batch 0: its mark is there.

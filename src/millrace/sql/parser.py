@@ -490,21 +490,9 @@ class _AppParser:
                 )
             value = match["value"].strip()
             if key == "semantics":
-                if value.lower() not in _SEMANTICS:
-                    raise self.error(
-                        offset + start,
-                        f"semantics {value!r} is not known",
-                        "use 'exactly_once' (the default), 'at_least_once' or 'at_most_once'",
-                    )
-                self.semantics = value.lower()
+                self.semantics = self._one_of(key, value, _SEMANTICS, offset + start)
             elif key == "state_store":
-                if value.lower() not in _STATE_STORES:
-                    raise self.error(
-                        offset + start,
-                        f"state_store {value!r} is not known",
-                        "use 'memory' (the default) or 'rocksdb'",
-                    )
-                self.state_store = value.lower()
+                self.state_store = self._one_of(key, value, _STATE_STORES, offset + start)
             else:
                 if not value.isdigit() or int(value) < 1:
                     raise self.error(
@@ -513,6 +501,17 @@ class _AppParser:
                         "give it like max_records_per_batch = '10000'",
                     )
                 self.max_records_per_batch = int(value)
+
+    def _one_of(self, key: str, value: str, choices: tuple[str, ...], offset: int) -> str:
+        """`value` of option `key` in lower case; one of `choices`, the first being the default."""
+        if value.lower() not in choices:
+            listed = ", ".join(f"'{choice}'" for choice in choices)
+            raise self.error(
+                offset,
+                f"{key} {value!r} is not known",
+                f"use one of {listed}; '{choices[0]}' is the default",
+            )
+        return value.lower()
 
     def _query(self, text: str, offset: int) -> Query:
         windows: dict[str, Window] = {}
