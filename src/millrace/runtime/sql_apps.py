@@ -7,6 +7,7 @@ the `emit` stream when the table names one, and upserts them into the serving ta
 `serve` names. Mode `final` appends each window once, when the watermark closes it; mode
 `updates` merges every change by the table's key. A running app
 counts, per result table, the rows dropped for coming after the watermark closed their window.
+Its queries keep their state in the store the app names (`state_store`, memory by default).
 
 `run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
 the same tables (merged by key, so a range can be run again) and streams.
