@@ -48,7 +48,7 @@ from millrace.engine.streams import StreamInput, write_batch, write_stream
 from millrace.engine.triggers import Trigger
 from millrace.errors import ServingError, SqlError, StreamNotFoundError
 from millrace.serving.tables import TableSpec, create_table
-from millrace.sql.compiler import compile_app, group_key_columns
+from millrace.sql.compiler import CompiledApp, compile_app, group_key_columns
 from millrace.sql.parser import ResultTable, SqlApp
 
 
@@ -140,48 +140,60 @@ def start_sql_app(
     compiled = compile_app(spark, workspace, app, max_records_per_batch=max_records_per_batch)
     running = RunningApp(app, inputs=compiled.inputs)
     with state_store(spark, app.state_store):
-        for stream, records in compiled.inserts.items():
-            records = with_insert_ids(records, app.name, stream)
-            if app.semantics == "at_most_once":
-                running.queries.append(
-                    _insert_at_most_once(records, workspace, app.name, stream, available_now)
-                )
-                continue
-            running.queries.append(
-                write_stream(
-                    records,
-                    workspace,
-                    app.name,
-                    f"insert.{stream}",
-                    stream,
-                    key=insert_key(records),
-                    available_now=available_now,
-                    trigger=trigger,
-                )
-            )
-        for table in app.tables:
-            writer = _ResultTableWriter(workspace, app.name, table)
-            writer.serve(compiled.tables[table.name])
-            write = writer.write_batch
-            if app.semantics == "at_most_once":
-                once = AtMostOnce(workspace.checkpoint(app.name, f"table.{table.name}") / _MARKS)
-                write = functools.partial(_once, once, writer.write_batch)
-            query = (
-                compiled.tables[table.name]
-                .writeStream.queryName(f"{app.name}.table.{table.name}")
-                .outputMode("append" if table.mode == "final" else "update")
-                .foreachBatch(write)
-                .option(
-                    "checkpointLocation", str(workspace.checkpoint(app.name, f"table.{table.name}"))
-                )
-            )
-            if available_now:
-                query = query.trigger(availableNow=True)
-            elif trigger is not None:
-                query = trigger.apply(query, f"{app.name}.table.{table.name}", foreach_batch=True)
-            running.tables[table.name] = query.start()
-            running.queries.append(running.tables[table.name])
+        _start_queries(running, compiled, workspace, available_now, trigger)
     return running
+
+
+def _start_queries(
+    running: RunningApp,
+    compiled: CompiledApp,
+    workspace: Workspace,
+    available_now: bool,
+    trigger: Trigger | None,
+) -> None:
+    """Start a query per insert and per result table of `compiled`, adding them to `running`."""
+    app = running.app
+    for stream, records in compiled.inserts.items():
+        records = with_insert_ids(records, app.name, stream)
+        if app.semantics == "at_most_once":
+            running.queries.append(
+                _insert_at_most_once(records, workspace, app.name, stream, available_now)
+            )
+            continue
+        running.queries.append(
+            write_stream(
+                records,
+                workspace,
+                app.name,
+                f"insert.{stream}",
+                stream,
+                key=insert_key(records),
+                available_now=available_now,
+                trigger=trigger,
+            )
+        )
+    for table in app.tables:
+        writer = _ResultTableWriter(workspace, app.name, table)
+        writer.serve(compiled.tables[table.name])
+        write = writer.write_batch
+        if app.semantics == "at_most_once":
+            once = AtMostOnce(workspace.checkpoint(app.name, f"table.{table.name}") / _MARKS)
+            write = functools.partial(_once, once, writer.write_batch)
+        query = (
+            compiled.tables[table.name]
+            .writeStream.queryName(f"{app.name}.table.{table.name}")
+            .outputMode("append" if table.mode == "final" else "update")
+            .foreachBatch(write)
+            .option(
+                "checkpointLocation", str(workspace.checkpoint(app.name, f"table.{table.name}"))
+            )
+        )
+        if available_now:
+            query = query.trigger(availableNow=True)
+        elif trigger is not None:
+            query = trigger.apply(query, f"{app.name}.table.{table.name}", foreach_batch=True)
+        running.tables[table.name] = query.start()
+        running.queries.append(running.tables[table.name])
 
 
 @dataclass(frozen=True)
