@@ -489,11 +489,12 @@ class _TwoStagePlan:
             exp.alias_(stage_two(_unaliased(output)), name)
             for output, name in zip(select.expressions, names, strict=True)
         ]
+        # A tumbling window is its one pane, so the panes' own window column groups stage two.
         assigner = (
             f"window(window_time(_pane), '{window.size_ms} milliseconds', "
             f"'{window.slide_ms} milliseconds')"
             if window.is_sliding
-            else f"window(window_time(_pane), '{window.size_ms} milliseconds')"
+            else "_pane"
         )
         stage_two_tree = (
             exp.select(*_window_bounds(), *expressions)
