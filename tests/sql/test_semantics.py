@@ -1,7 +1,6 @@
 """The semantics option of SQL apps: readers drop copies by id (exactly_once), keep them
 (at_least_once), and a micro-batch marked as started is not written again (at_most_once)."""
 
-import json
 import re
 import uuid
 from collections import Counter
@@ -16,8 +15,9 @@ from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.delivery import AtMostOnce
+from millrace.engine.session import checkpoint_state_store
 from millrace.errors import SqlError
-from millrace.runtime.sql_apps import query_result_table, start_sql_app
+from millrace.runtime.sql_apps import query_result_table, start_sql_app, state_store_notices
 from millrace.sql.parser import parse_app
 
 START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
@@ -142,14 +142,22 @@ def test_exactly_once_gives_the_same_results_on_either_state_store(
 
     assert _per_minute(spark, workspace, name) == _answer(events, copies=False)
     # Spark records each query's state store in its write-ahead log, and keeps it on restart.
-    expected = {"memory": "HDFSBackedStateStoreProvider", "rocksdb": "RocksDBStateStoreProvider"}
-    for query in ("table.per_minute", f"insert.{output}"):
-        log = (workspace.checkpoint(name, query) / "offsets" / "0").read_text().splitlines()
-        provider = json.loads(log[1])["conf"]["spark.sql.streaming.stateStore.providerClass"]
-        assert provider.endswith(expected[store])
+    queries = ("table.per_minute", f"insert.{output}")
+    for query in queries:
+        assert checkpoint_state_store(workspace.checkpoint(name, query)) == store
     assert spark.conf.get("spark.sql.streaming.stateStore.providerClass").endswith(
         "RocksDBStateStoreProvider"
     )
+    # Asking another store of an app that has run is told where its state stays, and how to move.
+    other = "rocksdb" if store == "memory" else "memory"
+    assert state_store_notices(workspace, app) == []
+    moved = parse_app(_app(name, "exactly_once", source, output, batch=50, store=other))
+    notices = state_store_notices(workspace, moved)
+    assert [notice.split()[1] for notice in notices] == sorted(queries)
+    for notice in notices:
+        assert f"keeps its state in '{store}'" in notice
+        assert f"state_store = '{other}' applies to a new checkpoint" in notice
+        assert f"millrace restart {name} --fresh" in notice
 
 
 def test_at_most_once_does_not_write_a_batch_marked_as_started(

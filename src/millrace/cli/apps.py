@@ -34,6 +34,7 @@ from millrace.runtime.sql_apps import (
     query_result_table,
     run_sql_app_batch,
     start_sql_app,
+    state_store_notices,
 )
 from millrace.runtime.state_schema import (
     check_state,
@@ -195,9 +196,12 @@ def _run_streaming(
     stopping = _stop_on_sigterm()
     spark = spark_session(workspace.settings, app.name)
     try:
+        notices = state_store_notices(workspace, app)
         running = start_sql_app(spark, workspace, app, trigger=trigger)
         record_state(workspace, app.name, fingerprint)
         click.echo(f"app {app.name!r} running: {len(running.queries)} queries (Ctrl-C stops)")
+        for notice in notices:
+            click.echo(f"note: {notice}")
         seen: dict[str, int] = {}
         try:
             while any(query.isActive for query in running.queries) and not stopping.is_set():

@@ -3,11 +3,13 @@
 `spark_session` builds (once per process) a session with the master from the settings, the
 Kafka connector and Delta jars on the classpath, RocksDB state with changelog checkpoints,
 UTC time, quiet logs and a shuffle-partition count that fits the machine. `state_store`
-starts a query on another state store than the session's.
+starts a query on another state store than the session's; `checkpoint_state_store` says which
+store a query's checkpoint began on.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -107,6 +109,27 @@ def state_store(spark: SparkSession, name: str) -> Iterator[None]:
             yield
         finally:
             spark.conf.set(_PROVIDER_CLASS, before)
+
+
+def checkpoint_state_store(checkpoint: Path) -> str | None:
+    """The store (a key of `STATE_STORES`) a query's checkpoint keeps state in; None if new.
+
+    Spark records the session's store in each micro-batch's entry of the offset log, and a
+    restarted query goes on with the recorded one, whatever the session says now.
+
+    Example:
+        >>> checkpoint_state_store(workspace.checkpoint("top_events", "table.t"))  # doctest: +SKIP
+        'rocksdb'
+    """
+    entries = [entry for entry in (checkpoint / "offsets").glob("[0-9]*") if entry.name.isdigit()]
+    if not entries:
+        return None
+    latest = max(entries, key=lambda entry: int(entry.name))
+    # An entry is a version line, a JSON line of batch metadata with `conf`, then offsets.
+    lines = latest.read_text().splitlines()
+    provider = json.loads(lines[1]).get("conf", {}).get(_PROVIDER_CLASS)
+    names = {provider_class: name for name, provider_class in STATE_STORES.items()}
+    return names.get(provider, provider)
 
 
 def spark_config(settings: Settings) -> dict[str, str]:

@@ -43,7 +43,7 @@ from millrace.engine.delivery import AtMostOnce
 from millrace.engine.metrics import publish_metrics
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.serving_sink import write_table
-from millrace.engine.session import state_store
+from millrace.engine.session import checkpoint_state_store, state_store
 from millrace.engine.streams import StreamInput, write_batch, write_stream
 from millrace.engine.triggers import Trigger
 from millrace.errors import ServingError, SqlError, StreamNotFoundError
@@ -142,6 +142,30 @@ def start_sql_app(
     with state_store(spark, app.state_store):
         _start_queries(running, compiled, workspace, available_now, trigger)
     return running
+
+
+def state_store_notices(workspace: Workspace, app: SqlApp) -> list[str]:
+    """A line for each of `app`'s checkpoints that keeps state in another store than it asks.
+
+    Spark goes on with the store a checkpoint began on (`engine.session.state_store`), so
+    such a query runs, on its old store; these lines say so, and how to move it.
+
+    Example:
+        >>> state_store_notices(workspace, app)  # doctest: +SKIP
+        ["query table.t keeps its state in 'rocksdb', the store its checkpoint began on; ..."]
+    """
+    notices = []
+    root = workspace.checkpoints_dir / app.name
+    for checkpoint in sorted(root.iterdir()) if root.is_dir() else []:
+        recorded = checkpoint_state_store(checkpoint)
+        if (checkpoint / "state").is_dir() and recorded not in (None, app.state_store):
+            notices.append(
+                f"query {checkpoint.name} keeps its state in {recorded!r}, the store its "
+                f"checkpoint began on; state_store = {app.state_store!r} applies to a new "
+                f"checkpoint: `millrace restart {app.name} --fresh` starts one (docs/sql.md, "
+                "State store)"
+            )
+    return notices
 
 
 def _start_queries(
