@@ -1,3 +1,5 @@
+import subprocess
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -67,9 +69,49 @@ def test_delta_tables_can_be_written_and_read(spark: SparkSession, tmp_path) -> 
     ]
 
 
-def test_extra_driver_java_options_are_added_to_the_quiet_log_configuration() -> None:
-    options = spark_config(Settings(spark_driver_java_options="-XX:TieredStopAtLevel=1"))[
+def test_extra_driver_java_options_come_after_millraces_own_so_they_can_override_them() -> None:
+    options = spark_config(Settings(spark_driver_java_options="-Xss4m -XX:TieredStopAtLevel=1"))[
         "spark.driver.extraJavaOptions"
     ].split()
     assert options[0].startswith("-Dlog4j2.configurationFile=")
-    assert options[1:] == ["-XX:TieredStopAtLevel=1"]
+    # Threads get stack enough for Spark's regex over a stopped query's error (session.py).
+    assert options[1:] == ["-Xss16m", "-Xss4m", "-XX:TieredStopAtLevel=1"]
+
+
+# A session of its own, in a process of its own, whose JVM's stderr the test can read.
+_STOP_DURING_A_JOB = """
+import tempfile, time
+from millrace.config.settings import Settings
+from millrace.engine.session import spark_session
+
+spark = spark_session(Settings(spark_master="local[1]"), app_name="stop-during-a-job")
+started = []
+
+def slow(batch, batch_id):
+    started.append(batch_id)
+    batch.selectExpr("java_method('java.lang.Thread', 'sleep', 20000L)").collect()
+
+query = (
+    spark.readStream.format("rate").load().writeStream.foreachBatch(slow)
+    .option("checkpointLocation", tempfile.mkdtemp()).start()
+)
+while not started:
+    time.sleep(0.1)
+time.sleep(1)
+query.stop()
+print("stopped, exception:", query.exception())
+"""
+
+
+def test_stopping_a_query_during_its_micro_batch_prints_no_java_error() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-c", _STOP_DURING_A_JOB],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert "stopped, exception: None" in finished.stdout
+    assert "StackOverflowError" not in finished.stderr
+    assert "Exception in thread" not in finished.stderr

@@ -2,7 +2,8 @@
 
 `spark_session` builds (once per process) a session with the master from the settings, the
 Kafka connector and Delta jars on the classpath, RocksDB state with changelog checkpoints,
-UTC time, quiet logs and a shuffle-partition count that fits the machine. `state_store`
+UTC time, quiet logs (a query stopped mid-batch prints no Java errors) and a shuffle-partition
+count that fits the machine. `state_store`
 starts a query on another state store than the session's; `checkpoint_state_store` says which
 store a query's checkpoint began on.
 """
@@ -35,6 +36,7 @@ _STATE_STORE_SWITCH = threading.Lock()
 _ROCKSDB_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 _LISTENERS: dict[int, list[StreamingQueryListener]] = {}
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+_THREAD_STACK = "-Xss16m"
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+)-(?P<version>\d+\.\d+[\w.\-]*)\.jar$")
 
 
@@ -139,7 +141,11 @@ def spark_config(settings: Settings) -> dict[str, str]:
     # (benchmarks/batch_costs.py).
     partitions = settings.spark_shuffle_partitions or os.cpu_count() or 1
     quiet_logs = f"-Dlog4j2.configurationFile={_LOG_CONFIG.as_uri()}"
-    driver_options = f"{quiet_logs} {settings.spark_driver_java_options}".strip()
+    # A query stopped during a foreachBatch call fails with Py4J's message, which Spark
+    # matches against a regex that recurses once per character (`(.|\n)*`, in
+    # StreamExecution.isInterruptionException): on Java's default 1 MB stack its thread died
+    # with a StackOverflowError. Unused stack is only reserved, not taken from memory.
+    driver_options = f"{quiet_logs} {_THREAD_STACK} {settings.spark_driver_java_options}".strip()
     return {
         "spark.driver.extraJavaOptions": driver_options,
         "spark.executor.extraJavaOptions": quiet_logs,
