@@ -3,9 +3,8 @@
 `spark_session` builds (once per process) a session with the master from the settings, the
 Kafka connector and Delta jars on the classpath, RocksDB state with changelog checkpoints,
 UTC time, quiet logs (a query stopped mid-batch prints no Java errors) and a shuffle-partition
-count that fits the machine. `state_store`
-starts a query on another state store than the session's; `checkpoint_state_store` says which
-store a query's checkpoint began on.
+count that fits the machine. `state_store` starts a query on another state store than the
+session's; `checkpoint_state_store` says which store a query's checkpoint began on.
 """
 
 from __future__ import annotations
