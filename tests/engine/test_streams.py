@@ -338,3 +338,46 @@ def test_each_kind_of_bad_record_gets_its_reason_and_fields_left_out_are_fine(
     for offset, (_, reason) in enumerate(records):
         if reason is not None:
             assert reasons[offset].startswith(reason)
+
+
+def test_an_event_time_is_read_from_epoch_milliseconds_seconds_iso_text_or_the_arrival(
+    spark: SparkSession,
+    workspace: Workspace,
+    stream_name: str,
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=1)
+    start_ms = int(START.timestamp() * 1000)
+    records = {
+        "milliseconds": {"time": start_ms + 1},
+        "seconds": {"time": start_ms // 1000 + 2},
+        "fractional seconds": {"time": start_ms / 1000 + 3.5},
+        "milliseconds as text": {"time": str(start_ms + 4)},
+        "ISO-8601": {"time": "2026-01-01T00:00:05.000Z"},
+        "no time": {},
+        "null time": {"time": None},
+    }
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    sent_ms = int(datetime.now(UTC).timestamp() * 1000)
+    for event, fields in records.items():
+        producer.produce(stream_name, json.dumps({"event": event, **fields}))
+    producer.flush()
+    # Streams keep the broker's arrival time: the record's time when it has none.
+    arrival_ms = int(datetime.now(UTC).timestamp() * 1000)
+
+    source = read_stream(spark, workspace, "times", stream_name, SCHEMA, time="time")
+    rows, query = _collect(source.records, workspace, "times")
+
+    assert source.wait_for_dead_letters(query) == 0
+    times = {row.event: int(row.time.timestamp() * 1000) for row in rows}
+    for event in ("no time", "null time"):
+        assert sent_ms <= times[event] <= arrival_ms
+        times[event] = arrival_ms
+    assert times == {
+        "milliseconds": start_ms + 1,
+        "seconds": start_ms + 2_000,
+        "fractional seconds": start_ms + 3_500,
+        "milliseconds as text": start_ms + 4,
+        "ISO-8601": start_ms + 5_000,
+        "no time": arrival_ms,
+        "null time": arrival_ms,
+    }
