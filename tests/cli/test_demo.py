@@ -68,7 +68,17 @@ def test_the_demo_prints_top_events_per_topic_and_stops_its_apps_on_ctrl_c(
 
         assert demo.returncode == 0, output
         assert "interrupted" in lines, output
-        assert re.search(r"^done: published \d+ events and \d+ malformed records", output, re.M)
+        summary = re.search(
+            r"^done: published \d+ events and (\d+) malformed records; "
+            r"(\d+) routed to trending\.events\.dlq this run \((\d+) there in all\)"
+            r"(?:, (\d+) not read yet: the next run routes them)?;",
+            output,
+            re.M,
+        )
+        assert summary, output
+        malformed, routed, in_all, not_read = (int(part or 0) for part in summary.groups())
+        # A fresh workspace: every malformed record of the run is routed or said to be unread.
+        assert malformed > 0 and routed == in_all and routed + not_read == malformed, output
         assert re.search(r"first top-K after \d+ s; [1-9]\d* windows shown", output), output
         for app in APP_NAMES:
             assert registry.load(workspace, app).status == "stopped", output

@@ -31,7 +31,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from millrace.bus.broker import start_broker
-from millrace.bus.streams import describe_stream
+from millrace.bus.streams import dead_letter_stream, describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AppNotFoundError, LifecycleError, MillraceError, SqlError
@@ -65,6 +65,7 @@ class DemoRun:
     events: int = 0
     malformed: int = 0
     windows_shown: int = 0
+    dead_letters_before: int = 0
 
 
 def trending_dir() -> Path:
@@ -109,6 +110,7 @@ def run_demo(
     say(f"1. Kafka up at {bus.bootstrap_servers}, Redis up at {redis.url}")
     settings = workspace.settings
     generator.setup(settings)
+    run.dead_letters_before = _dead_letter_count(workspace, generator.EVENTS) or 0
     say(
         f"2. streams {', '.join(generator.STREAMS)} ready; serving table "
         f"{generator.DIMENSIONS_TABLE!r} loaded from {generator.DIMENSIONS_FILE.name}"
@@ -150,7 +152,7 @@ def run_demo(
         if sender is not None:
             sender.join(timeout=10)
         _stop_all(workspace, deployed, say)
-        _summary(workspace, run, say)
+        _summary(run, generator.EVENTS, _dead_letter_count(workspace, generator.EVENTS), say)
     return run
 
 
@@ -263,12 +265,29 @@ def _stop_one(workspace: Workspace, name: str) -> None:
         stop(workspace, name)
 
 
-def _summary(workspace: Workspace, run: DemoRun, say: Callable[[str], None]) -> None:
+def _dead_letter_count(workspace: Workspace, stream: str) -> int | None:
+    """The records `stream`'s dead-letter stream holds, None before a reader created it."""
     try:
-        dead = describe_stream(workspace.settings, "trending.events.dlq").record_count
-        letters = f"{dead} records in trending.events.dlq (all runs)"
+        return describe_stream(workspace.settings, dead_letter_stream(stream)).record_count
     except MillraceError:
+        return None
+
+
+def _summary(
+    run: DemoRun, events_stream: str, dead_letters: int | None, say: Callable[[str], None]
+) -> None:
+    if dead_letters is None:
         letters = "no dead-letter stream yet"
+    else:
+        routed = dead_letters - run.dead_letters_before
+        letters = (
+            f"{routed} routed to {dead_letter_stream(events_stream)} this run "
+            f"({dead_letters} there in all)"
+        )
+        if routed < run.malformed:
+            # A malformed record published after the Filterer's last micro-batch stays on
+            # the stream; the Filterer's next run reads and routes it.
+            letters += f", {run.malformed - routed} not read yet: the next run routes them"
     first = (
         f"first top-K after {run.first_results_s:.0f} s"
         if run.first_results_s is not None
