@@ -37,6 +37,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 SIDES = ("millrace", "millrace_at_least_once", "handwritten_pyspark")
 _WARM_UP_S = 15
+_FIRST_BATCH_TIMEOUT_S = 180
 
 
 def main() -> None:
@@ -76,6 +77,9 @@ def main() -> None:
             )
             publisher.join()
             time.sleep(3)  # the batch under way when the publisher ends
+            # On a loaded machine a query's first micro-batch, which starts its operators,
+            # can outlast a short probe: wait for it rather than find no batch with input.
+            _await_input_batch(queries, _FIRST_BATCH_TIMEOUT_S)
             costs = _batch_costs(queries)
             stop()
             return costs
@@ -90,6 +94,15 @@ def main() -> None:
         finally:
             stop_spark_session()
     write_results("batch-costs", results)
+
+
+def _await_input_batch(queries: list[StreamingQuery], timeout_s: float) -> None:
+    """Wait until a query has finished a micro-batch with input, or `timeout_s` passed."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not any(
+        progress["numInputRows"] > 0 for query in queries for progress in query.recentProgress
+    ):
+        time.sleep(1)
 
 
 def _batch_costs(queries: list[StreamingQuery]) -> dict[str, object]:
