@@ -431,6 +431,10 @@ def bind_key_state(processor: object, state: KeyState | None) -> None:
 
 
 def _matches(value: Any, declared: Any) -> bool:
+    # Checked on every state write: the common one, a value of exactly the declared scalar
+    # type, is answered before `typing` is asked anything.
+    if type(value) is declared and declared in _SCALAR_TYPES:
+        return True
     if declared is Any or declared is object:
         return _is_json_value(value)
     if declared is None or declared is type(None):
