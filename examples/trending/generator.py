@@ -187,7 +187,8 @@ def run(
 ) -> None:
     """Publish live at `rate` records per second, event times from now, until `stop` is set.
 
-    `on_sent(events, malformed)` is called about once a second with the totals so far.
+    `on_sent(events, malformed)` is called about once a second with the totals so far, and
+    once more with the final totals when `stop` ends the run.
 
     Example:
         >>> run(settings, rate=200, stop=threading.Event())  # doctest: +SKIP
@@ -217,3 +218,5 @@ def run(
                 reported = time.monotonic()
                 on_sent(events, malformed)
     producer.flush()
+    if on_sent is not None:
+        on_sent(events, malformed)
