@@ -369,15 +369,12 @@ def test_an_event_time_is_read_from_epoch_milliseconds_seconds_iso_text_or_the_a
 
     assert source.wait_for_dead_letters(query) == 0
     times = {row.event: round(row.time.timestamp() * 1000) for row in rows}
-    for event in ("no time", "null time"):
-        assert sent_ms <= times[event] <= arrival_ms
-        times[event] = arrival_ms
+    arrivals = [times.pop("no time"), times.pop("null time")]
+    assert all(sent_ms <= time_ms <= arrival_ms for time_ms in arrivals)
     assert times == {
         "milliseconds": start_ms + 1,
         "seconds": start_ms + 2_000,
         "fractional seconds": start_ms + 3_500,
         "milliseconds as text": start_ms + 4,
         "ISO-8601": start_ms + 5_000,
-        "no time": arrival_ms,
-        "null time": arrival_ms,
     }
