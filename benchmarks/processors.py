@@ -3,7 +3,7 @@
 Run it with `.venv/bin/python benchmarks/processors.py [--records N] [--keys K ...]
 [--batch-records B] [--rounds R] [--only SIDE ...]` after `make setup`. For each key count K
 (1,000 and 100,000 by default) it loads N records with K distinct keys into a Kafka stream of
-its own, then runs three sides over them R times, interleaved, each over all its input
+its own, then runs the sides below over them R times, interleaved, each over all its input
 (trigger available-now, at most B records a micro-batch, a fresh checkpoint and output stream
 each time), after one round of each that warms the JVM up and is not kept:
 
@@ -16,17 +16,26 @@ each time), after one round of each that warms the JVM up and is not kept:
   the runtime pre-aggregates per key and micro-batch before it touches state;
 - `pyspark_transform_with_state`: the same logic written directly against PySpark's
   `groupBy(key).transformWithState` (Row API) with one `ValueState` per key, the records'
-  JSON decoded in the JVM: the baseline the processor issue compares with.
+  JSON decoded in the JVM: the baseline the processor issue compares with;
+- `spark_aggregation`: the same count as Spark's own streaming aggregation
+  (`groupBy(key).count()` in update mode), the JSON decoded in the JVM: no Python runs per
+  record or per key, so this is about the most any runtime on Spark's streaming engine can do
+  with this input on this machine. `spark_aggregation_dedup` drops the copies of a record id
+  first (`dropDuplicatesWithinWatermark`), the guarantee of the millrace sides' default
+  `exactly_once`. Update mode emits each key's changed count every micro-batch; the side
+  keeps the newest and writes them to the output stream when the input ends, after the
+  processing time measured (the wall-clock figures include that write).
 
-Every side keeps its counts in state and emits each key's count once, on an event-time timer
-that the watermark passes at the end of the input (the input ends with a record an hour
+Every other side keeps its counts in state and emits each key's count once, on an event-time
+timer that the watermark passes at the end of the input (the input ends with a record an hour
 later than the rest), to a Kafka stream; each run's output is read back and checked against
 a plain-Python count of the records (a mismatch stops the benchmark with SystemExit).
 
 Records/s count the time the query spends in micro-batches, as Spark reports it (the sum of
 `durationMs.triggerExecution`): the throughput of a running app. Wall-clock figures (`wall_*`),
 from start to stop, add starting and stopping the query. The ratios are of the medians,
-each millrace side over the PySpark baseline and over Bytewax. Loading the stream is not measured.
+each millrace side and each Spark aggregation over the PySpark baseline and over Bytewax.
+Loading the stream is not measured.
 
 - `bytewax`: the same count in Bytewax (from PyPI; a dev dependency), single worker,
   in-memory state, reading the same topic with its Kafka connector, decoding each record's
@@ -74,6 +83,8 @@ SIDES = (
     "millrace_stateful_at_least_once",
     "millrace_monoid",
     "pyspark_transform_with_state",
+    "spark_aggregation",
+    "spark_aggregation_dedup",
     "bytewax",
 )
 
@@ -138,6 +149,12 @@ def _runners(
             spark, workspace, load, _monoid_counter, batch_records
         ),
         "pyspark_transform_with_state": lambda: _pyspark(spark, workspace, load, batch_records),
+        "spark_aggregation": lambda: _spark_aggregation(
+            spark, workspace, load, batch_records, deduplicate=False
+        ),
+        "spark_aggregation_dedup": lambda: _spark_aggregation(
+            spark, workspace, load, batch_records, deduplicate=True
+        ),
         "bytewax": lambda: _bytewax(workspace, load),
     }
 
@@ -177,7 +194,7 @@ def _compare(
         if baseline not in runs:
             continue
         for side in runs:
-            if not side.startswith("millrace_"):
+            if not side.startswith(("millrace_", "spark_aggregation")):
                 continue
             for figure in ("records_per_s", "wall_records_per_s"):
                 ratio = statistics.median(result[f"{side}_{figure}"]) / statistics.median(
@@ -372,6 +389,56 @@ def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) ->
         .start()
     )
     query.awaitTermination()
+    return Run(time.perf_counter() - started, processing_seconds(query), output)
+
+
+def _spark_aggregation(
+    spark: SparkSession, workspace, load: _Load, batch_records: int, *, deduplicate: bool
+) -> Run:
+    """The count as Spark's streaming aggregation, in the JVM; the newest counts written last."""
+    output = _output_stream(workspace)
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", load.stream)
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+        .option("maxOffsetsPerTrigger", batch_records)
+        .load()
+    )
+    ids = F.filter("headers", lambda header: header.getField("key") == F.lit("id"))
+    records = raw.select(
+        F.from_json(F.col("value").cast("string"), "time LONG, key STRING").alias("r"),
+        F.try_element_at(ids, F.lit(1)).getField("value").cast("string").alias("record_id"),
+    ).select(
+        F.col("r.key").alias("key"),
+        F.timestamp_millis("r.time").alias("event_time"),
+        "record_id",
+    )
+    records = records.withWatermark("event_time", f"{LATENESS_MS} milliseconds")
+    if deduplicate:
+        records = records.dropDuplicatesWithinWatermark(["record_id"])
+    newest: dict[str, int] = {}
+
+    def keep(batch, _) -> None:
+        newest.update((row["key"], row["count"]) for row in batch.collect())
+
+    run = uuid.uuid4().hex[:8]
+    started = time.perf_counter()
+    query = (
+        records.groupBy("key")
+        .count()
+        .writeStream.outputMode("update")
+        .foreachBatch(keep)
+        .option("checkpointLocation", str(workspace.checkpoint("bench", run)))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for key, count in newest.items():
+        _produce(producer, output, {"key": key, "count": count}, f"bench:count:{key}")
+    producer.flush()
     return Run(time.perf_counter() - started, processing_seconds(query), output)
 
 
