@@ -63,7 +63,7 @@ from typing import Any
 
 from _harness import Run, isolated_workspace, processing_seconds, write_results
 from confluent_kafka import Producer
-from pyspark.sql import Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -360,16 +360,24 @@ class _DirectCounter(StatefulProcessor):
         pass
 
 
-def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) -> Run:
-    output = _output_stream(workspace)
-    raw = (
+def _kafka_input(
+    spark: SparkSession, workspace, load: _Load, batch_records: int, *, headers: bool
+) -> DataFrame:
+    """The load's stream read by Spark, from the start, `batch_records` a micro-batch."""
+    return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .option("subscribe", load.stream)
         .option("startingOffsets", "earliest")
+        .option("includeHeaders", str(headers).lower())
         .option("maxOffsetsPerTrigger", batch_records)
         .load()
     )
+
+
+def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) -> Run:
+    output = _output_stream(workspace)
+    raw = _kafka_input(spark, workspace, load, batch_records, headers=False)
     records = (
         raw.select(F.from_json(F.col("value").cast("string"), "time LONG, key STRING").alias("r"))
         .select(F.col("r.key").alias("key"), F.timestamp_millis("r.time").alias("event_time"))
@@ -407,15 +415,7 @@ def _spark_aggregation(
 ) -> Run:
     """The count as Spark's streaming aggregation, in the JVM; the newest counts written last."""
     output = _output_stream(workspace)
-    raw = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("subscribe", load.stream)
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
-        .option("maxOffsetsPerTrigger", batch_records)
-        .load()
-    )
+    raw = _kafka_input(spark, workspace, load, batch_records, headers=True)
     ids = F.filter("headers", lambda header: header.getField("key") == F.lit("id"))
     records = raw.select(
         F.from_json(F.col("value").cast("string"), "time LONG, key STRING").alias("r"),

@@ -59,6 +59,7 @@ def test_publish_sends_one_event_and_returns_its_id(settings: Settings, stream_n
         ([1, 2], "must be a JSON object"),
         ({"time": "last tuesday"}, "neither an ISO-8601 time nor an epoch number"),
         ({"time": True}, "neither an ISO-8601 time nor an epoch number"),
+        ({"time": 1e17}, "neither an ISO-8601 time nor an epoch number"),
         ({"payload": object()}, "cannot be written as JSON"),
         ({"score": float("nan")}, "cannot be written as JSON"),
     ],

@@ -15,7 +15,7 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.streams import read_batch, read_stream, write_stream
+from millrace.engine.streams import read_batch, read_stream, write_batch, write_stream
 from millrace.errors import SchemaError, StreamNotFoundError
 
 SCHEMA = "event STRING, category STRING, score DOUBLE"
@@ -181,6 +181,48 @@ def test_written_records_keep_their_ids_and_may_name_their_stream_per_row(
             assert set(record.value) == {"event", "category", "score", "time"}
 
 
+def test_records_without_a_key_are_spread_over_the_buckets_in_step_and_keyed_ones_by_key(
+    spark: SparkSession,
+    workspace: Workspace,
+    stream_name: str,
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=3)
+    # One task writes them in order; every fifth record has a key.
+    numbers = F.col("id")
+    keyed = numbers % 5 == 0
+    records = spark.range(0, 3000, 1, numPartitions=1).select(
+        numbers.alias("n"),
+        F.when(keyed, F.concat(F.lit("k"), (numbers % 4).cast("string"))).alias("record_key"),
+        F.concat(F.lit("r"), numbers.cast("string")).alias("record_id"),
+    )
+    write_batch(records, workspace, stream_name, key=F.col("record_key"))
+
+    unkeyed: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    buckets_of_key: dict[str, set[int]] = {}
+    for record in tail(stream_name, TailStart(from_beginning=True), settings=workspace.settings):
+        if record.key is None:
+            unkeyed[record.bucket].append(record.value["n"])
+        else:
+            buckets_of_key.setdefault(record.key, set()).add(record.bucket)
+    # Every bucket holds its records in the order they were written, and at every point of
+    # that order each bucket has about a third of the records so far: a reader taking as many
+    # from each bucket reads about the same stretch of the stream from each.
+    assert all(numbers == sorted(numbers) for numbers in unkeyed.values())
+    bucket_of = {n: bucket for bucket, numbers in unkeyed.items() for n in numbers}
+    written = [n for n in range(3000) if n % 5 != 0]
+    assert sorted(bucket_of) == written
+    so_far = [0, 0, 0]
+    for count, n in enumerate(written, start=1):
+        so_far[bucket_of[n]] += 1
+        assert all(abs(share - count / 3) <= 60 for share in so_far)
+    assert {key: len(buckets) for key, buckets in buckets_of_key.items()} == {
+        "k0": 1,
+        "k1": 1,
+        "k2": 1,
+        "k3": 1,
+    }
+
+
 def test_the_watermark_follows_the_largest_event_time_minus_the_lateness(
     spark: SparkSession,
     workspace: Workspace,
@@ -315,6 +357,12 @@ def test_each_kind_of_bad_record_gets_its_reason_and_fields_left_out_are_fine(
             "epoch number",
         ),
         (b'{"time": "NaN", "event": "e"}', "time field 'time' holds NaN, which is neither"),
+        # Too large for a TIMESTAMP: a dead letter, not an overflow that stops the query.
+        (b'{"time": 1e17, "event": "e"}', "time field 'time' holds 1.0E17, which is neither"),
+        (
+            b'{"time": 9223372036854775807, "event": "e"}',
+            "time field 'time' holds 9223372036854775807, which is neither",
+        ),
     ]
     producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
     for value, _ in records:
@@ -324,7 +372,7 @@ def test_each_kind_of_bad_record_gets_its_reason_and_fields_left_out_are_fine(
     source = read_stream(spark, workspace, "reasons", stream_name, SCHEMA, time="time")
     rows, query = _collect(source.records, workspace, "reasons")
 
-    assert source.wait_for_dead_letters(query) == 5
+    assert source.wait_for_dead_letters(query) == 7
     assert {row.event: (row.category, row.score) for row in rows} == {
         "full": ("c", 1.5),
         "no category": (None, 2.0),
@@ -334,7 +382,7 @@ def test_each_kind_of_bad_record_gets_its_reason_and_fields_left_out_are_fine(
         dead_letter_stream(stream_name), TailStart(from_beginning=True), settings=workspace.settings
     )
     reasons = {letter.value["offset"]: letter.value["error"] for letter in letters}
-    assert set(reasons) == {3, 4, 5, 6, 7}
+    assert set(reasons) == {3, 4, 5, 6, 7, 8, 9}
     for offset, (_, reason) in enumerate(records):
         if reason is not None:
             assert reasons[offset].startswith(reason)

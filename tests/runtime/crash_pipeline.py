@@ -138,8 +138,10 @@ def _publish(
     """Write the records `numbers` of a run of `events` events. Number `events` is the closing
     record, an hour after the last event, which moves the watermark past every minute.
 
-    Spark writes them, from one task so that both buckets hold them in time order (the
-    Python publisher takes minutes for a million). Each has an id of its own.
+    Spark writes them, from one task, so that both buckets hold them in time order (the
+    Python publisher takes minutes for a million), one record to each bucket in turn, so that
+    the buckets hold the same stretch of time at the same offsets (`write_batch`). Each has an
+    id of its own.
     """
     number = F.col("id")
     closing = number == events

@@ -24,6 +24,8 @@ from millrace.errors import PublishError
 ID_HEADER = "id"
 EPOCH_MS_THRESHOLD = 100_000_000_000
 """Epoch times at or above this are milliseconds: as seconds they would be after year 5000."""
+LARGEST_EPOCH_MS = 2**63 // 1000
+"""Epoch milliseconds a TIMESTAMP can hold (its microseconds fill 64 bits), either side of 1970."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,10 @@ def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise _bad_time(time_field, value)
-        return int(value) if abs(value) >= EPOCH_MS_THRESHOLD else int(value * 1000)
+        milliseconds = int(value) if abs(value) >= EPOCH_MS_THRESHOLD else int(value * 1000)
+        if abs(milliseconds) >= LARGEST_EPOCH_MS:
+            raise _bad_time(time_field, value)
+        return milliseconds
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)

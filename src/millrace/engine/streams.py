@@ -8,7 +8,8 @@ with the reason, and is counted: the queries reading the DataFrame count them, a
 `read_batch` reads the records of an event-time range into a DataFrame that is not streaming,
 with the same columns, and routes the bad records the same way, at once; it reads them from
 the bus, or from the stream's archive in the warehouse with the same decoding.
-`write_stream` writes a DataFrame to a stream, or to a stream named per row.
+`write_stream` writes a DataFrame to a stream, or to a stream named per row. A record without
+a key goes to a bucket chosen by its id (see `_as_kafka_records`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from millrace.bus.records import EPOCH_MS_THRESHOLD, ID_HEADER
+from millrace.bus.records import EPOCH_MS_THRESHOLD, ID_HEADER, LARGEST_EPOCH_MS
 from millrace.bus.streams import (
     describe_stream,
     require_stream,
@@ -250,10 +251,11 @@ def write_stream(
     Example:
         >>> write_stream(source.records, workspace, "demo", "copy", "clicks_copy")  # doctest: +SKIP
     """
+    buckets = None
     if isinstance(stream, str):
-        require_stream(workspace.settings, stream)
+        buckets = require_stream(workspace.settings, stream)
         stream = F.lit(stream)
-    output = _as_kafka_records(records, stream, key, None)
+    output = _as_kafka_records(records, stream, key, None, buckets)
     writer = (
         output.writeStream.format("kafka")
         .queryName(f"{app}.{query}")
@@ -285,8 +287,9 @@ def write_batch(
     Example:
         >>> write_batch(batch, workspace, "alerts", record_id=F.col("alert_id"))  # doctest: +SKIP
     """
+    buckets = require_stream(workspace.settings, stream)
     (
-        _as_kafka_records(records, F.lit(stream), key, record_id)
+        _as_kafka_records(records, F.lit(stream), key, record_id, buckets)
         .write.format("kafka")
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .save()
@@ -294,22 +297,41 @@ def write_batch(
 
 
 def _as_kafka_records(
-    records: DataFrame, stream: Column, key: str | Column | None, record_id: Column | None
+    records: DataFrame,
+    stream: Column,
+    key: str | Column | None,
+    record_id: Column | None,
+    buckets: int | None,
 ) -> DataFrame:
-    """The columns Spark's Kafka sink writes: topic, key, the JSON value and the id header."""
+    """The columns Spark's Kafka sink writes: topic, key, JSON value, id header, and bucket.
+
+    The bucket is set for a record without a key when the stream's bucket count is known; a
+    keyed record goes to its key's bucket. Left to Kafka's producer, records without a key go
+    to one bucket until its batch fills, and under load to the bucket with the shorter queue:
+    tens of thousands in a row to one bucket were seen. A reader's watermark is the largest
+    event time over all buckets, so the records of the bucket left behind would come late.
+    Chosen by a hash of the record's id, each record's bucket is drawn anew, so the buckets
+    advance together; and a copy that a re-run writes lands where its original did.
+    """
     if record_id is None:
         record_id = F.col("record_id") if "record_id" in records.columns else F.expr("uuid()")
     if isinstance(key, str):
         key = F.col(key)
     value_columns = [name for name in records.columns if name not in RECORD_COLUMNS]
-    return records.select(
+    columns = [
         stream.alias("topic"),
         (key.cast("string") if key is not None else F.lit(None).cast("string")).alias("key"),
         F.to_json(F.struct(*value_columns)).alias("value"),
         F.array(
             F.struct(F.lit(ID_HEADER).alias("key"), record_id.cast("binary").alias("value"))
         ).alias("headers"),
-    )
+    ]
+    if buckets is not None:
+        # A null bucket leaves a keyed record to its key's hash.
+        by_id = F.pmod(F.xxhash64(record_id), F.lit(buckets)).cast("int")
+        unkeyed = F.lit(True) if key is None else key.isNull()
+        columns.append(F.when(unkeyed, by_id).alias("partition"))
+    return records.select(*columns)
 
 
 def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
@@ -407,21 +429,19 @@ def event_time_column(raw: Column, arrival: Column) -> Column:
     """The event time that the text `raw` of a time field holds, as a TIMESTAMP.
 
     `raw` is the field's JSON text: ISO-8601, or epoch milliseconds or seconds. A NULL `raw`
-    (no such field) gives `arrival`; text that is no time gives NULL.
+    (no such field) gives `arrival`; text that is no time gives NULL, and so does a number
+    too large for a TIMESTAMP (rather than stopping the query with Spark's overflow error).
     """
     as_number = raw.try_cast("double")
-    finite = as_number.isNotNull() & ~F.isnan(as_number) & (F.abs(as_number) < float("inf"))
+    milliseconds = F.when(F.abs(as_number) >= EPOCH_MS_THRESHOLD, as_number).otherwise(
+        as_number * 1000
+    )
+    # Spark orders NaN above every number, so NaN and the infinities are out of range too.
+    in_range = F.abs(milliseconds) < LARGEST_EPOCH_MS
     return (
         F.when(raw.isNull(), arrival)
-        .when(
-            finite,
-            F.timestamp_millis(
-                F.when(F.abs(as_number) >= EPOCH_MS_THRESHOLD, as_number)
-                .otherwise(as_number * 1000)
-                .cast("long")
-            ),
-        )
-        .otherwise(raw.try_cast("timestamp"))
+        .when(in_range, F.timestamp_millis(milliseconds.cast("long")))
+        .when(as_number.isNull(), raw.try_cast("timestamp"))
     )
 
 
@@ -486,7 +506,9 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
             F.concat(
                 F.lit(f"time field '{time}' holds "),
                 F.col("_time_raw"),
-                F.lit(", which is neither an ISO-8601 time nor an epoch number"),
+                F.lit(
+                    ", which is neither an ISO-8601 time nor an epoch number in a TIMESTAMP's range"
+                ),
             ),
         )
     )
