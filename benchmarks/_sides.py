@@ -178,6 +178,7 @@ def compare(
 ) -> dict[str, object]:
     """Events/s of every side over interleaved rounds, and each side's ratio to the baseline.
 
+    The sides run in turn, one round after another, each round in another order.
     Throughput is events over the time spent in micro-batches; the wall-clock figures add
     starting (for millrace, compiling the app) and stopping the queries. `check` stops the
     benchmark unless every millrace side (`millrace`, `millrace_<variant>`) agrees with
@@ -188,9 +189,14 @@ def compare(
     # A first round warms the JVM's code and Spark's caches for every side, and is not kept.
     for side in sides.values():
         side()
-    for _ in range(rounds):
-        for name, side in sides.items():
-            runs[name].append(side())
+    names = list(sides)
+    for round_number in range(rounds):
+        # Each round starts one side further on, so that no side always runs right after the
+        # same other side: what a side leaves behind (garbage to collect, a RocksDB store's
+        # memory, the page cache) then weighs on every side alike.
+        start = round_number % len(names)
+        for name in names[start:] + names[:start]:
+            runs[name].append(sides[name]())
         for name in millrace_sides:
             check(spark, runs[name][-1].output, runs[BASELINE][-1].output)
     result: dict[str, object] = {}
