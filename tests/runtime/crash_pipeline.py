@@ -139,9 +139,9 @@ def _publish(
     record, an hour after the last event, which moves the watermark past every minute.
 
     Spark writes them, from one task, so that both buckets hold them in time order (the
-    Python publisher takes minutes for a million), one record to each bucket in turn, so that
-    the buckets hold the same stretch of time at the same offsets (`write_batch`). Each has an
-    id of its own.
+    Python publisher takes minutes for a million), each to a bucket chosen by a hash of its id
+    (`write_batch`), so that the buckets hold about the same stretch of time at the same
+    offsets. Each has an id of its own.
     """
     number = F.col("id")
     closing = number == events
