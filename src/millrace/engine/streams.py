@@ -311,7 +311,8 @@ def _as_kafka_records(
     tens of thousands in a row to one bucket were seen. A reader's watermark is the largest
     event time over all buckets, so the records of the bucket left behind would come late.
     Chosen by a hash of the record's id, each record's bucket is drawn anew, so the buckets
-    advance together; and a copy that a re-run writes lands where its original did.
+    advance together; and a copy that a re-run writes lands where its original did. (A
+    generated `uuid()` id is drawn again for the hash: as even a spread, not tied to the id.)
     """
     if record_id is None:
         record_id = F.col("record_id") if "record_id" in records.columns else F.expr("uuid()")
