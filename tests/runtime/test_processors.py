@@ -252,6 +252,36 @@ def test_a_monoid_processor_gives_the_aggregates_of_the_tester(
     assert final + late == Counter(event["query"] for event in events)
 
 
+def test_productions_without_a_key_are_spread_over_the_buckets_in_step(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.echo"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=3)
+
+    class Echo(Processor):
+        name = f"echo_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream_name, key="query", time="ts")]
+
+        def on_record(self, key, record, ctx):
+            ctx.produce(output, record)
+
+    events = [{**event, "n": n} for n, event in enumerate(queries(0, 1500))]
+    publish(workspace, stream_name, events)
+    start_processor_app(spark, workspace, Echo, available_now=True).await_termination()
+
+    # Left to Kafka's producer, one micro-batch's productions would go to one bucket in runs,
+    # and a reader's watermark, which follows the bucket furthest ahead, would find the
+    # others' records late. At every point in event time each bucket has about a third.
+    bucket_of = {record.value["n"]: record.bucket for record in read(workspace, output)}
+    assert sorted(bucket_of) == list(range(len(events)))
+    so_far = [0, 0, 0]
+    in_time_order = sorted(events, key=lambda event: (event["ts"], event["n"]))
+    for count, event in enumerate(in_time_order, start=1):
+        so_far[bucket_of[event["n"]]] += 1
+        assert all(abs(share - count / 3) <= 60 for share in so_far)
+
+
 def failing_echo(stream: str, output: str, on_error: str) -> type[Processor]:
     """Produces each record again, and fails on the query 'boom'."""
 

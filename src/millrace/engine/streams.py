@@ -9,7 +9,7 @@ with the reason, and is counted: the queries reading the DataFrame count them, a
 with the same columns, and routes the bad records the same way, at once; it reads them from
 the bus, or from the stream's archive in the warehouse with the same decoding.
 `write_stream` writes a DataFrame to a stream, or to a stream named per row. A record without
-a key goes to a bucket chosen by its id (see `_as_kafka_records`).
+a key goes to a bucket chosen by its id (see `bucket_by_id`) when the stream is named once.
 """
 
 from __future__ import annotations
@@ -305,14 +305,9 @@ def _as_kafka_records(
 ) -> DataFrame:
     """The columns Spark's Kafka sink writes: topic, key, JSON value, id header, and bucket.
 
-    The bucket is set for a record without a key when the stream's bucket count is known; a
-    keyed record goes to its key's bucket. Left to Kafka's producer, records without a key go
-    to one bucket until its batch fills, and under load to the bucket with the shorter queue:
-    tens of thousands in a row to one bucket were seen. A reader's watermark is the largest
-    event time over all buckets, so the records of the bucket left behind would come late.
-    Chosen by a hash of the record's id, each record's bucket is drawn anew, so the buckets
-    advance together; and a copy that a re-run writes lands where its original did. (A
-    generated `uuid()` id is drawn again for the hash: as even a spread, not tied to the id.)
+    The bucket is set for a record without a key when the stream's bucket count is known
+    (`bucket_by_id`); a keyed record goes to its key's bucket. (A generated `uuid()` id is
+    drawn again for the hash: as even a spread, not tied to the id.)
     """
     if record_id is None:
         record_id = F.col("record_id") if "record_id" in records.columns else F.expr("uuid()")
@@ -328,11 +323,28 @@ def _as_kafka_records(
         ).alias("headers"),
     ]
     if buckets is not None:
-        # A null bucket leaves a keyed record to its key's hash.
-        by_id = F.pmod(F.xxhash64(record_id), F.lit(buckets)).cast("int")
-        unkeyed = F.lit(True) if key is None else key.isNull()
-        columns.append(F.when(unkeyed, by_id).alias("partition"))
+        columns.append(bucket_by_id(record_id, key, F.lit(buckets)).alias("partition"))
     return records.select(*columns)
+
+
+def bucket_by_id(record_id: Column, key: Column | None, buckets: Column) -> Column:
+    """The bucket Kafka's sink is to write a record without a key to: a hash of its id.
+
+    Null for a keyed record, which Kafka's producer places by its key's hash, and where
+    `buckets` is null. Left to Kafka's producer, records without a key go to one bucket until
+    its batch fills, and under load to the bucket with the shorter queue: tens of thousands
+    in a row to one bucket were seen. A reader's watermark is the largest event time over all
+    buckets, so the records of the bucket left behind would come late. Chosen by a hash of
+    the record's id, each record's bucket is drawn anew, so the buckets advance together; and
+    a copy that a re-run writes lands where its original did.
+
+    Example:
+        >>> bucket = bucket_by_id(F.col("id"), None, F.lit(4))
+        >>> records.withColumn("partition", bucket)  # doctest: +SKIP
+    """
+    by_id = F.pmod(F.xxhash64(record_id), buckets).cast("int")
+    unkeyed = F.lit(True) if key is None else key.isNull()
+    return F.when(unkeyed, by_id)
 
 
 def _value_fields(schema: str | StructType, time: str) -> list[StructField]:

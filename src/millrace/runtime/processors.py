@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import (
@@ -64,6 +64,7 @@ from millrace.engine.delivery import AtMostOnce
 from millrace.engine.metrics import observe_outputs
 from millrace.engine.serving_sink import write_table
 from millrace.engine.session import state_store
+from millrace.engine.streams import bucket_by_id
 from millrace.engine.triggers import Trigger
 from millrace.errors import ProcessorError, ServingError, StreamNotFoundError
 from millrace.processor import lookups
@@ -101,7 +102,7 @@ class RunningProcessor:
     dead_letters: int = 0
     late: int = 0
     duplicates: int = 0
-    _known_streams: set[str] = field(default_factory=set)
+    _stream_buckets: dict[str, int] = field(default_factory=dict)
 
     def process_all_available(self) -> None:
         """Block until the query has processed the data there is; a failure is raised here."""
@@ -537,7 +538,7 @@ def _processor_error_in(text: str) -> ProcessorError | None:
 
 def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataFrame) -> None:
     """Write one micro-batch's productions and dead letters to Kafka, in one write."""
-    counts = _write_output_rows(workspace, running.processor.name, running._known_streams, batch)
+    counts = _write_output_rows(workspace, running.processor.name, running._stream_buckets, batch)
     running.productions += counts[_PRODUCTION]
     running.dead_letters += counts[_DEAD_LETTER]
     running.late += counts[_LATE]
@@ -545,12 +546,13 @@ def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataF
 
 
 def _write_output_rows(
-    workspace: Workspace, name: str, known_streams: set[str], batch: DataFrame
+    workspace: Workspace, name: str, stream_buckets: dict[str, int], batch: DataFrame
 ) -> dict[str, int]:
     """Write the operator's output rows to Kafka in one write; the rows of each kind.
 
     An output stream that does not exist fails the write before anything is written;
-    `known_streams` remembers the streams found, so each is looked up once.
+    `stream_buckets` remembers the bucket count of each stream found, so each is looked up
+    once. A production without a key goes to a bucket chosen by its id (`bucket_by_id`).
     """
     batch.persist()
     try:
@@ -559,16 +561,18 @@ def _write_output_rows(
         for row in counts:
             if row["stream"] in tables:
                 continue
-            if row["kind"] == _PRODUCTION and row["stream"] not in known_streams:
+            if row["kind"] == _PRODUCTION and row["stream"] not in stream_buckets:
                 try:
-                    _require_stream(workspace, row["stream"], f"output of processor {name!r}")
+                    stream_buckets[row["stream"]] = _require_stream(
+                        workspace, row["stream"], f"output of processor {name!r}"
+                    )
                 except ProcessorError as error:
                     raise RuntimeError(_worker_error_text(error)) from None
-                known_streams.add(row["stream"])
         written = batch.where(~F.col("kind").isin(*_NOT_WRITTEN))
         if tables:
             written = written.where(~F.col("stream").isin(*tables))
         if any(row["kind"] not in _NOT_WRITTEN and row["stream"] not in tables for row in counts):
+            buckets = _bucket_counts(stream_buckets)
             (
                 written.select(
                     F.col("stream").alias("topic"),
@@ -579,6 +583,7 @@ def _write_output_rows(
                             F.lit(ID_HEADER).alias("key"), F.col("id").cast("binary").alias("value")
                         )
                     ).alias("headers"),
+                    bucket_by_id(F.col("id"), F.col("key"), buckets).alias("partition"),
                 )
                 .write.format("kafka")
                 .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
@@ -618,9 +623,18 @@ def _write_table_productions(
     return tables
 
 
-def _require_stream(workspace: Workspace, stream: str, role: str) -> None:
+def _bucket_counts(stream_buckets: dict[str, int]) -> Column:
+    """Each row's stream's bucket count, from `stream_buckets`; null for another stream."""
+    if not stream_buckets:
+        return F.lit(None).cast("int")
+    pairs = (F.lit(part) for pair in sorted(stream_buckets.items()) for part in pair)
+    return F.create_map(*pairs)[F.col("stream")]
+
+
+def _require_stream(workspace: Workspace, stream: str, role: str) -> int:
+    """The bucket count of `stream`; `ProcessorError` naming its `role` when it does not exist."""
     try:
-        require_stream(workspace.settings, stream)
+        return require_stream(workspace.settings, stream)
     except StreamNotFoundError as error:
         raise ProcessorError(
             f"stream {stream!r}, {role}, does not exist",
