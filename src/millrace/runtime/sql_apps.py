@@ -437,6 +437,8 @@ class _ResultTableWriter:
         self.path = str(result_table_path(workspace, app, table.name))
         self.keys = group_key_columns(table.query)
         self.serving: TableSpec | None = None
+        self._appended: int | None = None
+        """The micro-batch this writer last appended; before its first, read from the table."""
 
     def serve(self, rows: DataFrame) -> None:
         """Register the serving table of `serve = '...'`, its columns taken from `rows`.
@@ -467,7 +469,9 @@ class _ResultTableWriter:
         batch.persist()
         try:
             if self.table.mode == "final":
-                last = self._last_appended()
+                if self._appended is None:
+                    self._appended = self._last_appended()
+                last = self._appended
                 if last is not None and batch_id < last:
                     # A batch recomputed after `millrace rollback`: its windows may be in the
                     # table already, so they are merged by key rather than appended twice.
@@ -479,6 +483,7 @@ class _ResultTableWriter:
                         .option("userMetadata", f"{self._marker}{batch_id}")
                         .save(self.path)
                     )
+                    self._appended = batch_id
             else:
                 self._merge(batch)
             if self.serving is not None:
