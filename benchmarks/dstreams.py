@@ -17,8 +17,9 @@ their JSON decoded, with no processing.
 Two measurements:
 
 - drain (always): N loaded records, each side run R times interleaved over all of them after
-  a warm-up round (trigger available-now); events/s over the time spent in micro-batches.
-  The input ends with a record an hour later than the rest so that every window closes.
+  warm-up runs (trigger available-now, `_sides.compare`); events/s over the time spent in
+  micro-batches. The input ends with a record an hour later than the rest so that every
+  window closes.
 - sustained (with `--sustained`): the papers' maximum sustainable throughput, the highest
   input rate at which processing lag stays bounded for S seconds, found by a short search
   (see benchmarks/_load.py), for the millrace app and the hand-written query, interleaved.

@@ -3,11 +3,11 @@
 Run it with `.venv/bin/python benchmarks/sql_apps.py [--events N] [--memory-events M]
 [--rounds R] [--only WORKLOAD]` after `make setup`. Each workload runs R times as millrace
 and as hand-written PySpark, interleaved, each over all its input (trigger available-now, a
-fresh checkpoint each time), after one round of each that warms the JVM up and is not kept,
-and reports events/s and the ratio of the medians, millrace / hand-written. Events/s count
-the time the query spends in micro-batches, as Spark reports it: the throughput of a running
-app. Wall-clock figures (`wall_*`), from start to stop, add starting and stopping, where
-millrace also compiles the app. Two queries:
+fresh checkpoint each time, on a settled JVM), after warm-up runs that are not kept
+(`_sides.compare`), and reports events/s and the ratio of the medians, millrace /
+hand-written. Events/s count the time the query spends in micro-batches, as Spark reports
+it: the throughput of a running app. Wall-clock figures (`wall_*`), from start to stop, add
+starting and stopping, where millrace also compiles the app. Two queries:
 
 - tumbling TOPK: top 10 events by score per category in 5-minute windows, with a count;
 - sliding count: a count per key (10,000 keys) in 30-second windows sliding every second.

@@ -16,7 +16,7 @@ to Kafka. Three sides read the same records:
 - `ceiling`: the records read from Kafka and their JSON decoded, with no processing.
 
 Both query sides must write the same rows. Measurements, as in benchmarks/dstreams.py: drain
-(N loaded events, R interleaved rounds after a warm-up round, events/s over the time spent in
+(N loaded events, R interleaved rounds after warm-up runs, events/s over the time spent in
 micro-batches; the input ends with an event an hour later so every window closes), and with
 `--sustained` the maximum sustainable input rate of both query sides, and of the millrace app
 with `semantics = 'at_least_once'` (`millrace_at_least_once`, without deduplication), from
