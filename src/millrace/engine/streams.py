@@ -9,7 +9,7 @@ with the reason, and is counted: the queries reading the DataFrame count them, a
 with the same columns, and routes the bad records the same way, at once; it reads them from
 the bus, or from the stream's archive in the warehouse with the same decoding.
 `write_stream` writes a DataFrame to a stream, or to a stream named per row. A record without
-a key goes to a bucket chosen by its id (see `bucket_by_id`) when the stream is named once.
+a key goes to a bucket chosen by its id (`bucket_by_id`), unless its stream is named per row.
 """
 
 from __future__ import annotations
