@@ -142,10 +142,12 @@ def run_processor_batch(
     if into is not None:
         outputs = outputs.where((F.col("kind") != _PRODUCTION) | F.col("stream").isin(*into))
     run = ProcessorBatchRun(processor_class, start_ms, end_ms)
+    stream_buckets: dict[str, int] = {}
     try:
-        counts = _write_output_rows(workspace, processor_class.name, run.streams, outputs)
+        counts = _write_output_rows(workspace, processor_class.name, stream_buckets, outputs)
     except Exception as error:
         raise _processor_error_in(str(error)) or error from None
+    run.streams = set(stream_buckets)
     run.productions = counts[_PRODUCTION]
     run.dead_letters = counts[_DEAD_LETTER]
     run.late = counts[_LATE]
