@@ -14,9 +14,7 @@ a key goes to a bucket chosen by its id (`bucket_by_id`), unless its stream is n
 
 from __future__ import annotations
 
-import functools
 import json
-import operator
 import re
 from dataclasses import dataclass
 
@@ -141,12 +139,10 @@ def read_stream(
             workspace,
             app,
             stream,
-            lambda batch: _dead_letters(_decode(batch, fields, time, stream), stream),
+            lambda batch: _dead_letters(_decode(batch, fields, time, stream), fields, time, stream),
             starting_offsets=starting_offsets,
         )
-        decoded = decoded.observe(
-            router.observation, F.count_if(F.col("_error").isNotNull()).alias("bad")
-        )
+        decoded = decoded.observe(router.observation, F.count_if(F.col("_bad")).alias("bad"))
     records = _good_records(decoded, fields, time)
     if lateness is not None:
         lateness_ms = parse_duration_ms(lateness, what="lateness")
@@ -205,7 +201,7 @@ def read_batch(
     )
     if not route_dead_letters:
         return StreamInput(stream, records, None)
-    count = write_dead_letters(workspace, stream, _dead_letters(decoded, stream))
+    count = write_dead_letters(workspace, stream, _dead_letters(decoded, fields, time, stream))
     return StreamInput(stream, records, None, batch_dead_letters=count)
 
 
@@ -381,18 +377,23 @@ def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
 
 
 def _decode(raw: DataFrame, fields: list[StructField], time: str, stream: str) -> DataFrame:
-    """Every Kafka record with its parsed value, event time and, for a bad one, `_error`.
+    """Every Kafka record with its parsed value, its event time and whether it is bad (`_bad`).
 
-    Each record is parsed once into `_parsed`. One in which a column came out empty (a field
-    left out, a JSON null, or a value that does not fit) is parsed again into `_strict`,
-    which keeps the text of a record that does not fit, to tell the good from the bad and to
-    say what is wrong. Keeping that text costs every parse, so the common record is spared it.
+    Each record is parsed once into `_parsed`, in Spark's PERMISSIVE mode, which keeps the
+    whole text of a value that is not a JSON object or has a field that does not fit its type.
+    A record is bad when it has no value, when its text was kept so, or when its time cannot
+    be read. Why it is bad is worked out only for the bad ones, for their dead letters
+    (`_error_reason`): the good records pass without it.
     """
     # The time field is parsed as a STRING, which Spark fills with the JSON text of any value
     # (a number's digits, a string's characters), so one JSON parse serves every column.
-    lenient_schema = StructType([*fields, StructField(time, StringType())])
-    strict_schema = StructType([*lenient_schema.fields, StructField(_CORRUPT, StringType())])
+    schema = StructType(
+        [*fields, StructField(time, StringType()), StructField(_CORRUPT, StringType())]
+    )
     text = F.col("value").cast("string")
+    parsed = F.from_json(
+        text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    )
     with_parts = raw.select(
         F.col("value").alias("_bytes"),
         text.alias("_text"),
@@ -404,38 +405,24 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str, stream: str) -
             # The stream's name, not Kafka's `topic` column: an archive has none.
             F.concat_ws(":", F.lit(stream), F.col("partition"), F.col("offset")),
         ).alias("record_id"),
-        # Spark would push a filter on `_error` below this projection, pasting the parse into
+        # Spark would push a filter on `_bad` below this projection, pasting the parse into
         # each of the many references to `_parsed` and parsing every record a dozen times;
         # it pushes no filter through a nondeterministic column, so `_parsed` is made one.
-        F.when(F.spark_partition_id() >= 0, F.from_json(text, lenient_schema)).alias("_parsed"),
+        F.when(F.spark_partition_id() >= 0, parsed).alias("_parsed"),
         F.col("timestamp").alias("_kafka_time"),
+    ).withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
+    with_parts = with_parts.withColumn(
+        "_event_time", event_time_column(F.col("_time_raw"), F.col("_kafka_time"))
     )
-    empty_column = functools.reduce(
-        operator.or_,
-        [F.col(f"_parsed.`{field.name}`").isNull() for field in lenient_schema.fields],
-        F.col("_parsed").isNull(),
-    )
-    with_parts = (
-        with_parts.withColumn("_incomplete", empty_column)
-        .withColumn(
-            "_strict",
-            F.when(
-                F.col("_incomplete"),
-                F.from_json(
-                    F.col("_text"),
-                    strict_schema,
-                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
-                ),
-            ),
-        )
-        .withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
-    )
-    event_time = event_time_column(F.col("_time_raw"), F.col("_kafka_time"))
-    # Nondeterministic for the same reason as `_parsed`: the filter on `_error` then tests a
+    bad = _unparsed() | F.col("_event_time").isNull()
+    # Nondeterministic for the same reason as `_parsed`: the filter on `_bad` then tests a
     # column computed once, instead of recomputing the event time and the checks inside it.
-    return with_parts.withColumn("_event_time", event_time).withColumn(
-        "_error", F.when(F.spark_partition_id() >= 0, _error_reason(fields, time))
-    )
+    return with_parts.withColumn("_bad", F.when(F.spark_partition_id() >= 0, bad))
+
+
+def _unparsed() -> Column:
+    """Whether a decoded record has no value or one that is not an object fitting the schema."""
+    return F.col("_parsed").isNull() | F.col(f"_parsed.{_CORRUPT}").isNotNull()
 
 
 def event_time_column(raw: Column, arrival: Column) -> Column:
@@ -471,8 +458,8 @@ def _record_id() -> Column:
 
 
 def _good_records(decoded: DataFrame, fields: list[StructField], time: str) -> DataFrame:
-    """The records of `decoded` without `_error`: declared fields, event time, metadata."""
-    return decoded.where(F.col("_error").isNull()).select(
+    """The records of `decoded` that are not bad: declared fields, event time, metadata."""
+    return decoded.where(~F.col("_bad")).select(
         *[F.col(f"_parsed.{field.name}").alias(field.name) for field in fields],
         F.col("_event_time").alias(time),
         *RECORD_COLUMNS,
@@ -480,11 +467,12 @@ def _good_records(decoded: DataFrame, fields: list[StructField], time: str) -> D
 
 
 def _error_reason(fields: list[StructField], time: str) -> Column:
+    """Why a record of `_decode` is bad, for its dead letter; NULL for a good record."""
     variant = F.expr("try_parse_json(_text)")
     field_reasons = [
         F.when(
             F.get_json_object("_text", f"$.{field.name}").isNotNull()
-            & F.col(f"_strict.{field.name}").isNull(),
+            & F.col(f"_parsed.{field.name}").isNull(),
             F.concat(
                 F.lit(
                     f"field '{field.name}' should be "
@@ -496,9 +484,7 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
         for field in fields
     ]
     mismatches = F.concat_ws("; ", *field_reasons) if field_reasons else F.lit("")
-    corrupt = F.col("_incomplete") & (
-        F.col("_strict").isNull() | F.col(f"_strict.{_CORRUPT}").isNotNull()
-    )
+    corrupt = _unparsed()
     return (
         F.when(F.col("_bytes").isNull(), F.lit("value is empty"))
         .when(corrupt & variant.isNull(), F.lit("value is not valid JSON"))
@@ -527,12 +513,14 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
     )
 
 
-def _dead_letters(decoded: DataFrame, stream: str) -> DataFrame:
+def _dead_letters(
+    decoded: DataFrame, fields: list[StructField], time: str, stream: str
+) -> DataFrame:
     """The bad records of `decoded` as dead letters, with the reason and the original bytes."""
     return dead_letter_records(
-        decoded.where(F.col("_error").isNotNull()),
+        decoded.where(F.col("_bad")),
         stream,
-        error=F.col("_error"),
+        error=_error_reason(fields, time),
         original=F.col("_text"),
         original_base64=F.base64("_bytes"),
     )
