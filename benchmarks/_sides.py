@@ -9,12 +9,15 @@ side can also start without an end (`Started`), for `_load.probe` to watch.
 
 from __future__ import annotations
 
+import os
 import random
+import resource
 import statistics
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from _harness import Run, processing_seconds
 from _load import Payloads, probe, processed_offsets, search, summarize
@@ -187,11 +190,14 @@ def compare(
     The sides run in turn, one round after another, each round in another order, each run
     on a settled JVM (`_settle`).
     Throughput is events over the time spent in micro-batches; the wall-clock figures add
-    starting (for millrace, compiling the app) and stopping the queries. `check` stops the
-    benchmark unless every millrace side (`millrace`, `millrace_<variant>`) agrees with
-    `handwritten_pyspark`, in every round. A variant's ratio is `<variant side>_ratio_of_medians`.
+    starting (for millrace, compiling the app) and stopping the queries; events per CPU
+    second (`cpu_ratio_of_medians`) count the CPU time of this process and Spark's JVM.
+    `check` stops the benchmark unless every millrace side (`millrace`,
+    `millrace_<variant>`) agrees with `handwritten_pyspark`, in every round. A variant's
+    ratio is `<variant side>_ratio_of_medians`.
     """
     runs: dict[str, list[Run]] = {side: [] for side in sides}
+    cpu_seconds: dict[str, list[float]] = {side: [] for side in sides}
     millrace_sides = [name for name in sides if name.startswith("millrace")]
     # Warm-up rounds, not kept, warm the JVM's code and Spark's caches for every side.
     for _ in range(-(-WARMUP_RUNS // len(sides))):
@@ -204,22 +210,42 @@ def compare(
         # other side.
         for name in order.sample(list(sides), len(sides)):
             _settle(spark)
+            cpu_before = _cpu_seconds(spark)
             runs[name].append(sides[name]())
+            cpu_seconds[name].append(_cpu_seconds(spark) - cpu_before)
         for name in millrace_sides:
             check(spark, runs[name][-1].output, runs[BASELINE][-1].output)
     result: dict[str, object] = {}
     for name, side_runs in runs.items():
         result[f"{name}_events_per_s"] = [events / run.processing_s for run in side_runs]
         result[f"{name}_wall_events_per_s"] = [events / run.wall_s for run in side_runs]
+        result[f"{name}_events_per_cpu_s"] = [events / cpu for cpu in cpu_seconds[name]]
     medians = {name: statistics.median(result[f"{name}_events_per_s"]) for name in sides}
     result["ratio_of_medians"] = medians["millrace"] / medians[BASELINE]
     for name in millrace_sides[1:]:
         result[f"{name}_ratio_of_medians"] = medians[name] / medians[BASELINE]
     wall_medians = {name: statistics.median(result[f"{name}_wall_events_per_s"]) for name in sides}
     result["wall_ratio_of_medians"] = wall_medians["millrace"] / wall_medians[BASELINE]
+    cpu_medians = {name: statistics.median(result[f"{name}_events_per_cpu_s"]) for name in sides}
+    result["cpu_ratio_of_medians"] = cpu_medians["millrace"] / cpu_medians[BASELINE]
     if "ceiling" in medians:
         result["ratio_to_ceiling"] = medians["millrace"] / medians["ceiling"]
     return result
+
+
+def _cpu_seconds(spark: SparkSession) -> float:
+    """The CPU time used so far by this process and by Spark's JVM, executors included.
+
+    Events per CPU second is the measure least moved by other work on the machine: a run
+    that waits for a core takes longer, but uses no more CPU.
+    """
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
+    # /proc/<pid>/stat: the fields after the command's closing parenthesis, utime and stime
+    # (in clock ticks) 12th and 13th among them.
+    fields = Path(f"/proc/{jvm}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    return own.ru_utime + own.ru_stime + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _settle(spark: SparkSession) -> None:

@@ -381,17 +381,19 @@ def _load_events(workspace, count: int) -> None:
             "event": f"e{min(int(generator.paretovariate(1.2)), EVENT_NAMES)}",
             "score": round(generator.random(), 3),
         }
-        while True:
-            try:
-                producer.produce(
-                    STREAM, json.dumps(event).encode(), headers={"id": f"bench:{number}"}
-                )
-                break
-            except BufferError:
-                producer.poll(0.1)
-    closing = _closing_event(count, EVENTS_PER_S)
-    producer.produce(STREAM, json.dumps(closing).encode(), headers={"id": "closing"})
+        _produce(producer, event, f"bench:{number}")
+    _produce(producer, _closing_event(count, EVENTS_PER_S), "closing")
     producer.flush()
+
+
+def _produce(producer: Producer, event: dict[str, object], record_id: str) -> None:
+    """Hand `event` to the producer, waiting for room in its queue when it is full."""
+    while True:
+        try:
+            producer.produce(STREAM, json.dumps(event).encode(), headers={"id": record_id})
+            return
+        except BufferError:
+            producer.poll(0.1)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,16 @@
+import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.streaming import StreamingQueryListener
 
 from millrace.config.settings import Settings
-from millrace.engine.session import connector_jars, spark_config
+from millrace.engine.session import add_listener, connector_jars, remove_listener, spark_config
 
 
 def test_the_session_runs_in_utc_with_rocksdb_state_and_the_configured_partitions(
@@ -67,6 +72,88 @@ def test_delta_tables_can_be_written_and_read(spark: SparkSession, tmp_path) -> 
         3,
         4,
     ]
+
+
+class _Recorder(StreamingQueryListener):
+    """Keeps what a user of each progress event reads: numbers, metrics, offsets."""
+
+    def __init__(self) -> None:
+        self.progress: list[tuple] = []
+        self.changed = threading.Condition()
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
+        pass
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        progress = event.progress
+        seen = (
+            str(progress.runId),
+            progress.name,
+            progress.batchId,
+            progress.numInputRows,
+            progress.eventTime,
+            [
+                (operator.operatorName, operator.numRowsTotal, operator.customMetrics)
+                for operator in progress.stateOperators
+            ],
+            {name: row.asDict() for name, row in progress.observedMetrics.items()},
+            [json.loads(source.endOffset) for source in progress.sources],
+            progress.sink.numOutputRows,
+        )
+        with self.changed:
+            self.progress.append(seen)
+            self.changed.notify_all()
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        pass
+
+    def wait_for(self, count: int) -> list[tuple]:
+        with self.changed:
+            self.changed.wait_for(lambda: len(self.progress) >= count, timeout=60)
+            return list(self.progress)
+
+
+def test_a_listener_gets_the_progress_pyspark_gives_and_stops_getting_it_once_removed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # add_listener reads each event from its JSON; PySpark's own listener, field by field.
+    ours, pysparks = _Recorder(), _Recorder()
+    add_listener(spark, ours)
+    spark.streams.addListener(pysparks)
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "words.txt").write_text("a\nb\na\n")
+
+    def run(name: str) -> None:
+        counts = (
+            spark.readStream.text(str(source))
+            .observe(f"{name}.words", F.count(F.lit(1)).alias("words"))
+            .groupBy("value")
+            .count()
+        )
+        (
+            counts.writeStream.outputMode("complete")
+            .format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
+
+    try:
+        run("listened")
+        expected = pysparks.wait_for(1)
+        assert ours.wait_for(len(expected)) == expected
+        assert expected[0][6] == {"listened.words": {"words": 3}}
+        assert expected[0][5][0][1] == 2  # two words in the aggregation's state
+    finally:
+        remove_listener(spark, ours)
+        spark.streams.removeListener(pysparks)
+
+    run("unlistened")
+    time.sleep(2)  # Spark's listener bus hands events over on a thread of its own
+    assert all(progress[1] == "listened" for progress in ours.progress)
 
 
 def test_extra_driver_java_options_come_after_millraces_own_so_they_can_override_them() -> None:

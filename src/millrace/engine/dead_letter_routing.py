@@ -33,7 +33,7 @@ from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
 from millrace.bus.records import ID_HEADER
 from millrace.bus.streams import create_stream, dead_letter_stream, describe_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.session import add_listener
+from millrace.engine.session import add_listener, remove_listener
 
 _log = logging.getLogger(__name__)
 # Spark hands events to listeners on a queue of its own, after the query has moved on; a
@@ -118,7 +118,7 @@ class DeadLetterRouter:
 
     def close(self) -> None:
         """Stop following the queries; what they commit later is routed by the next router."""
-        self.spark.streams.removeListener(self._listener)
+        remove_listener(self.spark, self._listener)
         self._batches.put(None)
 
     def _work(self) -> None:
