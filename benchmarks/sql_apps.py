@@ -5,8 +5,9 @@ Run it with `.venv/bin/python benchmarks/sql_apps.py [--events N] [--memory-even
 and as hand-written PySpark, interleaved, each over all its input (trigger available-now, a
 fresh checkpoint each time, on a settled JVM), after warm-up runs that are not kept
 (`_sides.compare`), and reports events/s and the ratio of the medians, millrace /
-hand-written. Events/s count the time the query spends in micro-batches, as Spark reports
-it: the throughput of a running app. Wall-clock figures (`wall_*`), from start to stop, add
+hand-written, and the same per CPU second of the driver process and Spark's JVM. Events/s
+count the time the query spends in micro-batches, as Spark reports it: the throughput of a
+running app. Wall-clock figures (`wall_*`), from start to stop, add
 starting and stopping, where millrace also compiles the app. Two queries:
 
 - tumbling TOPK: top 10 events by score per category in 5-minute windows, with a count;
