@@ -236,8 +236,9 @@ def compare(
 def _cpu_seconds(spark: SparkSession) -> float:
     """The CPU time used so far by this process and by Spark's JVM, executors included.
 
-    Events per CPU second is the measure least moved by other work on the machine: a run
-    that waits for a core takes longer, but uses no more CPU.
+    Events per CPU second is a second measure beside events/s: a run that waits for a core
+    takes longer but uses no more CPU, so the two tell waiting from working. (On the 2-core
+    machine, 2026-11-25, its rounds spread about as widely as those of events/s.)
     """
     own = resource.getrusage(resource.RUSAGE_SELF)
     jvm = spark._jvm.java.lang.ProcessHandle.current().pid()

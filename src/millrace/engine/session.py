@@ -134,8 +134,8 @@ class _JsonProgressBridge(JStreamingQueryListener):
 
     def onQueryProgress(self, jevent: JavaObject) -> None:  # noqa: N802 - Spark's callback names
         progress = json.loads(jevent.progress().json())
-        # Spark leaves a rate out of the JSON when it is not a number (no time has passed
-        # yet), and PySpark's reader of a source's progress requires it.
+        # Spark leaves a rate out of the JSON when it is NaN or infinite (no time measured),
+        # and PySpark's reader of a source's progress requires it.
         for source in progress.get("sources", []):
             for rate in ("inputRowsPerSecond", "processedRowsPerSecond"):
                 source.setdefault(rate, math.nan)
