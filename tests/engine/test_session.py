@@ -1,4 +1,5 @@
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -10,7 +11,13 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQueryListener
 
 from millrace.config.settings import Settings
-from millrace.engine.session import add_listener, connector_jars, remove_listener, spark_config
+from millrace.engine.session import (
+    _JsonProgressBridge,
+    add_listener,
+    connector_jars,
+    remove_listener,
+    spark_config,
+)
 
 
 def test_the_session_runs_in_utc_with_rocksdb_state_and_the_configured_partitions(
@@ -154,6 +161,59 @@ def test_a_listener_gets_the_progress_pyspark_gives_and_stops_getting_it_once_re
     run("unlistened")
     time.sleep(2)  # Spark's listener bus hands events over on a thread of its own
     assert all(progress[1] == "listened" for progress in ours.progress)
+
+
+class _EventOfJson:
+    """A progress event as the JVM hands it over, reduced to the one call the bridge makes."""
+
+    def __init__(self, progress: dict) -> None:
+        self._json = json.dumps(progress)
+
+    def progress(self) -> "_EventOfJson":
+        return self
+
+    def json(self) -> str:
+        return self._json
+
+
+def test_a_listener_gets_nan_for_the_rates_spark_leaves_out_of_an_events_json(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "words.txt").write_text("a\nb\n")
+    query = (
+        spark.readStream.text(str(source))
+        .writeStream.format("memory")
+        .queryName("rates")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    progress = json.loads(query.lastProgress.json)
+    # Spark's JSON has no rate that is NaN or infinite, as when a batch took no measurable
+    # time; a test cannot make Spark do that, so the bridge is handed such JSON directly.
+    for source_progress in progress["sources"]:
+        del source_progress["inputRowsPerSecond"], source_progress["processedRowsPerSecond"]
+    received = []
+
+    class _Keeper(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
+            pass
+
+        def onQueryProgress(self, event) -> None:  # noqa: N802
+            received.append(event.progress)
+
+        def onQueryTerminated(self, event) -> None:  # noqa: N802
+            pass
+
+    _JsonProgressBridge(_Keeper()).onQueryProgress(_EventOfJson(progress))
+
+    (got,) = received
+    assert got.numInputRows == 2
+    assert math.isnan(got.sources[0].inputRowsPerSecond)
+    assert math.isnan(got.sources[0].processedRowsPerSecond)
 
 
 def test_extra_driver_java_options_come_after_millraces_own_so_they_can_override_them() -> None:
