@@ -9,6 +9,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from millrace.config.settings import Settings
 from millrace.engine.session import (
@@ -82,42 +83,45 @@ def test_delta_tables_can_be_written_and_read(spark: SparkSession, tmp_path) -> 
 
 
 class _Recorder(StreamingQueryListener):
-    """Keeps what a user of each progress event reads: numbers, metrics, offsets."""
+    """Keeps each progress event it is given, for a test to wait for."""
 
     def __init__(self) -> None:
-        self.progress: list[tuple] = []
+        self.progress: list[StreamingQueryProgress] = []
         self.changed = threading.Condition()
 
     def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
         pass
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
-        progress = event.progress
-        seen = (
-            str(progress.runId),
-            progress.name,
-            progress.batchId,
-            progress.numInputRows,
-            progress.eventTime,
-            [
-                (operator.operatorName, operator.numRowsTotal, operator.customMetrics)
-                for operator in progress.stateOperators
-            ],
-            {name: row.asDict() for name, row in progress.observedMetrics.items()},
-            [json.loads(source.endOffset) for source in progress.sources],
-            progress.sink.numOutputRows,
-        )
         with self.changed:
-            self.progress.append(seen)
+            self.progress.append(event.progress)
             self.changed.notify_all()
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
         pass
 
-    def wait_for(self, count: int) -> list[tuple]:
+    def wait_for(self, count: int) -> list[StreamingQueryProgress]:
         with self.changed:
             self.changed.wait_for(lambda: len(self.progress) >= count, timeout=60)
             return list(self.progress)
+
+
+def _what_a_user_reads(progress: StreamingQueryProgress) -> tuple:
+    """A progress event's numbers, metrics and offsets, in a form that compares by value."""
+    return (
+        str(progress.runId),
+        progress.name,
+        progress.batchId,
+        progress.numInputRows,
+        progress.eventTime,
+        [
+            (operator.operatorName, operator.numRowsTotal, operator.customMetrics)
+            for operator in progress.stateOperators
+        ],
+        {name: row.asDict() for name, row in progress.observedMetrics.items()},
+        [json.loads(source.endOffset) for source in progress.sources],
+        progress.sink.numOutputRows,
+    )
 
 
 def test_a_listener_gets_the_progress_pyspark_gives_and_stops_getting_it_once_removed(
@@ -151,16 +155,17 @@ def test_a_listener_gets_the_progress_pyspark_gives_and_stops_getting_it_once_re
     try:
         run("listened")
         expected = pysparks.wait_for(1)
-        assert ours.wait_for(len(expected)) == expected
-        assert expected[0][6] == {"listened.words": {"words": 3}}
-        assert expected[0][5][0][1] == 2  # two words in the aggregation's state
+        got = ours.wait_for(len(expected))
+        assert [_what_a_user_reads(p) for p in got] == [_what_a_user_reads(p) for p in expected]
+        assert expected[0].observedMetrics["listened.words"].asDict() == {"words": 3}
+        assert expected[0].stateOperators[0].numRowsTotal == 2  # two words in the state
     finally:
         remove_listener(spark, ours)
         spark.streams.removeListener(pysparks)
 
     run("unlistened")
     time.sleep(2)  # Spark's listener bus hands events over on a thread of its own
-    assert all(progress[1] == "listened" for progress in ours.progress)
+    assert all(progress.name == "listened" for progress in ours.progress)
 
 
 class _EventOfJson:
@@ -196,21 +201,11 @@ def test_a_listener_gets_nan_for_the_rates_spark_leaves_out_of_an_events_json(
     # time; a test cannot make Spark do that, so the bridge is handed such JSON directly.
     for source_progress in progress["sources"]:
         del source_progress["inputRowsPerSecond"], source_progress["processedRowsPerSecond"]
-    received = []
+    recorder = _Recorder()
 
-    class _Keeper(StreamingQueryListener):
-        def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
-            pass
+    _JsonProgressBridge(recorder).onQueryProgress(_EventOfJson(progress))
 
-        def onQueryProgress(self, event) -> None:  # noqa: N802
-            received.append(event.progress)
-
-        def onQueryTerminated(self, event) -> None:  # noqa: N802
-            pass
-
-    _JsonProgressBridge(_Keeper()).onQueryProgress(_EventOfJson(progress))
-
-    (got,) = received
+    (got,) = recorder.progress
     assert got.numInputRows == 2
     assert math.isnan(got.sources[0].inputRowsPerSecond)
     assert math.isnan(got.sources[0].processedRowsPerSecond)
