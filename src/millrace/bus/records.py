@@ -129,6 +129,37 @@ def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:
     raise _bad_time(time_field, value)
 
 
+def future_dated_reason(time_ms: int, arrival_ms: int, max_future_ms: int) -> str | None:
+    """Why a record dated `time_ms` that arrived at `arrival_ms` is future-dated, or None.
+
+    A record whose event time is more than `max_future_ms` ahead of its arrival is dated by a
+    wrong clock: it must not move a watermark, so readers send it to the dead-letter stream
+    with this reason, and publishers refuse it (against the wall clock) with it. The words
+    are the same in every reader, streaming or batch, so that the dead letters agree.
+
+    Example:
+        >>> future_dated_reason(4_102_444_800_000, 1_767_225_600_000, 300_000)[:40]
+        'event time 2100-01-01T00:00:00.000Z is 2'
+    """
+    if time_ms - arrival_ms <= max_future_ms:
+        return None
+    return (
+        f"event time {format_time_ms(time_ms)} is {time_ms - arrival_ms} ms ahead of its "
+        f"arrival time {format_time_ms(arrival_ms)}, more than max_future ({max_future_ms} ms)"
+    )
+
+
+def format_time_ms(time_ms: int) -> str:
+    """Epoch milliseconds as an ISO-8601 UTC time with milliseconds.
+
+    Example:
+        >>> format_time_ms(1_767_225_600_000)
+        '2026-01-01T00:00:00.000Z'
+    """
+    moment = datetime.fromtimestamp(time_ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{time_ms % 1000:03d}Z"
+
+
 def decode_message(message: Message, time_field: str) -> Record:
     """Turn a consumed Kafka message into a `Record`.
 

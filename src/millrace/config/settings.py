@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from millrace.config.alerts import parse_alert_rules
+from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError
 
 
@@ -112,8 +113,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "events.time_field",
         "MILLRACE_TIME_FIELD",
-        "Field of a published event that holds its event time (ISO-8601, or epoch ms or s); "
-        "publishers copy it into the Kafka timestamp.",
+        "Field of a published event that holds its event time (ISO-8601, or epoch ms or s). "
+        "The Kafka timestamp stays the arrival time.",
+    ),
+    Setting(
+        "events.max_future",
+        "MILLRACE_MAX_FUTURE",
+        "How far an event's time may be ahead of its arrival time (a duration such as 5m). "
+        "A record dated further ahead is a dead letter and never moves a watermark; "
+        "publishers refuse such events against the wall clock. Inputs can override it.",
+    ),
+    Setting(
+        "events.idle_timeout",
+        "MILLRACE_IDLE_TIMEOUT",
+        "How long a bucket of an input that an app has read to its end may go without a new "
+        "record before it stops holding the input's watermark back; then its progress "
+        "follows the wall clock at the bucket's last arrival delay. Inputs can override it.",
     ),
     Setting(
         "monitor.webhook_url",
@@ -156,6 +171,8 @@ class Settings:
     spark_driver_memory: str = "2g"
     spark_driver_java_options: str = ""
     events_time_field: str = "time"
+    events_max_future: str = "5m"
+    events_idle_timeout: str = "10s"
     jvm_jars_dir: str = ""
     monitor_webhook_url: str = ""
     monitor_interval_s: float = 10.0
@@ -169,6 +186,16 @@ class Settings:
     def bootstrap_servers(self) -> str:
         """Where Kafka clients connect: the configured cluster or the local broker."""
         return self.kafka_bootstrap or f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def max_future_ms(self) -> int:
+        """`events.max_future` in milliseconds."""
+        return parse_duration_ms(self.events_max_future, what="events.max_future")
+
+    @property
+    def idle_timeout_ms(self) -> int:
+        """`events.idle_timeout` in milliseconds."""
+        return parse_duration_ms(self.events_idle_timeout, what="events.idle_timeout")
 
     @property
     def uses_local_redis(self) -> bool:
@@ -255,7 +282,16 @@ def _suggest(key: str, by_key: Mapping[str, Setting]) -> str:
     return f"{guess}known keys: {known}"
 
 
+_DURATION_KEYS = ("events.max_future", "events.idle_timeout")
+
+
 def _convert(setting: Setting, value: Any, where: str) -> Any:
+    if setting.key in _DURATION_KEYS and isinstance(value, str):
+        try:
+            parse_duration_ms(value, what=setting.key)
+        except ConfigError as error:
+            raise ConfigError(f"{error.message} ({where})", hint=error.hint) from None
+        return value
     if setting.kind is str and isinstance(value, str):
         return value
     if setting.kind in (int, float) and not isinstance(value, bool):
