@@ -9,10 +9,11 @@ writes and the error messages all read it.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,7 +232,16 @@ def load_settings(config_file: Path | None, environ: Mapping[str, str] | None = 
 
 
 def _read_file(config_file: Path) -> dict[str, Any]:
-    text = config_file.read_text(encoding="utf-8")
+    raw = config_file.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise ConfigError(
+            f"{config_file}:{line} is not valid UTF-8: byte {error.start} "
+            f"(0x{raw[error.start]:02x}) {error.reason}",
+            hint="save the file as UTF-8; `millrace init --force` writes a fresh commented file",
+        ) from None
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -294,15 +304,45 @@ def _convert(setting: Setting, value: Any, where: str) -> Any:
         return value
     if setting.kind is str and isinstance(value, str):
         return value
-    if setting.kind in (int, float) and not isinstance(value, bool):
-        try:
-            return setting.kind(value)
-        except (TypeError, ValueError):
-            pass
-    raise ConfigError(
-        f"{setting.key} must be {_KIND_NAMES[setting.kind]}, got {value!r} ({where})",
-        hint=setting.doc,
-    )
+    converted = _number(setting.kind, value)
+    if converted is None:
+        raise ConfigError(
+            f"{setting.key} must be {_KIND_NAMES[setting.kind]}, got {value!r} ({where})",
+            hint=setting.doc,
+        )
+    wording, allowed = _RANGES.get(setting.key, ("", None))
+    if allowed is not None and not allowed(converted):
+        raise ConfigError(
+            f"{setting.key} must be {wording}, got {value!r} ({where})", hint=setting.doc
+        )
+    return converted
 
 
-_KIND_NAMES = {str: "a string", int: "an integer", float: "a number"}
+def _number(kind: type, value: Any) -> int | float | None:
+    """`value` as a finite `kind` (int or float), or None; a fraction is not an int."""
+    if kind not in (int, float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value) if kind is float or isinstance(value, float) else int(value)
+    except (TypeError, ValueError):
+        return None
+    if isinstance(number, float) and not math.isfinite(number):
+        return None
+    if kind is int and isinstance(number, float):
+        return int(number) if number.is_integer() else None
+    return number
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", float: "a finite number"}
+
+_PORT = ("a port from 1 to 65535", lambda value: 1 <= value <= 65_535)
+_RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
+    "kafka.port": _PORT,
+    "kafka.controller_port": _PORT,
+    "redis.port": _PORT,
+    "kafka.start_timeout_s": ("more than 0 seconds", lambda value: value > 0),
+    "redis.lookup_cache_s": ("0 seconds or more", lambda value: value >= 0),
+    "spark.shuffle_partitions": ("0 (one per core) or more", lambda value: value >= 0),
+    "monitor.interval_s": ("more than 0 seconds", lambda value: value > 0),
+}
+"""The values a numeric setting may take, and how to say so."""
