@@ -174,3 +174,28 @@ def test_up_down_and_status_describe_the_local_broker(fresh_workspace: Workspace
     again = millrace("down", environment=environment).stdout
     assert "no local broker was running" in again and "no local Redis was running" in again
     assert (fresh_workspace.redis_dir / "redis.conf").read_text().count("bind 127.0.0.1") == 1
+
+
+def test_an_unterminated_sql_string_and_a_config_file_not_in_utf8_are_errors_not_tracebacks(
+    tmp_path: Path,
+) -> None:
+    app = tmp_path / "app.sql"
+    app.write_text(
+        "CREATE APPLICATION a;\n"
+        "CREATE INPUT TABLE e (event_time, c) FROM STREAM('e') TIME event_time;\n"
+        "INSERT INTO STREAM('x') SELECT c FROM e WHERE c = 'abc;\n"
+    )
+    checked = millrace("check", str(app), environment={"MILLRACE_HOME": str(tmp_path)})
+    assert checked.returncode == 1
+    assert checked.stderr.startswith(f"error[sql]: {app}:3:51: the string that starts here")
+    assert "Traceback" not in checked.stderr
+
+    home = tmp_path / "ws"
+    home.mkdir()
+    (home / "millrace.toml").write_bytes(b"# caf\xe9 settings\n")
+    status = millrace("status", environment={"MILLRACE_HOME": str(home)})
+    assert status.returncode == 1
+    assert status.stderr.startswith(
+        f"error[config]: {home / 'millrace.toml'}:1 is not valid UTF-8: byte 5 (0xe9)"
+    )
+    assert "Traceback" not in status.stderr

@@ -178,3 +178,38 @@ def test_the_app_shown_in_the_sql_docs_is_the_example_app() -> None:
     statements = example[example.index("CREATE APPLICATION") :]
     assert shown == statements
     assert parse_app(shown).tables[0].name == "top_events_5min"
+
+
+@pytest.mark.parametrize(
+    ("query", "column", "complaint", "advice"),
+    [
+        ("SELECT event FROM events WHERE event = 'oops;", 64, "string that starts here", "'"),
+        ('SELECT "oops FROM events;', 32, 'starts here with " is never closed', '""'),
+        ("SELECT `oops FROM events;", 32, "quoted name that starts here", "`"),
+        ("SELECT event /* oops FROM events;", 38, "comment that starts here", "*/"),
+    ],
+)
+def test_an_unterminated_string_or_comment_is_a_sql_error_at_its_start(
+    query: str, column: int, complaint: str, advice: str
+) -> None:
+    with pytest.raises(SqlError) as raised:
+        parse_app(HEADER + f"INSERT INTO STREAM('x') {query}", "app.sql")
+    assert raised.value.message.startswith(f"app.sql:4:{column}: ")
+    assert complaint in raised.value.message
+    assert advice in (raised.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("query", "complaint"),
+    [
+        ("SELECT score * FROM events", "`*` needs an expression after it"),
+        ("SELECT score + FROM events", "`+` needs an expression after it"),
+        ("SELECT event FROM events WHERE", "`WHERE` needs an expression after it"),
+        ("SELECT NOT FROM events", "`NOT` needs an expression after it"),
+    ],
+)
+def test_sql_errors_name_the_sql_not_sqlglot_classes(query: str, complaint: str) -> None:
+    with pytest.raises(SqlError) as raised:
+        parse_app(HEADER + f"INSERT INTO STREAM('x') {query};", "app.sql")
+    assert f"the query is not valid SQL: {complaint}" in raised.value.message
+    assert "<class" not in raised.value.message and "sqlglot" not in raised.value.message

@@ -382,7 +382,7 @@ class _AppParser:
             if kind is not None:
                 try:
                     exp.DataType.build(kind, dialect="spark")
-                except (sqlglot.errors.ParseError, ValueError):
+                except (sqlglot.errors.SqlglotError, ValueError):
                     raise self.error(
                         offset + start + match.start(2),
                         f"{match[2]!r} is not a Spark SQL type",
@@ -435,7 +435,7 @@ class _AppParser:
             end = _condition_end(text, match.end())
             try:
                 condition = sqlglot.parse_one(text[match.end() : end], read="spark")
-            except sqlglot.errors.ParseError:
+            except sqlglot.errors.SqlglotError:
                 condition = None
             pairs = _equalities(condition)
             keys: list[tuple[str, str]] = []
@@ -524,12 +524,16 @@ class _AppParser:
             blanked = blanked[:start] + " " * (end - start) + blanked[end:]
         try:
             tree = sqlglot.parse_one(blanked, read="spark")
+        except sqlglot.errors.TokenError:
+            inner, message, hint = _untokenizable(blanked)
+            raise self.error(offset + inner, message, hint) from None
         except sqlglot.errors.ParseError as error:
             detail = error.errors[0] if error.errors else {}
             inner = _offset_of(blanked, detail.get("line", 1), detail.get("col", 1))
+            description = _readable(str(detail.get("description", error)))
             raise self.error(
                 offset + inner,
-                f"the query is not valid SQL: {detail.get('description', error)}",
+                f"the query is not valid SQL: {description}",
                 "queries are Spark SQL; check the syntax near this position",
             ) from None
         if not isinstance(tree, exp.Query):
@@ -707,3 +711,70 @@ def _blank_comments(text: str) -> str:
 def _offset_of(text: str, line: int, column: int) -> int:
     lines = text.split("\n")
     return sum(len(earlier) + 1 for earlier in lines[: line - 1]) + max(column - 1, 0)
+
+
+_QUOTED = {"'": "string", '"': "string", "`": "quoted name"}
+_SQLGLOT_CLASS = re.compile(r"<class 'sqlglot\.expressions\.(?:\w+\.)*(?P<name>\w+)'>")
+_REQUIRED = re.compile(r"Required keyword: '(?P<arg>\w+)' missing for " + _SQLGLOT_CLASS.pattern)
+
+
+def _untokenizable(text: str) -> tuple[int, str, str]:
+    """Where and why sqlglot could not split the query `text` into tokens, and what to do."""
+    depth_quote, start, index = "", 0, 0
+    while index < len(text):
+        char = text[index]
+        if depth_quote:
+            if char == "\\" and depth_quote != "`":
+                index += 1  # Spark strings escape with a backslash
+            elif char == depth_quote:
+                depth_quote = ""
+        elif char in _QUOTED:
+            depth_quote, start = char, index
+        index += 1
+    if depth_quote:
+        return (
+            start,
+            f"the {_QUOTED[depth_quote]} that starts here with {depth_quote} is never closed",
+            f"end it with a matching {depth_quote}; inside it, write the quote itself twice "
+            f"({depth_quote * 2}) or as \\{depth_quote}",
+        )
+    comment = text.find("/*")
+    if comment >= 0:
+        return comment, "the comment that starts here with /* is never closed", "end it with */"
+    return 0, "the query cannot be read as SQL tokens", "check its quotes, brackets and comments"
+
+
+def _readable(description: str) -> str:
+    """The description sqlglot gives of a parse error, with its expression classes as SQL.
+
+    Example:
+        >>> _readable("Required keyword: 'expression' missing for "
+        ...           "<class 'sqlglot.expressions.core.Mul'>")
+        '`*` needs an expression after it'
+    """
+    if match := _REQUIRED.fullmatch(description):
+        node = getattr(exp, match["name"], None)
+        text = _sql_of(match["name"])
+        if match["arg"] == "this" and isinstance(node, type) and issubclass(node, exp.Binary):
+            return f"{text} needs an expression before it"
+        if match["arg"] in ("this", "expression"):
+            return f"{text} needs an expression after it"
+        return f"{text} is missing its {match['arg']}"
+    return _SQLGLOT_CLASS.sub(lambda found: _sql_of(found["name"]), description)
+
+
+def _sql_of(name: str) -> str:
+    """How the sqlglot expression class `name` reads in SQL: `*` for Mul, `WHERE` for Where."""
+    node = getattr(exp, name, None)
+    if not (isinstance(node, type) and issubclass(node, exp.Expression)):
+        return name
+    placeholder = "millrace_placeholder"
+    try:
+        arguments = {
+            arg: exp.column(placeholder) for arg, needed in node.arg_types.items() if needed
+        }
+        text = node(**arguments).sql(dialect="spark").replace(placeholder, " ")
+    except Exception:  # an expression that cannot stand alone: use its name
+        text = ""
+    text = " ".join(text.split())
+    return f"`{text}`" if text else node.key.upper()
