@@ -80,6 +80,27 @@ class PublishError(BusError):
     code = "publish"
 
 
+class DeliveryError(PublishError):
+    """`count` events the bus did not store (a broker failure, a timeout).
+
+    `record_ids` names them when the publisher tracked ids. An event that timed out may
+    have been stored all the same: send it again with the same record id, and readers drop
+    the copy.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        count: int,
+        record_ids: tuple[str, ...] = (),
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.count = count
+        self.record_ids = record_ids
+
+
 class SchemaError(MillraceError):
     """A declared schema or time column is not valid."""
 

@@ -2,10 +2,21 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+
+SET = AlterConfigOpType.SET
 
 
 def millrace(
@@ -199,3 +210,102 @@ def test_an_unterminated_sql_string_and_a_config_file_not_in_utf8_are_errors_not
         f"error[config]: {home / 'millrace.toml'}:1 is not valid UTF-8: byte 5 (0xe9)"
     )
     assert "Traceback" not in status.stderr
+
+
+def test_publish_reports_a_line_nested_too_deeply_or_dated_ahead_and_sends_the_rest(
+    workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name)
+    lines = [
+        '{"n": 1}',
+        '{"a": ' * 10_000 + "1" + "}" * 10_000,
+        '{"n": 2}',
+        '{"n": 9, "time": "2100-01-01T00:00:00Z"}',
+        '{"big": ' + "9" * 5000 + "}",
+        '{"n": 3}',
+    ]
+    result = millrace("publish", stream_name, "-", stdin="\n".join(lines))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "line 2: not read: JSON nested too deeply; not sent" in result.stderr
+    assert "line 4: event time 2100-01-01T00:00:00.000Z is " in result.stderr
+    assert "more than max_future (300000 ms)" in result.stderr
+    assert "line 5: not read: " in result.stderr
+    assert "published 3 events" in result.stdout and "3 lines failed" in result.stdout
+    # Without --failed-lines, the numbers go to a file in the workspace's logs folder.
+    written = Path(result.stderr.split("their numbers are in ")[1].split()[0])
+    assert written.parent == workspace.logs_dir and stream_name in written.name
+    assert written.read_text() == "2\n4\n5\n"
+
+    tailed = millrace("tail", stream_name, "--from-beginning")
+    values = [json.loads(line)["value"]["n"] for line in tailed.stdout.splitlines()]
+    assert values == [1, 2, 3]
+
+
+def test_lines_the_bus_did_not_store_are_named_and_sent_again_with_the_same_ids(
+    workspace: Workspace, stream_name: str, tmp_path: Path
+) -> None:
+    # One bucket's records are too large for the stream, the other's are stored: the stored
+    # lines are not a prefix of the file, as after a broker failure.
+    create_stream(workspace.settings, stream_name, buckets=2)
+    bucket_of = _buckets_of_keys(workspace, ["a", "b", "c", "d", "e", "f"])
+    stored_key = next(key for key, bucket in bucket_of.items() if bucket == 0)
+    refused_key = next(key for key, bucket in bucket_of.items() if bucket == 1)
+    admin = AdminClient({"bootstrap.servers": workspace.settings.bootstrap_servers})
+
+    def limit_records_to(size: int) -> None:
+        entry = ConfigEntry("max.message.bytes", str(size), incremental_operation=SET)
+        limit = ConfigResource(ResourceType.TOPIC, stream_name, incremental_configs=[entry])
+        admin.incremental_alter_configs([limit])[limit].result(timeout=10)
+
+    source = tmp_path / "events.jsonl"
+    source.write_text(
+        "".join(
+            json.dumps(
+                {"n": n, "k": refused_key, "pad": os.urandom(6000).hex()}  # incompressible
+                if n % 2
+                else {"n": n, "k": stored_key, "pad": ""}
+            )
+            + "\n"
+            for n in range(1, 151)
+        )
+    )
+    limit_records_to(10_000)
+    failed = tmp_path / "failed.txt"
+    cut = millrace("publish", stream_name, str(source), "--key", "k", "--failed-lines", str(failed))
+    assert cut.returncode == 1, cut.stderr
+    assert "Traceback" not in cut.stderr
+    assert "published 75 events" in cut.stdout and "75 lines failed" in cut.stdout
+    assert failed.read_text().split() == [str(n) for n in range(1, 151, 2)]
+    assert "lines not stored: 1, 3, 5, 7, 9, 11, 13, 15, 17, 19 and 65 more ranges" in cut.stderr
+    assert f"their numbers are in {failed}" in cut.stderr
+    assert f"millrace publish {stream_name} {source} --lines {failed}" in cut.stderr
+
+    def stored() -> list[tuple[str, int]]:
+        tailed = millrace("tail", stream_name, "--from-beginning").stdout.splitlines()
+        return [(record["id"], record["value"]["n"]) for record in map(json.loads, tailed)]
+
+    assert sorted(n for _, n in stored()) == list(range(2, 151, 2))
+
+    limit_records_to(1_048_588)
+    again = millrace("publish", stream_name, str(source), "--key", "k", "--lines", str(failed))
+    assert again.returncode == 0, again.stderr
+    assert "published 75 events" in again.stdout
+    complete = stored()
+    assert sorted(n for _, n in complete) == list(range(1, 151))
+
+    # The whole file sent once more: every line keeps its id, so readers drop the copies.
+    assert millrace("publish", stream_name, str(source), "--key", "k").returncode == 0
+    twice = stored()
+    assert len(twice) == 300
+    assert set(twice) == set(complete) and len(set(twice)) == 150
+
+
+def _buckets_of_keys(workspace: Workspace, keys: list[str]) -> dict[str, int]:
+    """The bucket of a 2-bucket stream that each key goes to (the same in every stream)."""
+    probe = f"test.probe.{uuid.uuid4().hex[:8]}"
+    create_stream(workspace.settings, probe, buckets=2)
+    lines = "".join(json.dumps({"k": key}) + "\n" for key in keys)
+    millrace("publish", probe, "-", "--key", "k", stdin=lines)
+    tailed = millrace("tail", probe, "--from-beginning").stdout.splitlines()
+    return {record["key"]: record["bucket"] for record in map(json.loads, tailed)}

@@ -1,22 +1,30 @@
 """Publishing events to a stream: JSON values, unique ids, event times, nothing lost quietly.
 
 `Publisher` batches: `send` queues an event and returns at once; `flush` and `close` wait
-until the bus has acknowledged every queued event and raise `PublishError` if any was not.
-`publish` sends one event for one-off use.
+until the bus has acknowledged every queued event and raise `DeliveryError`, naming the record
+ids of the events it did not store, if any was not. `publish` sends one event for one-off use.
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from millrace.bus.records import ID_HEADER, encode_event, event_time_ms, new_record_id
+from millrace.bus.records import (
+    ID_HEADER,
+    encode_event,
+    event_time_ms,
+    future_dated_reason,
+    new_record_id,
+)
 from millrace.bus.streams import require_stream
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
-from millrace.errors import PublishError
+from millrace.errors import DeliveryError, PublishError
 
 _DELIVERY_TIMEOUT_MS = 60_000
 _MAX_REPORTED_FAILURES = 5
@@ -28,6 +36,9 @@ class Publisher:
     Each event gets a unique `id` header (or the id you pass). Its time field
     (`events.time_field`, default `time`) must hold an ISO-8601 time or an epoch number when
     present; readers take the event time from it, and from the arrival time when it is absent.
+    An event dated further ahead of the wall clock than `events.max_future` is refused.
+    With `track_ids`, a `DeliveryError` names the record ids of the events the bus did not
+    store, so that they can be sent again under the same ids (at about 1 us per event).
     Use it as a context manager so that it flushes on exit.
 
     Example:
@@ -42,13 +53,19 @@ class Publisher:
         settings: Settings | None = None,
         time_field: str | None = None,
         linger_ms: int = 5,
+        track_ids: bool = False,
     ) -> None:
         self.stream = stream
         self.settings = settings or Workspace.locate().settings
         self.time_field = time_field or self.settings.events_time_field
         self.sent = 0
+        self.max_future_ms = self.settings.max_future_ms
         require_stream(self.settings, stream)
         self._failures: list[str] = []  # the first few failure messages not yet raised
+        self._failed_ids: list[str] = []  # the record ids of the failures not yet raised
+        # Kafka's delivery reports carry no headers: a report names its event only through a
+        # callback given with it, which costs about 1 us per event, so only on request.
+        self._track_ids = track_ids
         self._unraised_failures = 0
         self._failed_total = 0
         self._producer = Producer(
@@ -84,17 +101,37 @@ class Publisher:
     ) -> str:
         """Queue one event and return its record id.
 
-        Raises `PublishError` for an event that is not a JSON object or has a bad time, and
-        for earlier events that the bus refused, so failures surface at the next call.
+        Raises `PublishError` for an event that is not a JSON object, has a bad time or is
+        dated more than `events.max_future` ahead of the wall clock; and `DeliveryError` for
+        earlier events that the bus refused, so failures surface at the next call (this event
+        is then not queued).
         """
         self._raise_failures()
         value = encode_event(event)
-        event_time_ms(event, self.time_field)  # a time no reader could read is refused here
+        time_ms = event_time_ms(event, self.time_field)  # a time no reader could read is refused
+        if time_ms is not None:
+            reason = future_dated_reason(time_ms, int(time.time() * 1000), self.max_future_ms)
+            if reason is not None:
+                raise PublishError(
+                    reason,
+                    hint="readers would send it to the dead-letter stream: check the clock and "
+                    "the time zone of what made the event; events.max_future "
+                    "(MILLRACE_MAX_FUTURE) sets how far ahead it may be",
+                )
         record_id = record_id or new_record_id()
         headers = [(ID_HEADER, record_id.encode())]
         while True:
             try:
-                self._producer.produce(self.stream, value, key=key, headers=headers)
+                if self._track_ids:
+                    self._producer.produce(
+                        self.stream,
+                        value,
+                        key=key,
+                        headers=headers,
+                        on_delivery=functools.partial(self._on_tracked_delivery, record_id),
+                    )
+                else:
+                    self._producer.produce(self.stream, value, key=key, headers=headers)
                 break
             except BufferError:
                 # The local queue is full: let deliveries drain it, then try again.
@@ -109,11 +146,18 @@ class Publisher:
         return record_id
 
     def flush(self) -> None:
-        """Wait for every queued event; `PublishError` if the bus refused any of them."""
+        """Wait for every queued event; `DeliveryError` if the bus did not store any of them."""
         remaining = self._producer.flush(_DELIVERY_TIMEOUT_MS / 1000 + 5)
         if remaining:
-            seconds = _DELIVERY_TIMEOUT_MS // 1000
-            self._count_failures(remaining, f"{remaining} events unacknowledged after {seconds} s")
+            # Purged, their delivery reports name them; they may have been stored all the same.
+            self._producer.purge()
+            self._producer.poll(0)
+            unreported = len(self._producer)
+            if unreported:
+                seconds = _DELIVERY_TIMEOUT_MS // 1000
+                self._count_failures(
+                    unreported, f"{unreported} events unacknowledged after {seconds} s"
+                )
         self._raise_failures()
 
     def close(self) -> None:
@@ -124,6 +168,13 @@ class Publisher:
         if error is not None:
             self._count_failures(1, error.str())
 
+    def _on_tracked_delivery(
+        self, record_id: str, error: KafkaError | None, _message: Message
+    ) -> None:
+        if error is not None:
+            self._count_failures(1, error.str())
+            self._failed_ids.append(record_id)
+
     def _count_failures(self, count: int, message: str) -> None:
         self._unraised_failures += count
         self._failed_total += count
@@ -133,11 +184,15 @@ class Publisher:
     def _raise_failures(self) -> None:
         if not self._unraised_failures:
             return
-        count, failures = self._unraised_failures, self._failures
-        self._unraised_failures, self._failures = 0, []
-        raise PublishError(
+        count, failures, record_ids = self._unraised_failures, self._failures, self._failed_ids
+        self._unraised_failures, self._failures, self._failed_ids = 0, [], []
+        raise DeliveryError(
             f"{count} events were not stored in stream {self.stream!r}: {'; '.join(failures)}",
-            hint="check the bus with `millrace status`, then send those events again",
+            count=count,
+            record_ids=tuple(record_ids),
+            hint="check the bus with `millrace status`, then send those events again with "
+            "the same record ids (the error's record_ids, with track_ids), so that readers "
+            "drop any copy",
         )
 
     def __enter__(self) -> Publisher:

@@ -92,6 +92,11 @@ def encode_event(event: Any) -> bytes:
             f"the event cannot be written as JSON: {error}",
             hint="use strings, numbers, booleans, lists and objects",
         ) from None
+    except RecursionError:
+        raise PublishError(
+            "the event is nested too deeply to be written as JSON",
+            hint="flatten it: readers cannot decode values nested this deep either",
+        ) from None
 
 
 def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:
@@ -198,6 +203,9 @@ def decode_value(raw: bytes) -> dict[str, Any]:
         value = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise RecordDecodeError(f"value is not valid JSON: {error}") from None
+    except (RecursionError, ValueError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise RecordDecodeError(f"value is JSON that cannot be read: {reason}") from None
     if not isinstance(value, dict):
         raise RecordDecodeError(f"value is JSON but not an object: {type(value).__name__}")
     return value
