@@ -107,8 +107,8 @@ def test_the_openapi_document_matches_the_implementation(
     # Schemathesis's pytest plugin does not run under pytest 9 yet: each operation's cases
     # are drawn with Hypothesis directly, and every check of schemathesis runs on each.
     app = create_app(workspace, token=token)
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     headers = {"Authorization": f"Bearer {token}"} if token else None
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=headers or {})
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {operation.path for operation in operations} >= {
         "/metrics",

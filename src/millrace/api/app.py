@@ -2,10 +2,12 @@
 
 `create_app` builds the service from `ROUTERS`: to add routes, write an `APIRouter` in a
 module of this package (using `millrace.api.deps` for the workspace and the monitor, and
-`ERROR_RESPONSES` for the errors it documents) and append it to `ROUTERS`. Every route
-requires the bearer token when the service has one (and only then does the OpenAPI
-document declare it). While it runs, the service evaluates
-the alert rules every `monitor.interval_s` seconds.
+`ERROR_RESPONSES` for the errors it documents) and append it to `ROUTERS`. Every route,
+the OpenAPI document (`/openapi.json`) and its pages (`/docs`, `/redoc`) included, requires
+the bearer token when the service has one (and only then does the document declare it).
+Each request waits at most `BUS_WAIT_S` for Kafka, so that with the bus down it gets its 503
+at once. While it runs, the service evaluates the alert rules every `monitor.interval_s`
+seconds.
 """
 
 from __future__ import annotations
@@ -17,16 +19,23 @@ from collections.abc import AsyncIterator
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from millrace.api import monitoring, results, tables
 from millrace.api.deps import require_token
 from millrace.api.errors import install_error_handlers
+from millrace.bus.timeouts import bus_timeouts_at_most
 from millrace.config.workspace import Workspace
 from millrace.errors import ConfigError
 from millrace.monitor.service import Monitor
 
 ROUTERS: list[APIRouter] = [monitoring.router, results.router, tables.router]
 """The routers the service includes, in order."""
+
+BUS_WAIT_S = 2.0
+"""How long a request waits for each answer from Kafka before its 503."""
 
 
 def create_app(
@@ -54,21 +63,56 @@ def create_app(
         yield
         stop.set()
 
+    guarded = [Depends(require_token)] if token else []
     app = FastAPI(
         title="millrace",
         summary="Streams, apps and their lag; errors carry the CLI's codes and hints.",
         version="0.1.0",
         lifespan=lifespan,
         # The document declares the bearer scheme only when the service requires it.
-        dependencies=[Depends(require_token)] if token else [],
+        dependencies=guarded,
+        # FastAPI serves these without dependencies: with a token, the routes below do.
+        **({"openapi_url": None, "docs_url": None, "redoc_url": None} if token else {}),
     )
     app.state.workspace = workspace
     app.state.monitor = monitor
     app.state.token = token or None
     install_error_handlers(app)
+    app.add_middleware(_BoundedBusWaits, seconds=BUS_WAIT_S)
     for router in ROUTERS:
         app.include_router(router)
+    if token:
+        _guarded_documentation(app, guarded)
     return app
+
+
+def _guarded_documentation(app: FastAPI, guarded: list) -> None:
+    """`/openapi.json`, `/docs` and `/redoc` behind the token, as FastAPI serves them."""
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=guarded)
+    def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=guarded)
+    def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - Swagger UI")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=guarded)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
+
+
+class _BoundedBusWaits:
+    """ASGI middleware: within a request, every wait for Kafka lasts at most `seconds`."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Routes run in worker threads, which start with a copy of this context.
+        with bus_timeouts_at_most(self.seconds):
+            await self.app(scope, receive, send)
 
 
 def serve(workspace: Workspace, *, host: str, port: int, token: str | None) -> None:

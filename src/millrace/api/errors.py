@@ -9,6 +9,7 @@ shape and no traceback (the traceback goes to the server's log).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -70,6 +71,23 @@ def status_of(error: MillraceError) -> int:
     return _STATUS_BY_CODE.get(error.code, 500)
 
 
+def _workspace_paths(request: Request) -> Callable[[str | None], str]:
+    """A function that writes the workspace's folder as `<workspace>` in a message.
+
+    The service's callers need not know where the workspace lives on its machine.
+    """
+    root = request.app.state.workspace.root
+    folders = sorted({str(root), str(root.resolve())}, key=len, reverse=True)
+
+    def hide(text: str | None) -> str:
+        text = text or ""
+        for folder in folders:
+            text = text.replace(folder, "<workspace>")
+        return text
+
+    return hide
+
+
 def error_response(status: int, code: str, message: str, hint: str | None) -> JSONResponse:
     """The JSON response of one error."""
     body = ErrorResponse(error=ErrorBody(code=code, message=message, hint=hint))
@@ -82,7 +100,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(MillraceError)
     async def _millrace(request: Request, error: MillraceError) -> JSONResponse:
-        return error_response(status_of(error), error.code, error.message, error.hint)
+        hide = _workspace_paths(request)
+        return error_response(
+            status_of(error), error.code, hide(error.message), hide(error.hint) or None
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -97,7 +118,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
         code = "not-found" if error.status_code == 404 else "http"
-        return error_response(error.status_code, code, str(error.detail), None)
+        response = error_response(error.status_code, code, str(error.detail), None)
+        response.headers.update(error.headers or {})  # such as a 405's Allow
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:

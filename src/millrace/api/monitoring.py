@@ -128,7 +128,7 @@ def app(
     status = monitor.status(app)
     if status is None:
         raise AppNotFoundError(
-            f"no app {app!r} in workspace {monitor.workspace.root}",
+            f"no app {app!r} in the service's workspace",
             hint="GET /apps lists the apps; an app appears once it has run a batch",
         )
     return _app(status, int(time.time() * 1000))

@@ -27,6 +27,7 @@ from confluent_kafka.admin import NewTopic
 
 from millrace.bus.records import Record, RecordDecodeError, decode_message
 from millrace.bus.streams import _admin, _bus_error, _wait_for_leaders, describe_stream
+from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
 from millrace.errors import StreamNameError
 
@@ -62,9 +63,9 @@ def create_internal_stream(
         config={"retention.ms": str(retention_ms), "message.timestamp.type": "LogAppendTime"},
     )
     admin = _admin(settings)
-    future = admin.create_topics([topic], request_timeout=_TIMEOUT_S)[name]
+    future = admin.create_topics([topic], request_timeout=bounded(_TIMEOUT_S))[name]
     try:
-        future.result(timeout=_TIMEOUT_S)
+        future.result(timeout=bounded(_TIMEOUT_S))
     except KafkaException as error:
         if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise _bus_error(f"could not create stream {name!r}", error, settings) from None
@@ -93,13 +94,15 @@ def append_times_at(settings: Settings, stream: str, offsets: dict[int, int]) ->
     consumer = _consumer(settings)
     try:
         ends = {
-            b: consumer.get_watermark_offsets(TopicPartition(stream, b), timeout=_TIMEOUT_S)
+            b: consumer.get_watermark_offsets(
+                TopicPartition(stream, b), timeout=bounded(_TIMEOUT_S)
+            )
             for b in wanted
         }
         pending = {b for b, o in wanted.items() if ends[b][0] <= o < ends[b][1]}
         if pending:
             consumer.assign([TopicPartition(stream, b, wanted[b]) for b in pending])
-        deadline = time.monotonic() + _TIMEOUT_S
+        deadline = time.monotonic() + bounded(_TIMEOUT_S)
         while pending and time.monotonic() < deadline:
             message = consumer.poll(_POLL_S)
             if message is None or message.error() is not None:
@@ -140,7 +143,7 @@ def read_after(
         ends: dict[int, int] = {}
         for bucket in range(buckets):
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(stream, bucket), timeout=_TIMEOUT_S
+                TopicPartition(stream, bucket), timeout=bounded(_TIMEOUT_S)
             )
             ends[bucket] = high
             if bucket in positions:
@@ -149,14 +152,14 @@ def read_after(
                 start[bucket] = high
             else:
                 found = consumer.offsets_for_times(
-                    [TopicPartition(stream, bucket, since_ms)], timeout=_TIMEOUT_S
+                    [TopicPartition(stream, bucket, since_ms)], timeout=bounded(_TIMEOUT_S)
                 )[0]
                 start[bucket] = found.offset if found.offset >= 0 else high
         after = dict(start)
         unfinished = {b for b in start if start[b] < ends[b]}
         if unfinished:
             consumer.assign([TopicPartition(stream, b, start[b]) for b in unfinished])
-        deadline = time.monotonic() + _TIMEOUT_S
+        deadline = time.monotonic() + bounded(_TIMEOUT_S)
         while unfinished and len(records) < limit and time.monotonic() < deadline:
             message = consumer.poll(_POLL_S)
             if message is None or message.error() is not None:

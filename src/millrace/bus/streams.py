@@ -29,6 +29,7 @@ from confluent_kafka.admin import (
     TopicMetadata,
 )
 
+from millrace.bus.timeouts import bounded
 from millrace.config.durations import parse_duration_ms
 from millrace.config.settings import Settings
 from millrace.errors import BusError, StreamExistsError, StreamNameError, StreamNotFoundError
@@ -113,9 +114,9 @@ def create_stream(
         config={"retention.ms": str(retention_ms), "message.timestamp.type": "LogAppendTime"},
     )
     admin = _admin(settings)
-    future = admin.create_topics([topic], request_timeout=_TIMEOUT_S)[name]
+    future = admin.create_topics([topic], request_timeout=bounded(_TIMEOUT_S))[name]
     try:
-        future.result(timeout=_TIMEOUT_S)
+        future.result(timeout=bounded(_TIMEOUT_S))
         _wait_for_leaders(admin, name)
     except KafkaException as error:
         if error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -131,7 +132,7 @@ def create_stream(
 def list_streams(settings: Settings) -> list[str]:
     """The names of all streams, sorted; Kafka's internal topics are left out."""
     try:
-        metadata = _admin(settings).list_topics(timeout=_TIMEOUT_S)
+        metadata = _admin(settings).list_topics(timeout=bounded(_TIMEOUT_S))
     except KafkaException as error:
         raise _bus_error("could not list the streams", error, settings) from None
     return sorted(name for name in metadata.topics if not name.startswith("__"))
@@ -144,8 +145,8 @@ def describe_stream(settings: Settings, name: str) -> StreamInfo:
     starts = _offsets(admin, name, partitions, OffsetSpec.earliest())
     ends = _offsets(admin, name, partitions, OffsetSpec.latest())
     resource = ConfigResource(ResourceType.TOPIC, name)
-    configs = admin.describe_configs([resource], request_timeout=_TIMEOUT_S)[resource]
-    retention_ms = int(configs.result(timeout=_TIMEOUT_S)["retention.ms"].value)
+    configs = admin.describe_configs([resource], request_timeout=bounded(_TIMEOUT_S))[resource]
+    retention_ms = int(configs.result(timeout=bounded(_TIMEOUT_S))["retention.ms"].value)
     buckets = tuple(BucketInfo(p, starts[p], ends[p]) for p in partitions)
     return StreamInfo(name, buckets, retention_ms)
 
@@ -156,11 +157,11 @@ def delete_stream(settings: Settings, name: str) -> None:
     Returns once the bus no longer lists the stream, so it can be created again at once.
     """
     admin = _admin(settings)
-    future = admin.delete_topics([name], request_timeout=_TIMEOUT_S)[name]
+    future = admin.delete_topics([name], request_timeout=bounded(_TIMEOUT_S))[name]
     try:
-        future.result(timeout=_TIMEOUT_S)
-        deadline = time.monotonic() + _TIMEOUT_S
-        while name in admin.list_topics(timeout=_TIMEOUT_S).topics:
+        future.result(timeout=bounded(_TIMEOUT_S))
+        deadline = time.monotonic() + bounded(_TIMEOUT_S)
+        while name in admin.list_topics(timeout=bounded(_TIMEOUT_S)).topics:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -199,9 +200,9 @@ def _retention_ms(retention: str) -> int:
 
 def _wait_for_leaders(admin: AdminClient, name: str) -> None:
     """Block until every bucket of a new stream has a leader, so it is usable at once."""
-    deadline = time.monotonic() + _TIMEOUT_S
+    deadline = time.monotonic() + bounded(_TIMEOUT_S)
     while time.monotonic() < deadline:
-        topic = admin.list_topics(topic=name, timeout=_TIMEOUT_S).topics.get(name)
+        topic = admin.list_topics(topic=name, timeout=bounded(_TIMEOUT_S)).topics.get(name)
         if (
             topic
             and topic.partitions
@@ -218,12 +219,12 @@ def _offsets(
     admin: AdminClient, name: str, partitions: list[int], spec: OffsetSpec
 ) -> dict[int, int]:
     request = {TopicPartition(name, partition): spec for partition in partitions}
-    deadline = time.monotonic() + _TIMEOUT_S
+    deadline = time.monotonic() + bounded(_TIMEOUT_S)
     while True:
-        futures = admin.list_offsets(request, request_timeout=_TIMEOUT_S)
+        futures = admin.list_offsets(request, request_timeout=bounded(_TIMEOUT_S))
         try:
             return {
-                tp.partition: future.result(timeout=_TIMEOUT_S).offset
+                tp.partition: future.result(timeout=bounded(_TIMEOUT_S)).offset
                 for tp, future in futures.items()
             }
         except KafkaException as error:
@@ -247,7 +248,7 @@ def _admin_for(bootstrap_servers: str) -> AdminClient:
 
 def _topic(settings: Settings, name: str) -> TopicMetadata:
     try:
-        metadata = _admin(settings).list_topics(topic=name, timeout=_TIMEOUT_S)
+        metadata = _admin(settings).list_topics(topic=name, timeout=bounded(_TIMEOUT_S))
     except KafkaException as error:
         raise _bus_error(f"could not look up stream {name!r}", error, settings) from None
     topic = metadata.topics.get(name)
