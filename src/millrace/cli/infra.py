@@ -6,8 +6,9 @@ import click
 
 from millrace.bus.broker import broker_status, start_broker, stop_broker
 from millrace.bus.streams import list_streams
+from millrace.config.local_processes import loopback_port_is_free
 from millrace.config.workspace import Workspace, init_workspace
-from millrace.errors import BusError, ServingError
+from millrace.errors import BusError, MillraceError, ServingError
 from millrace.serving.server import redis_status, start_redis, stop_redis
 from millrace.serving.tables import list_tables
 
@@ -28,8 +29,13 @@ def init(force: bool) -> None:
 
 @click.command()
 def up() -> None:
-    """Start the local Kafka broker and Redis, and wait until they accept clients."""
+    """Start the local Kafka broker and Redis, and wait until they accept clients.
+
+    When Redis cannot start, a broker this command started is stopped again: either both
+    run afterwards, or what ran before.
+    """
     workspace = Workspace.locate().require_initialized()
+    _require_free_redis_port(workspace)
     status = start_broker(workspace)
     if status.external:
         click.echo(
@@ -45,7 +51,34 @@ def up() -> None:
         click.echo(
             f"bus: Kafka broker already running on {status.bootstrap_servers} (pid {status.pid})"
         )
-    _redis_up(workspace)
+    try:
+        _redis_up(workspace)
+    except MillraceError as error:
+        if status.started_now:
+            stop_broker(workspace)
+            left = (
+                f"the Kafka broker this command started (pid {status.pid}) was stopped again; "
+                "nothing is left running"
+            )
+        elif status.external:
+            left = "no broker was started"
+        else:
+            left = f"the Kafka broker (pid {status.pid}), which ran before, keeps running"
+        raise type(error)(f"{error.message}\n{left}", hint=error.hint) from None
+
+
+def _require_free_redis_port(workspace: Workspace) -> None:
+    """Refuse before starting anything when the local Redis's port is taken."""
+    settings = workspace.settings
+    if not settings.uses_local_redis or redis_status(workspace).running:
+        return
+    if not loopback_port_is_free(settings.redis_port):
+        raise ServingError(
+            f"port {settings.redis_port} on 127.0.0.1 is in use by another process, so the "
+            "local Redis cannot listen there; nothing was started",
+            hint="stop that process, or choose a free port with redis.port in millrace.toml "
+            "(or MILLRACE_REDIS_PORT)",
+        )
 
 
 def _redis_up(workspace: Workspace) -> None:
