@@ -177,3 +177,27 @@ class ResultTableNotFoundError(SqlError):
     """A SQL app's result table does not exist (yet)."""
 
     code = "result-table-not-found"
+
+
+class AppRunningError(LifecycleError):
+    """Another driver runs the app already: a second one on its checkpoint is refused."""
+
+    code = "app-running"
+
+
+class CheckpointError(LifecycleError):
+    """An app's checkpoint cannot be used as it is: missing or unreadable."""
+
+    code = "checkpoint"
+
+
+class CheckpointMissingError(CheckpointError):
+    """Queries that ran before have lost their checkpoints: they would start over silently."""
+
+    code = "checkpoint-missing"
+
+
+class CheckpointCorruptError(CheckpointError):
+    """A file of a query's checkpoint (its offsets or commits log) cannot be read."""
+
+    code = "checkpoint-corrupt"

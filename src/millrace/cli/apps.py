@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +25,8 @@ from millrace.engine.triggers import Trigger
 from millrace.engine.user_code import ship_with_tasks
 from millrace.errors import ConfigError, PublishError
 from millrace.processor.loading import is_processor_target, load_processor
-from millrace.runtime import registry
+from millrace.processor.processor import Processor
+from millrace.runtime import checkpoints, drivers, lifecycle, registry
 from millrace.runtime.lifecycle import stop_gracefully
 from millrace.runtime.processor_batch import run_processor_batch
 from millrace.runtime.processors import start_processor_app
@@ -36,12 +39,7 @@ from millrace.runtime.sql_apps import (
     start_sql_app,
     state_store_notices,
 )
-from millrace.runtime.state_schema import (
-    check_state,
-    processor_fingerprint,
-    record_state,
-    sql_fingerprint,
-)
+from millrace.runtime.state_schema import Fingerprint, record_state
 from millrace.sql.parser import SqlApp, load_app
 
 _PROGRESS_EVERY_S = 2.0
@@ -77,6 +75,11 @@ def check(app_file: Path) -> None:
 )
 @click.option("--master", help="Spark master URL, such as spark://127.0.0.1:7077.")
 @click.option("--force", is_flag=True, help="Start even if the state schema looks incompatible.")
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start over: move the checkpoint under <workspace>/apps/APP/backups/ first.",
+)
 def run(
     app: str,
     available_now: bool,
@@ -86,6 +89,7 @@ def run(
     trigger: str | None,
     master: str | None,
     force: bool,
+    fresh: bool,
 ) -> None:
     """Run APP in the foreground, printing progress, until Ctrl-C (or SIGTERM).
 
@@ -93,10 +97,14 @@ def run(
     With --batch, run the app once over the records of its inputs whose event time is from
     --from up to --to, into the same result tables and streams, and print what it wrote.
     Ctrl-C or SIGTERM lets each query finish its running micro-batch, then stops the app.
+
+    One driver runs an app at a time: a run of an app that runs already (in a terminal or
+    deployed) is refused. So is one whose queries ran before but lost their checkpoints: they
+    would write all their output again; --fresh starts every query over on purpose.
     """
     deployed = os.environ.get(DEPLOYED_APP_ENV)
     try:
-        _run(app, available_now, batch, start, end, trigger, master, force)
+        _run(app, available_now, batch, start, end, trigger, master, force, fresh)
     except BaseException as error:
         if deployed:
             code = error.code if isinstance(error, SystemExit) else 1
@@ -115,6 +123,7 @@ def _run(
     trigger_text: str | None,
     master: str | None,
     force: bool,
+    fresh: bool,
 ) -> None:
     if available_now and trigger_text is not None:
         raise click.UsageError("use --available-now or --trigger, not both")
@@ -134,10 +143,12 @@ def _run(
         if start is not None or end is not None:
             raise click.UsageError("--from and --to go with --batch")
         if processor:
-            _run_processor(app, trigger, master, force)
+            _run_processor(app, trigger, master, force, fresh)
         else:
-            _run_streaming(app_file, trigger, master, force)
+            _run_streaming(app_file, trigger, master, force, fresh)
         return
+    if fresh:
+        raise click.UsageError("--fresh goes with streaming runs, not --batch")
     if available_now:
         raise click.UsageError("use --batch or --available-now, not both")
     if trigger is not None:
@@ -185,13 +196,54 @@ def query(table: str, conditions: tuple[str, ...], last: int | None) -> None:
 
 
 def _run_streaming(
-    app_file: Path, trigger: Trigger | None, master: str | None, force: bool
+    app_file: Path, trigger: Trigger | None, master: str | None, force: bool, fresh: bool
 ) -> None:
     app = load_app(app_file)
     workspace = _workspace(master)
-    fingerprint = sql_fingerprint(app)
-    if not force:
-        check_state(workspace, app.name, fingerprint)
+    described = lifecycle.describe_sql(app, app_file)
+    with _driver(workspace, described, force=force, fresh=fresh):
+        _drive_sql(workspace, app, described.fingerprint, trigger)
+
+
+def _run_processor(
+    target: str, trigger: Trigger | None, master: str | None, force: bool, fresh: bool
+) -> None:
+    processor = load_processor(target)
+    ship_with_tasks(sys.modules[processor.__module__])
+    workspace = _workspace(master)
+    described = lifecycle.describe_processor(processor, target)
+    with _driver(workspace, described, force=force, fresh=fresh):
+        _drive_processor(workspace, processor, described.fingerprint, trigger)
+
+
+@contextlib.contextmanager
+def _driver(
+    workspace: Workspace, described: lifecycle.AppSource, *, force: bool, fresh: bool
+) -> Iterator[None]:
+    """Be the app's one driver for the run, checked to start (`lifecycle.check_start`).
+
+    Before Spark starts: the driver lock is taken (or kept, from `deploy`), the checkpoint
+    moved aside with `fresh`, and the start checked. Once it passed, the queries that commit
+    batches are recorded as they do (`_drive_*`) and at the end, however the run ends.
+    """
+    lock = drivers.hold(workspace, described.name, source=described.source)
+    try:
+        if fresh:
+            moved = lifecycle.start_over(workspace, described.name)
+            if moved is not None:
+                click.echo(f"starting over: the checkpoint was moved to {moved}")
+        lifecycle.check_start(workspace, described, force=force)
+        try:
+            yield
+        finally:
+            checkpoints.remember(workspace, described.name)
+    finally:
+        lock.release()
+
+
+def _drive_sql(
+    workspace: Workspace, app: SqlApp, fingerprint: Fingerprint, trigger: Trigger | None
+) -> None:
     # Installed before Spark starts, which takes the longest: a stop then waits for no batch.
     stopping = _stop_on_sigterm()
     spark = spark_session(workspace.settings, app.name)
@@ -205,7 +257,8 @@ def _run_streaming(
         seen: dict[str, int] = {}
         try:
             while any(query.isActive for query in running.queries) and not stopping.is_set():
-                _echo_progress(running, seen)
+                if _echo_progress(running, seen):
+                    checkpoints.remember(workspace, app.name)
                 stopping.wait(_PROGRESS_EVERY_S)
         except KeyboardInterrupt:
             stopping.set()
@@ -226,13 +279,12 @@ def _run_streaming(
         stop_spark_session()
 
 
-def _run_processor(target: str, trigger: Trigger | None, master: str | None, force: bool) -> None:
-    processor = load_processor(target)
-    ship_with_tasks(sys.modules[processor.__module__])
-    workspace = _workspace(master)
-    fingerprint = processor_fingerprint(processor)
-    if not force:
-        check_state(workspace, processor.name, fingerprint)
+def _drive_processor(
+    workspace: Workspace,
+    processor: type[Processor],
+    fingerprint: Fingerprint,
+    trigger: Trigger | None,
+) -> None:
     # Installed before Spark starts, which takes the longest: a stop then waits for no batch.
     stopping = _stop_on_sigterm()
     spark = spark_session(workspace.settings, processor.name)
@@ -243,7 +295,8 @@ def _run_processor(target: str, trigger: Trigger | None, master: str | None, for
         seen: dict[str, int] = {}
         try:
             while running.query.isActive and not stopping.is_set():
-                _echo_query_progress(running.query, seen)
+                if _echo_query_progress(running.query, seen):
+                    checkpoints.remember(workspace, processor.name)
                 stopping.wait(_PROGRESS_EVERY_S)
         except KeyboardInterrupt:
             stopping.set()
@@ -357,20 +410,27 @@ def _iso(time_ms: int) -> str:
     return datetime.fromtimestamp(time_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _echo_progress(running: RunningApp, seen: dict[str, int]) -> None:
-    """Print the progress of each query that finished a micro-batch since `seen` was updated."""
+def _echo_progress(running: RunningApp, seen: dict[str, int]) -> bool:
+    """Print the progress of each query that finished a micro-batch since `seen` was updated.
+
+    Returns whether any had.
+    """
+    printed = False
     for query in running.queries:
         late = late_rows(query) if query in running.tables.values() else None
-        _echo_query_progress(query, seen, late)
+        printed = _echo_query_progress(query, seen, late) or printed
+    return printed
 
 
 def _echo_query_progress(
     query: StreamingQuery, seen: dict[str, int], late: int | None = None
-) -> None:
+) -> bool:
     progress = query.lastProgress
     if progress and seen.get(query.name) != progress["batchId"]:
         seen[query.name] = progress["batchId"]
         click.echo(_progress_line(query.name, progress, late))
+        return True
+    return False
 
 
 def _progress_line(name: str, progress: dict, late: int | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import click
 from millrace.cli.apps import _epoch_ms  # the same time parsing as `run --batch`
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
-from millrace.errors import MillraceError
+from millrace.errors import CheckpointError, MillraceError
 from millrace.monitor.service import Monitor
 from millrace.runtime import checkpoints, lifecycle, registry
 from millrace.runtime.registry import AppRecord
@@ -34,13 +35,20 @@ def _trigger(text: str | None) -> Trigger | None:
 )
 @click.option("--master", help="Spark master URL, such as spark://127.0.0.1:7077.")
 @click.option("--force", is_flag=True, help="Start even if the state schema looks incompatible.")
-def deploy(app: str, trigger: str | None, master: str | None, force: bool) -> None:
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start over: move the checkpoint under <workspace>/apps/APP/backups/ first.",
+)
+def deploy(app: str, trigger: str | None, master: str | None, force: bool, fresh: bool) -> None:
     """Start APP detached, as its own Spark application, and record it in the workspace.
 
     APP is a SQL app's file, or a processor as module:Class or path/to/file.py:Class.
+    Refused while the app runs (deployed, or in a terminal with `millrace run`), and when
+    queries of it that ran before have lost their checkpoints (--fresh starts over).
     """
     record = lifecycle.deploy(
-        _workspace(), app, trigger=_trigger(trigger), master=master, force=force
+        _workspace(), app, trigger=_trigger(trigger), master=master, force=force, fresh=fresh
     )
     click.echo(f"app {record.name!r} deployed: pid {record.pid}, log {record.log}")
 
@@ -56,7 +64,21 @@ def ps(as_json: bool) -> None:
     """
     workspace = _workspace()
     monitor = Monitor(workspace)
-    rows = [_ps_row(workspace, record, monitor) for record in registry.list_apps(workspace)]
+    problems: list[MillraceError] = []
+    rows = [
+        _ps_row(workspace, record, monitor, problems) for record in registry.list_apps(workspace)
+    ]
+    try:
+        _print_ps(rows, as_json)
+    finally:
+        # An app whose checkpoint cannot be read is listed; what is wrong comes after.
+        for problem in problems:
+            click.echo(problem.render(), err=True)
+    if problems:
+        sys.exit(1)
+
+
+def _print_ps(rows: list[dict], as_json: bool) -> None:
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
@@ -188,7 +210,8 @@ def history(app: str, as_json: bool) -> None:
 def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool) -> None:
     """Stop APP, move its checkpoints back to a batch, and start it to recompute from there.
 
-    What is removed is kept under <workspace>/apps/APP/backups/.
+    What is removed is kept under <workspace>/apps/APP/backups/, log files that cannot be
+    read included. An app run in a terminal (never deployed) is rolled back and left stopped.
     """
     if (to_batch is None) == (to_time is None):
         raise click.UsageError("give --to-batch N or --to-time TIME")
@@ -207,11 +230,22 @@ def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool
     click.echo(f"backup: {done.rollback.backup}")
     if done.record is not None:
         click.echo(f"app {app!r} started again: pid {done.record.pid}")
+    elif not no_start:
+        click.echo(f"app {app!r} is not deployed: `millrace run` starts it from there")
 
 
-def _ps_row(workspace: Workspace, record: AppRecord, monitor: Monitor) -> dict:
-    """What `ps` shows of one app. Lags are the monitor's (`millrace.monitor`)."""
-    last = checkpoints.last_batches(workspace, record.name)
+def _ps_row(
+    workspace: Workspace, record: AppRecord, monitor: Monitor, problems: list[MillraceError]
+) -> dict:
+    """What `ps` shows of one app. Lags are the monitor's (`millrace.monitor`).
+
+    An app whose checkpoint cannot be read shows no last batch; its error joins `problems`.
+    """
+    try:
+        last = checkpoints.last_batches(workspace, record.name)
+    except CheckpointError as error:
+        problems.append(error)
+        last = {}
     newest = max(last.values(), key=lambda batch: batch.started_ms or 0, default=None)
     uptime = lifecycle.uptime_s(record)
     return {

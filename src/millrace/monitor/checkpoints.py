@@ -66,7 +66,11 @@ def _read_query(app: str, folder: Path) -> QueryCheckpoint:
     offsets: dict[str, Offsets] = {}
     if offsets_file.exists():
         # Line 1 is the log's version, line 2 the batch's metadata, then one line per source.
-        for line in offsets_file.read_text().splitlines()[2:]:
+        # A file that is not text reads as lines that are not offsets: the query's offsets
+        # are then unknown, and its lag comes from its published batches (`status`);
+        # `millrace history` names what is wrong with the file.
+        text = offsets_file.read_text(encoding="utf-8", errors="replace")
+        for line in text.splitlines()[2:]:
             offsets.update(_kafka_offsets(line))
     return QueryCheckpoint(
         app,
@@ -81,12 +85,13 @@ def _read_query(app: str, folder: Path) -> QueryCheckpoint:
 def _kafka_offsets(line: str) -> dict[str, Offsets]:
     try:
         parsed = json.loads(line)
-    except json.JSONDecodeError:
+        if not isinstance(parsed, dict):
+            return {}
+        return {
+            stream: {int(bucket): int(offset) for bucket, offset in buckets.items()}
+            for stream, buckets in parsed.items()
+            if isinstance(buckets, dict)
+        }
+    except (ValueError, TypeError):
+        # Not JSON, or not offsets: a bucket or an offset that is not a number.
         return {}
-    if not isinstance(parsed, dict):
-        return {}
-    return {
-        stream: {int(bucket): int(offset) for bucket, offset in buckets.items()}
-        for stream, buckets in parsed.items()
-        if isinstance(buckets, dict)
-    }

@@ -16,22 +16,41 @@ state versions after N + 1 into a backup folder, so that Spark, started again, r
 batch N, from the state as batch N left it, and recomputes the later batches from their
 inputs. Outputs of the recomputed batches are written again; millrace's sinks make that
 idempotent (result tables merge by key, stream records carry deterministic ids).
+
+A file of the log that cannot be read (not text, not Spark's format, not JSON) is a
+`CheckpointCorruptError` naming the file, what is wrong with it, and the last good batch to
+roll back to; `verify` looks at the files Spark reads to resume, before an app starts.
+
+A query without a checkpoint starts over from the start of its inputs and writes all its
+output again, which is right for a new query and wrong for one that has run: so `remember`
+records, outside the checkpoint (in `<workspace>/apps/<app>/checkpoints.json`), each query
+that has committed a batch, and `require_checkpoints` refuses to start an app whose queries
+ran before but have lost their checkpoints (`CheckpointMissingError`). An app without that
+record (it ran under an older millrace) is judged by its result tables. `forget` takes
+queries off the record, for a start over on purpose (`start_over`) or a rollback to before
+a query's first batch.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from millrace.config.workspace import Workspace
-from millrace.errors import LifecycleError
+from millrace.errors import CheckpointCorruptError, CheckpointMissingError, LifecycleError
+from millrace.runtime.registry import app_dir, now_iso
 
+LEDGER_FILE = "checkpoints.json"
+"""In `<workspace>/apps/<app>/`: the queries of the app that have committed batches."""
+
+_VERSION_LINE = re.compile(r"^v\d+$")
 _VERSIONED = re.compile(r"^(?P<version>\d+)(?:_[^.]*)?\.(?:changelog|zip|delta|snapshot)$")
 _BATCH_NAMED = re.compile(r"^(?P<batch>\d+)(?:_.*)?$")
 
@@ -73,8 +92,11 @@ def query_checkpoints(workspace: Workspace, app: str) -> dict[str, Path]:
     return {path.name: path for path in sorted(root.iterdir()) if (path / "offsets").is_dir()}
 
 
-def history(workspace: Workspace, app: str) -> list[Batch]:
+def history(workspace: Workspace, app: str, *, strict: bool = True) -> list[Batch]:
     """Every batch in the write-ahead logs of `app`'s queries, by query then batch id.
+
+    Raises `CheckpointCorruptError` for a log file that cannot be read; with `strict` off,
+    such a batch is listed without offsets, start time or watermark instead.
 
     Example:
         >>> [b.batch_id for b in history(workspace, "top_events")]  # doctest: +SKIP
@@ -84,8 +106,15 @@ def history(workspace: Workspace, app: str) -> list[Batch]:
     for query, checkpoint in query_checkpoints(workspace, app).items():
         commits = checkpoint / "commits"
         for batch_id in _batch_ids(checkpoint / "offsets"):
-            header, offsets = _read_offsets(checkpoint / "offsets" / str(batch_id))
             commit = commits / str(batch_id)
+            try:
+                header, offsets = _read_offsets(checkpoint / "offsets" / str(batch_id))
+                if commit.is_file():
+                    _read_commit(commit)
+            except _UnreadableError as error:
+                if strict:
+                    raise _corrupt(workspace, app, query, error) from None
+                header, offsets = {}, []
             batches.append(
                 Batch(
                     query,
@@ -105,6 +134,25 @@ def last_batches(workspace: Workspace, app: str) -> dict[str, Batch]:
     for batch in history(workspace, app):
         newest[batch.query] = batch
     return newest
+
+
+def verify(workspace: Workspace, app: str) -> None:
+    """Check the log files Spark reads to resume each query of `app`, before it starts.
+
+    Those are the two newest `offsets/N` (the newest may be a batch that did not commit) and
+    the newest `commits/N`. Raises `CheckpointCorruptError` for one that cannot be read.
+
+    Example:
+        >>> verify(workspace, "top_events")  # doctest: +SKIP
+    """
+    for query, checkpoint in query_checkpoints(workspace, app).items():
+        try:
+            for batch_id in _batch_ids(checkpoint / "offsets")[-2:]:
+                _read_offsets(checkpoint / "offsets" / str(batch_id))
+            for batch_id in _batch_ids(checkpoint / "commits")[-1:]:
+                _read_commit(checkpoint / "commits" / str(batch_id))
+        except _UnreadableError as error:
+            raise _corrupt(workspace, app, query, error) from None
 
 
 def batch_at(batches: list[Batch], time_ms: int) -> dict[str, int]:
@@ -201,12 +249,210 @@ def _batch_ids(log: Path) -> list[int]:
     return sorted(int(path.name) for path in log.iterdir() if path.name.isdigit())
 
 
+class _UnreadableError(ValueError):
+    """A log file that is not as Spark writes it: `path`, and what is wrong with it."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 def _read_offsets(path: Path) -> tuple[dict[str, Any], list[Any]]:
-    """An `offsets/N` file: its header (watermark, time, conf) and each source's offsets."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    header = json.loads(lines[1]) if len(lines) > 1 else {}
-    offsets = [json.loads(line) if line not in ("", "-") else None for line in lines[2:]]
-    return header, offsets
+    """An `offsets/N` file: its header (watermark, time, conf) and each source's offsets.
+
+    Line 1 is the log's version (`v1`), line 2 the batch's metadata as a JSON object, then
+    one line per source: its offsets as JSON, or `-` for a source without any yet.
+    """
+    lines = _log_lines(path)
+    offsets = []
+    for number, line in enumerate(lines[2:], start=3):
+        known = line not in ("", "-")
+        offsets.append(_json(path, line, number, "an input's offsets") if known else None)
+    return _header(path, lines), offsets
+
+
+def _read_commit(path: Path) -> dict[str, Any]:
+    """A `commits/N` file: the version line, then the batch's commit metadata as JSON."""
+    return _header(path, _log_lines(path))
+
+
+def _log_lines(path: Path) -> list[str]:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise _UnreadableError(path, f"it cannot be read ({error.strerror})") from None
+    if not data.strip():
+        raise _UnreadableError(path, "it is empty")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _UnreadableError(
+            path, f"it is not text (byte {error.start} is 0x{data[error.start]:02x})"
+        ) from None
+    lines = text.splitlines()
+    if not _VERSION_LINE.match(lines[0]):
+        raise _UnreadableError(
+            path, f"its first line is {lines[0][:40]!r}, not Spark's log version (such as v1)"
+        )
+    return lines
+
+
+def _header(path: Path, lines: list[str]) -> dict[str, Any]:
+    if len(lines) < 2:
+        raise _UnreadableError(
+            path, "it ends after its version line: the batch's metadata is missing"
+        )
+    header = _json(path, lines[1], 2, "the batch's metadata")
+    if not isinstance(header, dict):
+        raise _UnreadableError(path, "line 2 is not the batch's metadata (a JSON object)")
+    return header
+
+
+def _json(path: Path, line: str, number: int, what: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise _UnreadableError(
+            path, f"line {number} is not {what} as JSON ({error.msg} at column {error.colno})"
+        ) from None
+
+
+def _corrupt(
+    workspace: Workspace, app: str, query: str, error: _UnreadableError
+) -> CheckpointCorruptError:
+    """The error for an unreadable log file of `query`, naming the batch to roll back to."""
+    checkpoint = workspace.checkpoints_dir / app / query
+    bad = int(error.path.name)
+    good = _last_good(checkpoint, bad)
+    backups = app_dir(workspace, app) / "backups"
+    if good is not None:
+        hint = (
+            f"`millrace rollback {app} --to-batch {good}` moves the app back to batch {good}, "
+            f"the last one that can be read (this file and the later ones are kept under "
+            f"{backups}/), and the batches after it are computed again from the inputs"
+        )
+    else:
+        hint = (
+            f"no batch of query {query} before it can be read: start the app over with "
+            f"--fresh (`millrace restart {app} --fresh`, or `millrace run APP --fresh`), "
+            f"which keeps the checkpoint under {backups}/"
+        )
+    return CheckpointCorruptError(
+        f"checkpoint file {error.path} (batch {bad} of query {query} of app {app!r}) cannot "
+        f"be read: {error.reason}",
+        hint=hint,
+    )
+
+
+def _last_good(checkpoint: Path, before: int) -> int | None:
+    """The newest committed batch before `before` whose log files can be read, if any."""
+    for batch_id in reversed(_batch_ids(checkpoint / "commits")):
+        if batch_id >= before:
+            continue
+        try:
+            _read_offsets(checkpoint / "offsets" / str(batch_id))
+            _read_commit(checkpoint / "commits" / str(batch_id))
+        except _UnreadableError:
+            continue
+        return batch_id
+    return None
+
+
+def remember(workspace: Workspace, app: str) -> None:
+    """Record each query of `app` whose checkpoint has committed a batch (`LEDGER_FILE`).
+
+    Queries recorded before stay recorded (until `forget`), whatever their checkpoints
+    hold now: that is what tells a lost checkpoint from a new query.
+    """
+    recorded = _ledger(workspace, app)
+    queries = dict(recorded or {})
+    for query, checkpoint in query_checkpoints(workspace, app).items():
+        if query not in queries and _batch_ids(checkpoint / "commits"):
+            queries[query] = now_iso()
+    if recorded is None or queries != recorded:
+        _write_ledger(workspace, app, queries)
+
+
+def forget(workspace: Workspace, app: str, queries: list[str] | None = None) -> None:
+    """Take `queries` (None: every query) of `app` off the record of those that have run.
+
+    For a start over on purpose: the queries' checkpoints were moved aside, and their
+    starting again from nothing is what is asked. Queries with committed batches stay.
+    """
+    recorded = _ledger(workspace, app) or {}
+    kept = {} if queries is None else {q: at for q, at in recorded.items() if q not in queries}
+    _write_ledger(workspace, app, kept)
+    remember(workspace, app)
+
+
+def require_checkpoints(
+    workspace: Workspace, app: str, queries: Sequence[str], tables: Sequence[str] = ()
+) -> None:
+    """Refuse to start `app` when any of its `queries` ran before but has no checkpoint now.
+
+    That a query ran is known from the record `remember` keeps or, for an app without one,
+    from the Delta log of its result table (`tables` are the app's result table names; the
+    query of table T is `table.T`). Raises `CheckpointMissingError`. A query that never
+    committed a batch (a new app, a new query) starts without a word.
+
+    Example:
+        >>> require_checkpoints(workspace, "top_events", ["table.top_events_5min"])
+        ... # doctest: +SKIP
+    """
+    root = workspace.checkpoints_dir / app
+    present = set(query_checkpoints(workspace, app))
+    recorded = _ledger(workspace, app)
+    if recorded is not None:
+        missing = [query for query in queries if query in recorded and query not in present]
+        evidence = f"{app_dir(workspace, app) / LEDGER_FILE} records their committed batches"
+    else:
+        logs = {f"table.{table}": workspace.tables_dir / app / table for table in tables}
+        missing = [
+            query
+            for query in queries
+            if query in logs and query not in present and (logs[query] / "_delta_log").is_dir()
+        ]
+        evidence = "their result tables exist, under " + str(workspace.tables_dir / app)
+    if not missing:
+        return
+    which = (
+        f"the checkpoint of query {missing[0]} is"
+        if len(missing) == 1
+        else f"the checkpoints of queries {', '.join(missing)} are"
+    )
+    raise CheckpointMissingError(
+        f"app {app!r} has run before ({evidence}), but {which} missing (no write-ahead log "
+        f"under {root}/<query>/offsets): started without it, a query reads its inputs from "
+        "the start again and writes all its output again",
+        hint=(
+            "if the checkpoint was moved, put it back; to start every query over on purpose, "
+            f"start the app with --fresh (what is left of the checkpoint is kept under "
+            f"{app_dir(workspace, app) / 'backups'}/); to compute batches again, "
+            f"`millrace rollback {app} --to-batch N` moves the app back to batch N and keeps "
+            "a backup, which deleting checkpoint folders does not"
+        ),
+    )
+
+
+def _ledger(workspace: Workspace, app: str) -> dict[str, str] | None:
+    path = app_dir(workspace, app) / LEDGER_FILE
+    if not path.is_file():
+        return None
+    try:
+        queries = json.loads(path.read_text(encoding="utf-8")).get("queries")
+    except (OSError, ValueError, AttributeError):
+        return None  # unreadable: judged by the result tables, as an app without one
+    return dict(queries) if isinstance(queries, dict) else None
+
+
+def _write_ledger(workspace: Workspace, app: str, queries: dict[str, str]) -> None:
+    path = app_dir(workspace, app) / LEDGER_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"checkpoint": str(workspace.checkpoints_dir / app), "queries": queries}
+    temporary = path.with_suffix(f".tmp{os.getpid()}")
+    temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    temporary.replace(path)
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -261,10 +507,17 @@ def seed_start(
 
 
 def _read_initial_offsets(path: Path) -> tuple[str, dict[str, dict[int, int]]]:
-    text = path.read_bytes().lstrip(b"\0").decode()
-    version, _, offsets = text.partition("\n")
-    parsed = json.loads(offsets)
-    return version, {s: {int(b): o for b, o in by.items()} for s, by in parsed.items()}
+    try:
+        text = path.read_bytes().lstrip(b"\0").decode()
+        version, _, offsets = text.partition("\n")
+        parsed = json.loads(offsets)
+        return version, {s: {int(b): o for b, o in by.items()} for s, by in parsed.items()}
+    except (ValueError, AttributeError, TypeError) as error:
+        raise CheckpointCorruptError(
+            f"checkpoint file {path} (a query's starting offsets) cannot be read: {error}",
+            hint="`millrace restart APP --fresh` without --from starts from the earliest "
+            "records, without reading it",
+        ) from None
 
 
 def _as_json(offsets: dict[int, int]) -> dict[str, int]:

@@ -12,6 +12,12 @@ app starts, `millrace.runtime.state_schema` checks that its state can be carried
 keeping a backup under `apps/<app>/backups/`, and deploys it again, so that it recomputes
 the later batches.
 
+Every start of an app's driver (`millrace run`, and the process `deploy` starts) holds the
+app's driver lock (`millrace.runtime.drivers`) and goes through `check_start`: its
+checkpoint's files can be read, no query that ran before has lost its checkpoint, its state
+can be carried over. `deploy`, `restart` and `rollback` take the lock before they touch the
+checkpoint and hand it to the process they start. `start_over` is `--fresh`.
+
 `stop_gracefully` is the other half of a graceful stop: what `millrace run` does on SIGTERM.
 """
 
@@ -37,7 +43,9 @@ from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AppNotFoundError, LifecycleError
 from millrace.processor.loading import is_processor_target, load_processor
-from millrace.runtime import checkpoints, registry
+from millrace.processor.processor import Processor
+from millrace.runtime import checkpoints, drivers, registry
+from millrace.runtime.drivers import DriverLock
 from millrace.runtime.registry import AppRecord
 from millrace.runtime.state_schema import (
     Fingerprint,
@@ -45,7 +53,7 @@ from millrace.runtime.state_schema import (
     processor_fingerprint,
     sql_fingerprint,
 )
-from millrace.sql.parser import load_app
+from millrace.sql.parser import SqlApp, load_app
 
 STOP_TIMEOUT_S = 120.0
 """How long `stop` waits for the running micro-batches to finish before killing the app."""
@@ -53,17 +61,60 @@ STOP_TIMEOUT_S = 120.0
 GRACE_S = 60.0
 """How long a stopping app waits for a query to be between micro-batches before stopping it."""
 
+LOCK_WAIT_S = 30.0
+"""How long a restart or rollback waits for the stopped app's process to let its lock go."""
+
+PROCESSOR_QUERIES = ("processor",)
+"""The queries of a processor app: one, whose checkpoint is `<app>/processor`."""
+
 _IDLE_POLL_S = 0.05
+_KILLED_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
 class AppSource:
-    """What a source names: the app's kind and name, the source as `run` takes it, its state."""
+    """What a source names: the app's kind and name, the source as `run` takes it, its state.
+
+    `queries` are the names of its streaming queries (their checkpoints' folders), `tables`
+    those of a SQL app's result tables.
+    """
 
     kind: registry.Kind
     name: str
     source: str
     fingerprint: Fingerprint
+    queries: tuple[str, ...] = PROCESSOR_QUERIES
+    tables: tuple[str, ...] = ()
+
+
+def sql_queries(app: SqlApp) -> tuple[str, ...]:
+    """The streaming queries of SQL app `app`: `insert.<stream>` and `table.<name>`."""
+    inserts = tuple(f"insert.{insert.stream}" for insert in app.inserts)
+    return inserts + tuple(f"table.{table.name}" for table in app.tables)
+
+
+def check_start(workspace: Workspace, described: AppSource, *, force: bool = False) -> None:
+    """What every start of an app checks, before Spark: checkpoint files, lost checkpoints, state.
+
+    Raises `CheckpointCorruptError` for a log file Spark would fail on, `CheckpointMissingError`
+    when a query that ran before has no checkpoint now, and (unless `force`)
+    `StateSchemaError` when the checkpoint holds state the code cannot carry over.
+    """
+    checkpoints.verify(workspace, described.name)
+    checkpoints.require_checkpoints(workspace, described.name, described.queries, described.tables)
+    if not force:
+        check_state(workspace, described.name, described.fingerprint)
+
+
+def start_over(workspace: Workspace, name: str) -> Path | None:
+    """Start app `name` over on purpose (`--fresh`): its checkpoint folder goes under backups.
+
+    Every query then starts from nothing, reading its inputs from their earliest records.
+    Returns where the checkpoint went (None: it had none). Call with the driver lock held.
+    """
+    moved = _move_aside(workspace, name)
+    checkpoints.forget(workspace, name)
+    return moved
 
 
 def describe_source(source: str) -> AppSource:
@@ -79,16 +130,27 @@ def describe_source(source: str) -> AppSource:
         where, _, name = source.rpartition(":")
         if where.endswith(".py"):
             source = f"{Path(where).absolute()}:{name}"
-        processor = load_processor(source)
-        return AppSource("processor", processor.name, source, processor_fingerprint(processor))
+        return describe_processor(load_processor(source), source)
     path = Path(source)
     if not path.is_file():
         raise LifecycleError(
             f"no file {source!r}",
             hint="give a SQL app's file, or a processor as module:Class or file.py:Class",
         )
-    app = load_app(path)
-    return AppSource("sql", app.name, str(path.absolute()), sql_fingerprint(app))
+    return describe_sql(load_app(path), path)
+
+
+def describe_sql(app: SqlApp, path: Path) -> AppSource:
+    """What SQL app `app`, loaded from `path`, is to the lifecycle."""
+    tables = tuple(table.name for table in app.tables)
+    return AppSource(
+        "sql", app.name, str(path.absolute()), sql_fingerprint(app), sql_queries(app), tables
+    )
+
+
+def describe_processor(processor: type[Processor], source: str) -> AppSource:
+    """What `processor`, loaded from `source` (`module:Class`), is to the lifecycle."""
+    return AppSource("processor", processor.name, source, processor_fingerprint(processor))
 
 
 def deploy(
@@ -98,11 +160,13 @@ def deploy(
     trigger: Trigger | None = None,
     master: str | None = None,
     force: bool = False,
+    fresh: bool = False,
 ) -> AppRecord:
     """Start the app of `source` detached, as its own Spark application, and record it.
 
-    Raises `LifecycleError` when an app of that name already runs, `StateSchemaError`
-    (unless `force`) when its checkpoint holds state the code cannot carry over.
+    Raises `LifecycleError` when an app of that name already runs (`AppRunningError` when
+    its driver runs in a terminal), and what `check_start` raises. With `fresh`, the app
+    starts over (`start_over`).
 
     Example:
         >>> trigger = Trigger.parse("interval:10s")
@@ -120,15 +184,17 @@ def deploy(
             hint=f"`millrace restart {described.name}` starts it again with new code; "
             f"`millrace stop {described.name}` stops it",
         )
-    if not force:
-        check_state(workspace, described.name, described.fingerprint)
     config: dict[str, Any] = {
         "trigger": str(trigger or Trigger()),
         "master": master,
         "cwd": str(Path.cwd()),
         "force": force,
     }
-    return _start(workspace, described, config)
+    with drivers.acquire(workspace, described.name, "deploy", source=described.source) as lock:
+        if fresh:
+            start_over(workspace, described.name)
+        check_start(workspace, described, force=force)
+        return _start(workspace, described, config, lock, "deploy")
 
 
 def restart(
@@ -163,26 +229,28 @@ def restart(
             f"{described.source} holds app {described.name!r}, not {name!r}",
             hint="restart takes the app's own source; deploy another app with `millrace deploy`",
         )
-    if not fresh and not force:
+    _require_no_other_driver(workspace, record)
+    if not fresh:
         # Checked before stopping, so that code that cannot run leaves the app running.
-        check_state(workspace, name, described.fingerprint)
+        check_start(workspace, described, force=force)
     if record.status == "running":
         stop(workspace, name, timeout_s=timeout_s)
-    if fresh:
-        moved = _move_aside(workspace, name)
-        if moved is not None and start_from != "earliest":
-            checkpoints.seed_start(
-                moved,
-                workspace.checkpoints_dir / name,
-                lambda stream: stream_offsets(workspace.settings, stream, start_from),
-            )
     config = dict(record.config)
     if trigger is not None:
         config["trigger"] = str(trigger)
     if master is not None:
         config["master"] = master
     config["force"] = force
-    return _start(workspace, described, config)
+    with drivers.acquire(workspace, name, "restart", wait_s=LOCK_WAIT_S) as lock:
+        if fresh:
+            moved = start_over(workspace, name)
+            if moved is not None and start_from != "earliest":
+                checkpoints.seed_start(
+                    moved,
+                    workspace.checkpoints_dir / name,
+                    lambda stream: stream_offsets(workspace.settings, stream, start_from),
+                )
+        return _start(workspace, described, config, lock, "restart")
 
 
 def stop(workspace: Workspace, name: str, *, timeout_s: float = STOP_TIMEOUT_S) -> AppRecord:
@@ -204,6 +272,12 @@ def stop(workspace: Workspace, name: str, *, timeout_s: float = STOP_TIMEOUT_S) 
         while registry.process_alive(record.pid, record.proc_start):
             if time.monotonic() > deadline:
                 os.killpg(record.pid, signal.SIGKILL)
+                # Gone in an instant; until then it holds the app's driver lock.
+                deadline = time.monotonic() + _KILLED_WAIT_S
+                while registry.process_alive(record.pid, record.proc_start):
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
                 break
             time.sleep(0.2)
         _reap(record.pid)
@@ -237,7 +311,9 @@ def rollback(
     `to_batch` names a batch id, applied to each query of the app that has committed it (a
     query with fewer batches is left as it is); `to_time_ms` picks, per query, the last batch
     committed at or before that time (none: the query starts over). What is removed is kept
-    under `apps/<name>/backups/<time>-rollback/`.
+    under `apps/<name>/backups/<time>-rollback/`. Log files that cannot be read are moved
+    like the others: rolling back to before a corrupt file is how to get past it. An app
+    that was never deployed (run in a terminal) is rolled back and left stopped.
 
     Example:
         >>> rollback(workspace, "top_events", to_batch=3).rollback.removed_batches  # doctest: +SKIP
@@ -248,8 +324,15 @@ def rollback(
             "rollback needs a batch or a time, and only one",
             hint="give --to-batch N or --to-time TIME",
         )
-    record = registry.load(workspace, name)
-    batches = checkpoints.history(workspace, name)
+    try:
+        record: AppRecord | None = registry.load(workspace, name)
+    except AppNotFoundError:
+        if not checkpoints.query_checkpoints(workspace, name):
+            raise
+        record = None  # run in a terminal, never deployed: its checkpoint is rolled back
+    if record is not None:
+        _require_no_other_driver(workspace, record)
+    batches = checkpoints.history(workspace, name, strict=False)
     if to_batch is not None:
         last = {batch.query: batch.batch_id for batch in batches}
         targets = {query: to_batch for query, newest in last.items() if newest > to_batch}
@@ -258,20 +341,24 @@ def rollback(
         targets = checkpoints.batch_at(batches, to_time_ms)
         last = {batch.query: batch.batch_id for batch in batches}
         targets = {query: n for query, n in targets.items() if last[query] > n}
-    if record.status == "running":
+    if record is not None and record.status == "running":
         stop(workspace, name, timeout_s=timeout_s)
-    # The log is read again: batches ran between the first read and the stop.
-    if to_batch is not None:
-        targets = {
-            batch.query: to_batch
-            for batch in checkpoints.history(workspace, name)
-            if batch.batch_id > to_batch
-        }
-    done = checkpoints.rollback(workspace, name, targets, _backup_dir(workspace, name, "rollback"))
-    restarted = None
-    if start:
-        described = describe_source(record.source)
-        restarted = _start(workspace, described, dict(record.config))
+    with drivers.acquire(workspace, name, "rollback", wait_s=LOCK_WAIT_S) as lock:
+        # The log is read again: batches ran between the first read and the stop.
+        if to_batch is not None:
+            targets = {
+                batch.query: to_batch
+                for batch in checkpoints.history(workspace, name, strict=False)
+                if batch.batch_id > to_batch
+            }
+        backup = _backup_dir(workspace, name, "rollback")
+        done = checkpoints.rollback(workspace, name, targets, backup)
+        # A query moved back to before its first batch starts over, as asked.
+        checkpoints.forget(workspace, name, [q for q, n in targets.items() if n < 0])
+        restarted = None
+        if start and record is not None:
+            described = describe_source(record.source)
+            restarted = _start(workspace, described, dict(record.config), lock, "rollback")
     return RolledBack(done, restarted)
 
 
@@ -303,7 +390,21 @@ def uptime_s(record: AppRecord) -> float | None:
     return max(0.0, (datetime.now(UTC) - started).total_seconds())
 
 
-def _start(workspace: Workspace, described: AppSource, config: dict[str, Any]) -> AppRecord:
+def _require_no_other_driver(workspace: Workspace, record: AppRecord) -> None:
+    """Refuse to touch deployed app `record` while a driver it did not start runs it."""
+    holder = drivers.holder(workspace, record.name)
+    if holder is not None and not (record.status == "running" and holder.pid == record.pid):
+        raise drivers.refusal(workspace, record.name)
+
+
+def _start(
+    workspace: Workspace,
+    described: AppSource,
+    config: dict[str, Any],
+    lock: DriverLock,
+    started_by: drivers.StartedBy,
+) -> AppRecord:
+    """Start the app's process, handing it `lock`, which it keeps for as long as it lives."""
     folder = registry.app_dir(workspace, described.name)
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "app.log"
@@ -316,6 +417,7 @@ def _start(workspace: Workspace, described: AppSource, config: dict[str, Any]) -
     environment = {
         **os.environ,
         registry.DEPLOYED_APP_ENV: described.name,
+        **lock.handed_over(),
         "MILLRACE_HOME": str(workspace.root),
         # Output goes to a file: Python must not hold it back in a buffer.
         "PYTHONUNBUFFERED": "1",
@@ -332,7 +434,9 @@ def _start(workspace: Workspace, described: AppSource, config: dict[str, Any]) -
             cwd=config.get("cwd") or None,
             env=environment,
             start_new_session=True,
+            pass_fds=(lock.descriptor,),
         )
+    lock.describe(process.pid, started_by, described.source)
     record = AppRecord(
         name=described.name,
         kind=described.kind,
