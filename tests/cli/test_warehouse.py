@@ -1,7 +1,7 @@
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -87,7 +87,8 @@ def test_sql_reads_the_archive_the_decoded_inputs_and_the_result_tables(
         f"  (SELECT SUM(CAST(get_json_object(value, '$.n') AS INT)) FROM {view}) AS n_total,\n"
         f"  (SELECT SUM(n) FROM {app}__per_minute) AS counted,\n"
         f"  (SELECT COUNT(*) FROM {app}__events WHERE category = 'news') AS news,\n"
-        f"  (SELECT COUNT(DISTINCT event_date) FROM {view}) AS days",
+        f"  (SELECT COUNT(DISTINCT event_date) FROM {view}) AS days,\n"
+        f"  (SELECT MIN(window_start) FROM {app}__per_minute) AS first_window",
     )
     assert queried.returncode == 0, queried.stderr
     [row] = [json.loads(line) for line in queried.stdout.splitlines()]
@@ -97,6 +98,7 @@ def test_sql_reads_the_archive_the_decoded_inputs_and_the_result_tables(
         "counted": len(IN_RANGE),
         "news": sum(1 for event in EVENTS if event["category"] == "news"),
         "days": len({event["event_time"] // 86_400_000 for event in EVENTS}),
+        "first_window": "2026-01-01T00:00:00.000Z",
     }
 
 
@@ -105,15 +107,16 @@ def test_sql_prints_a_table_of_the_rows_and_their_count(
 ) -> None:
     from millrace.cli.warehouse import print_table
 
+    at = datetime(2026, 1, 1, 12, 0, 5, 250_000, tzinfo=UTC)
     rows = [
-        {"category": "movies", "n": 43, "day": date(2026, 1, 1), "top": [{"item": "a"}]},
-        {"category": "news", "n": None, "day": date(2026, 1, 2), "top": []},
+        {"category": "movies", "n": 43, "day": date(2026, 1, 1), "top": [{"item": "a"}], "at": at},
+        {"category": "news", "n": None, "day": date(2026, 1, 2), "top": [], "at": None},
     ]
-    print_table(QueryResult(["category", "n", "day", "top"], rows, {}))
+    print_table(QueryResult(["category", "n", "day", "top", "at"], rows, {}))
     lines = capsys.readouterr().out.splitlines()
     cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if "│" in line]
     assert cells == [
-        ["movies", "43", "2026-01-01", '[{"item": "a"}]'],
-        ["news", "NULL", "2026-01-02", "[]"],
+        ["movies", "43", "2026-01-01", '[{"item": "a"}]', "2026-01-01T12:00:05.250Z"],
+        ["news", "NULL", "2026-01-02", "[]", "NULL"],
     ]
     assert lines[-1] == "2 rows"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from millrace.cli.apps import _count, _echo_dead_letters, _echo_query_progress, _epoch_ms, _iso
+from millrace.cli.rows import cell, json_line
 from millrace.config.workspace import Workspace
 from millrace.engine.archive import read_archive, start_archive
 from millrace.engine.session import spark_session, stop_spark_session
@@ -155,7 +155,7 @@ def sql(query: str, as_json: bool, app_files: tuple[Path, ...], limit: int) -> N
         stop_spark_session()
     if as_json:
         for row in result.rows:
-            click.echo(json.dumps(row, default=str, ensure_ascii=False))
+            click.echo(json_line(row))
         return
     print_table(result)
 
@@ -164,14 +164,6 @@ def print_table(result: QueryResult) -> None:
     """Print the rows of `result` as a table, then their count."""
     table = Table(*result.columns)
     for row in result.rows:
-        table.add_row(*(_cell(row[column]) for column in result.columns))
+        table.add_row(*(cell(row[column]) for column in result.columns))
     Console(soft_wrap=True).print(table)
     click.echo(_count(len(result.rows), "row"))
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, dict | list):
-        return json.dumps(value, default=str, ensure_ascii=False)
-    return str(value)
