@@ -20,10 +20,10 @@ Example:
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +97,8 @@ class SqlAppTester:
 
         By default the app reads all the records in one micro-batch, and then none is late:
         the watermark moves only between micro-batches. With `batch_size`, each micro-batch
-        reads at most that many records of an input, in the order given (the inputs have
-        one bucket), so that records behind the watermark are dropped as a streaming run
+        reads at most that many records of an input, in the order given (each input is a
+        stream of one bucket), so that records behind the watermark are dropped as a streaming run
         would drop them, and counted in `SqlAppResult.late_rows`.
 
         Example:
@@ -110,21 +110,26 @@ class SqlAppTester:
         app, renamed = _isolated(self.app, suffix)
         settings = self.workspace.settings
         for stream in renamed.values():
-            create_stream(settings, stream, buckets=2 if batch_size is None else 1, retention="1d")
+            # One bucket, so that the closing record moves the input's low watermark, which
+            # is the least over its buckets.
+            create_stream(settings, stream, buckets=1, retention="1d")
+        inputs = []
         for source in app.inputs:
             events = list(records.get(source.name, ()))
             with Publisher(source.stream, settings=settings, time_field=source.time) as publisher:
                 for event in events:
                     publisher.send(event)
                 if close_windows and events:
-                    publisher.send(
-                        {
-                            source.time: _closing_time(
-                                self.app, source.time, events, source.lateness
-                            )
-                        },
-                        record_id=CLOSING_RECORD_ID,
-                    )
+                    closing_ms = _closing_ms(self.app, source.time, events, source.lateness)
+                    # Events dated near now close their windows with a record dated ahead of
+                    # the wall clock: the input allows it rather than dead-lettering it.
+                    ahead_ms = closing_ms - int(time.time() * 1000) + 60_000
+                    if ahead_ms > publisher.max_future_ms:
+                        publisher.max_future_ms = ahead_ms
+                        source = replace(source, max_future=f"{ahead_ms}ms")
+                    publisher.send({source.time: closing_ms}, record_id=CLOSING_RECORD_ID)
+            inputs.append(source)
+        app = replace(app, inputs=tuple(inputs))
         running = start_sql_app(
             self.spark, self.workspace, app, available_now=True, max_records_per_batch=batch_size
         )
@@ -185,17 +190,17 @@ def _isolated(app: SqlApp, suffix: str) -> tuple[SqlApp, dict[str, str]]:
     )
 
 
-def _closing_time(
+def _closing_ms(
     app: SqlApp, time_field: str, events: list[Mapping[str, Any]], lateness: str | None
-) -> str:
+) -> int:
+    """A time past every window of `events` by more than the lateness (epoch ms)."""
     latest = max(event_time_ms(event, time_field) or 0 for event in events)
     widest = max(
         (window.size_ms for table in app.tables for window in table.query.windows.values()),
         default=0,
     )
     lateness_ms = parse_duration_ms(lateness, what="lateness") if lateness else 0
-    closing = latest + widest + lateness_ms + 1
-    return datetime.fromtimestamp(closing / 1000, UTC).isoformat()
+    return latest + widest + lateness_ms + 1
 
 
 class ProcessorTester:
@@ -242,7 +247,7 @@ class ProcessorTester:
         self._stored: dict[Any, dict[str, Any]] = {}
         self._pending: list[Record] = []
         self._next_offset: dict[tuple[str, int], int] = {}
-        self._max_event_time_ms: dict[str, int] = {}
+        self._max_event_time_ms: dict[tuple[str, int], int] = {}
 
     def feed(
         self, stream: str, records: Iterable[Mapping[str, Any] | Record], *, bucket: int = 0
@@ -329,9 +334,9 @@ class ProcessorTester:
         self.late.extend(outcome.late)
         self.duplicates.extend(outcome.duplicates)
         self.dead_letters.extend(outcome.dead_letters)
-        for stream, time_ms in outcome.max_event_time_ms.items():
-            self._max_event_time_ms[stream] = max(
-                self._max_event_time_ms.get(stream, time_ms), time_ms
+        for place, time_ms in outcome.max_event_time_ms.items():
+            self._max_event_time_ms[place] = max(
+                self._max_event_time_ms.get(place, time_ms), time_ms
             )
         self.watermark_ms = watermark_after(
             self.processor, self._max_event_time_ms, self.watermark_ms

@@ -88,6 +88,10 @@ def test_a_live_apps_windows_are_served_over_http_once_closed(
             assert {row["topic"]: row["n"] for row in served} == expected_counts(
                 window_events(window - 1)
             )
+        # Then the input is quiet: its last window closes with no further record, once the
+        # bucket has been idle for the idle timeout.
+        served = _wait_for_window(client, route, T0 + 2 * WINDOW_MS)
+        assert {row["topic"]: row["n"] for row in served} == expected_counts(window_events(2))
     finally:
         running.stop()
         drop_table(workspace.settings, lookup.name)
@@ -95,7 +99,7 @@ def test_a_live_apps_windows_are_served_over_http_once_closed(
     # Filters and `last` over the served windows: the news rows of the latest one.
     latest = client.get(route, params={"topic": "news", "last": 1}).json()
     assert [(row["window_start"], row["n"]) for row in latest] == [
-        (iso(T0 + WINDOW_MS), expected_counts(window_events(1))["news"])
+        (iso(T0 + 2 * WINDOW_MS), expected_counts(window_events(2))["news"])
     ]
     print(f"window closed -> served over HTTP: {[round(s, 1) for s in seconds_to_serve]} s")
 

@@ -44,7 +44,7 @@ def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
     assert queried.returncode == 0, queried.stderr
     [row] = [json.loads(line) for line in queried.stdout.splitlines()]
     assert (row["category"], row["n"], row["total_score"]) == ("movies", 2, 3.0)
-    assert row["window_start"].startswith("2026-01-01 00:00:00")
+    assert row["window_start"] == "2026-01-01T00:00:00.000Z"
 
     unknown = millrace("query", "top_events.top_events_5min", "--where", "colour=red")
     assert unknown.returncode == 1

@@ -16,6 +16,8 @@ from millrace.bus.streams import create_stream
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.engine.metrics import MetricsListener, publish_metrics
+from millrace.monitor.metrics_log import MetricsLog
+from millrace.monitor.status import app_status
 from millrace.runtime.processors import start_processor_app
 from millrace.runtime.sql_apps import start_sql_app
 from millrace.sql.parser import parse_app
@@ -94,11 +96,13 @@ def test_each_batch_publishes_its_progress_with_the_right_counts(
     assert sum(m["dead_letters"].get(source, 0) for m in metrics) == 2
     # The copies are dropped by the app's deduplication and counted.
     assert sum(m["duplicate_rows"] for m in metrics) == len(copied)
-    # The last batch ends where the input stream ends.
-    last = metrics[-1]["sources"][0]["end_offsets"][source]
-    assert {int(bucket): offset for bucket, offset in last.items()} == end_offsets(
-        workspace.settings, source
-    )
+    # The last batch ends where the input stream ends: each bucket is read by a source.
+    last = {
+        int(bucket): offset
+        for read in metrics[-1]["sources"]
+        for bucket, offset in read["end_offsets"].get(source, {}).items()
+    }
+    assert last == end_offsets(workspace.settings, source)
     assert all(
         m["batch_duration_ms"] >= 0 and "triggerExecution" in m["durations_ms"] for m in metrics
     )
@@ -149,3 +153,42 @@ def test_a_bus_that_does_not_answer_is_counted_not_raised(tmp_path: Path) -> Non
     listener._send(record)
     listener._send({**record, "batch_id": 1})
     assert (listener.published, listener.failures) == (0, 2)
+
+
+def test_each_batch_says_which_bucket_holds_an_inputs_watermark_back_and_what_came_dated_ahead(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    app_name, source, target = f"held_{suffix}", f"h.in.{suffix}", f"h.out.{suffix}"
+    create_stream(workspace.settings, source, buckets=2)
+    create_stream(workspace.settings, target, buckets=1)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    # Bucket 1 is ten minutes behind bucket 0; bucket 0 has one record from a wrong clock.
+    for n in range(20):
+        for bucket, behind_ms in ((0, 0), (1, 600_000)):
+            event = {"time": START_MS + 1000 * n - behind_ms, "event": f"e{n}", "score": 1}
+            producer.produce(source, json.dumps(event), partition=bucket)
+    wrong = {"time": "2100-01-01T00:00:00Z", "event": "wrong clock", "score": 1}
+    producer.produce(source, json.dumps(wrong), partition=0)
+    producer.flush()
+    since_ms = int(time.time() * 1000) - 1000
+
+    running = start_sql_app(
+        spark, workspace, parse_app(_app_text(app_name, source, target), tmp_path / "app.sql"),
+        available_now=True,
+    )  # fmt: skip
+    running.await_termination()
+    [query] = running.queries
+    reported = {progress["batchId"] for progress in query.recentProgress}
+
+    metrics = published_metrics(workspace, app_name, since_ms, len(reported))
+    read = metrics[0]["inputs"][source]
+    assert read["progress_ms"] == {"0": START_MS + 19_000, "1": START_MS + 19_000 - 600_000}
+    assert read["held_back_by"] == "1"
+    assert read["future_dated"] == 1
+    assert metrics[0]["dead_letters"] == {source: 1}
+    # The monitor (`ps --json`, `top`, /metrics) tells the same from the published records.
+    log = MetricsLog(workspace.settings)
+    log.refresh()
+    [watermark] = app_status(workspace, app_name, log).watermarks
+    assert (watermark.stream, watermark.held_back_by, watermark.future_dated) == (source, "1", 1)

@@ -24,6 +24,7 @@ def test_the_documented_config_loads(tmp_path: Path) -> None:
         "lag_seconds",
         "stopped",
         "dead_letter_rate",
+        "late_rate",
     ]
     assert rules[0].app == "top_events" and rules[0].for_ms == 120_000
     assert rules[3].window_ms == 600_000

@@ -53,7 +53,7 @@ def test_several_inputs_with_their_own_key_extractors_meet_at_one_key() -> None:
     ]
 
 
-def test_the_watermark_is_the_slowest_input_s_latest_time_minus_its_lateness() -> None:
+def test_the_watermark_is_the_slowest_bucket_s_latest_time_minus_its_input_s_lateness() -> None:
     class TwoInputs(Processor):
         name = "two_inputs"
         inputs = [
@@ -65,9 +65,13 @@ def test_the_watermark_is_the_slowest_input_s_latest_time_minus_its_lateness() -
             pass
 
     assert watermark_after(TwoInputs, {}, None) is None
-    assert watermark_after(TwoInputs, {"fast": T0}, None) == T0 - 1_000
-    assert watermark_after(TwoInputs, {"fast": T0, "slow": T0}, None) == T0 - 10_000
-    assert watermark_after(TwoInputs, {"fast": T0, "slow": T0}, T0) == T0  # never goes back
+    assert watermark_after(TwoInputs, {("fast", 0): T0}, None) == T0 - 1_000
+    assert watermark_after(TwoInputs, {("fast", 0): T0, ("slow", 0): T0}, None) == T0 - 10_000
+    # A bucket far ahead does not move the watermark past the other bucket of its stream.
+    assert watermark_after(TwoInputs, {("fast", 0): T0, ("fast", 1): T0 + 60_000}, None) == (
+        T0 - 1_000
+    )
+    assert watermark_after(TwoInputs, {("fast", 0): T0, ("slow", 0): T0}, T0) == T0
 
 
 class Tally(Processor):

@@ -9,7 +9,7 @@ filter is killed just after its micro-batch has started writing to the middle st
 offsets moved) and so, most of the time, before Spark has recorded the batch done: the re-run
 writes the batch again, which makes the copies a reader must drop. The aggregation is killed at
 random moments of its micro-batches. Then both apps are run to the end of their input with
-`--available-now`; only then does one record far ahead of the others (the closing record) go
+`--available-now`; only then do records far ahead of the others (the closing records) go
 through the filter, to move the aggregation's watermark past every minute. The answer is
 computed in plain Python from the events.
 
@@ -45,6 +45,9 @@ STEP_MS = 10
 MINUTE_MS = 60_000
 CATEGORIES = 7
 CLOSING_CATEGORY = "zz_closing"
+# The filter writes each record to a middle bucket chosen by a hash of its id: with 64
+# closing records, a middle bucket misses them in one run in 2**63.
+CLOSING_RECORDS = 64
 # The filter waits this long for its next write before it is killed anyway (at the end of
 # its input, no batch comes).
 _ARMED_TIMEOUT_S = 20.0
@@ -68,13 +71,11 @@ SELECT category, COUNT(*) AS n, SUM(amount) AS total FROM kept [1 minute] GROUP 
 """
 
 # The processor's lateness is half an hour: about the whole input, and less than the hour by
-# which the closing record is ahead, so that the watermark still passes every minute at the
-# end. Five minutes are not enough here: the run's last micro-batches read up to
-# `_FINISHING_BATCH` records from the middle stream's two buckets, in proportion to what each
-# holds unread; with the copies a re-run wrote in one of them, their event times can end
-# minutes apart, and Spark's watermark follows the bucket furthest ahead. A processor sets
-# aside a record behind the watermark of its own micro-batch, where a SQL app drops only those
-# behind the previous micro-batch's, so five minutes that suffice for the SQL app do not here.
+# which the closing records are ahead, so that the watermark still passes every minute at the
+# end. Within one middle bucket, records are in time order only micro-batch by micro-batch of
+# the filter (docs/concepts.md, Time), and a processor sets aside a record behind the
+# watermark of its own micro-batch, where a SQL app drops only those behind the previous
+# micro-batch's.
 AGG_PROCESSOR = """
 from millrace import Input, MapState, Processor
 
@@ -135,8 +136,10 @@ def known_answer(events: int) -> dict[tuple[int, str], tuple[int, int]]:
 def _publish(
     spark: SparkSession, workspace: Workspace, stream: str, numbers: range, events: int, run: str
 ) -> None:
-    """Write the records `numbers` of a run of `events` events. Number `events` is the closing
-    record, an hour after the last event, which moves the watermark past every minute.
+    """Write the records `numbers` of a run of `events` events. Numbers from `events` on are
+    the closing records, an hour after the last event, which move the watermark past every
+    minute: `CLOSING_RECORDS` of them, so that each bucket of the middle stream gets one (a
+    watermark is the least over the buckets).
 
     Spark writes them, from one task, so that both buckets hold them in time order (the
     Python publisher takes minutes for a million), each to a bucket chosen by a hash of its id
@@ -144,7 +147,7 @@ def _publish(
     offsets. Each has an id of its own.
     """
     number = F.col("id")
-    closing = number == events
+    closing = number >= events
     frame = spark.range(numbers.start, numbers.stop, 1, numPartitions=1).select(
         F.when(closing, START_MS + events * STEP_MS + 3600_000)
         .otherwise(START_MS + number * STEP_MS)
@@ -360,15 +363,14 @@ def run_with_kills(
         for app in apps.values():
             app.kill()
     # The end: each app processes what its input holds, in larger micro-batches, and stops.
-    # The closing record goes through the filter after every event, so that it is the last
-    # record of its middle bucket: read with it, in one micro-batch, are the ends of both
-    # buckets. Had it come amid the events, the filter's two tasks writing to the middle
-    # stream at once could put it ahead of events not yet written, and the aggregation would
-    # set those aside as late once the closing record had moved its watermark.
+    # The closing records go through the filter after every event, so that they are the last
+    # records of their middle buckets. Had they come amid the events, the filter's two tasks
+    # writing to the middle stream at once could put them ahead of events not yet written,
+    # and the aggregation would set those aside as late once they had moved its watermark.
     for role in files:
         write_app(role, _FINISHING_BATCH)
     apps["filter"].finish()
-    _publish(spark, workspace, source, range(events, events + 1), events, run)
+    _publish(spark, workspace, source, range(events, events + CLOSING_RECORDS), events, run)
     apps["filter"].finish()
     apps["agg"].finish()
     if processor:

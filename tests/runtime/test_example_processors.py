@@ -33,7 +33,11 @@ LIVE_CLASS = """
 
 class Live{base}({base}):
     name = "{name}"
-    inputs = [Input("{source}", key="{key}", time="time", lateness="{lateness}")]
+    # The test's producer waits while the app is killed and restarted, then goes on with
+    # records dated before the wait: a longer idle timeout than the wait keeps them on time.
+    inputs = [
+        Input("{source}", key="{key}", time="time", lateness="{lateness}", idle_timeout="10m")
+    ]
     {first_attribute} = "{first_output}"
     {second_attribute} = "{second_output}"
 

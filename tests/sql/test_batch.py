@@ -67,9 +67,13 @@ def test_a_batch_run_gives_the_final_windows_of_a_streaming_run(
 ) -> None:
     create_stream(workspace.settings, stream_name, buckets=2)
     events = _events(30, 29_000)  # about 15 minutes
-    # Far enough ahead, and outside the batch range, for the watermark to close every window.
+    _publish(workspace, stream_name, events)
+    # Far enough ahead, and outside the batch range, for the watermark to close every window:
+    # in both buckets, since the watermark is the least over them.
     closing = {"event_time": START_MS + 60 * MINUTE_MS, "event": "close", "category": "news"}
-    _publish(workspace, stream_name, [*events, closing])
+    with Publisher(stream_name, settings=workspace.settings, time_field="event_time") as out:
+        for bucket in range(2):
+            out.send(closing, record_id="closing", bucket=bucket)
 
     streaming = _app(stream_name)
     start_sql_app(spark, workspace, streaming, available_now=True).await_termination()

@@ -85,8 +85,11 @@ def test_backfilling_top_events_over_an_archived_day_gives_the_windows_of_its_li
     events = _events()
     with Publisher(events_stream, settings=workspace.settings, time_field="event_time") as out:
         ids = {out.send(event): event for event in events}
-        # The next day, far enough ahead for the live run's watermark to close the whole day.
-        out.send({"event_time": DAY_START_MS + DAY_MS + 600_000, "event": "x", "category": "news"})
+        # The next day, far enough ahead for the live run's watermark to close the whole day:
+        # in every bucket, since the watermark is the least over them.
+        closing = {"event_time": DAY_START_MS + DAY_MS + 600_000, "event": "x", "category": "news"}
+        for bucket in range(2):
+            out.send(closing, record_id="closing", bucket=bucket)
 
     live = parse_app(_top_events(tmp_path, f"live_{suffix}", events_stream, posts).read_text())
     start_sql_app(spark, workspace, live, available_now=True).await_termination()

@@ -21,11 +21,13 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
+    Message,
+    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import NewTopic
 
-from millrace.bus.records import Record, RecordDecodeError, decode_message
+from millrace.bus.records import Record, RecordDecodeError, decode_message, decode_value
 from millrace.bus.streams import _admin, _bus_error, _wait_for_leaders, describe_stream
 from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
@@ -37,6 +39,16 @@ METRICS_STREAM = "_millrace.metrics"
 _INTERNAL = re.compile(r"^_millrace\.[a-z0-9._-]{1,100}$")
 _TIMEOUT_S = 15.0
 _POLL_S = 0.2
+
+
+def is_internal_stream(name: str) -> bool:
+    """Whether `name` is one of millrace's own streams, such as `_millrace.metrics`.
+
+    Example:
+        >>> is_internal_stream("_millrace.ticks.demo"), is_internal_stream("clicks")
+        (True, False)
+    """
+    return bool(_INTERNAL.match(name))
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,39 @@ def create_internal_stream(
         if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise _bus_error(f"could not create stream {name!r}", error, settings) from None
     _wait_for_leaders(admin, name)
+
+
+class InternalWriter:
+    """Writes values to one internal stream and says at which offsets they were stored.
+
+    Example:
+        >>> writer = InternalWriter(settings, "_millrace.ticks.demo")  # doctest: +SKIP
+        >>> writer.write([b'{"bucket": 0}'])  # doctest: +SKIP
+        [17]
+    """
+
+    def __init__(self, settings: Settings, stream: str) -> None:
+        self.stream = stream
+        self._producer = Producer(
+            {"bootstrap.servers": settings.bootstrap_servers, "acks": "all", "log_level": 0}
+        )
+
+    def write(self, values: list[bytes]) -> list[int] | None:
+        """Store `values` in order; their offsets, or None when one of them was not stored."""
+        offsets: list[int] = []
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            offsets.append(-1 if error is not None else message.offset())
+
+        for value in values:
+            self._producer.produce(self.stream, value, on_delivery=delivered)
+        if self._producer.flush(_TIMEOUT_S) or -1 in offsets or len(offsets) < len(values):
+            return None
+        return offsets
+
+    def close(self) -> None:
+        """Wait for what is queued, then let go of the connection."""
+        self._producer.flush(_TIMEOUT_S)
 
 
 def end_offsets(settings: Settings, stream: str) -> dict[int, int]:
@@ -114,6 +159,55 @@ def append_times_at(settings: Settings, stream: str, offsets: dict[int, int]) ->
                     found[bucket] = timestamp
                 pending.discard(bucket)
                 consumer.pause([TopicPartition(stream, bucket)])
+    except KafkaException as error:
+        raise _bus_error(f"could not read stream {stream!r}", error, settings) from None
+    finally:
+        consumer.close()
+    return found
+
+
+def last_records(
+    settings: Settings, stream: str, ends: dict[int, int], *, count: int = 20
+) -> dict[int, list[tuple[dict, int]]]:
+    """The last `count` records before `ends[bucket]` of each bucket, newest first.
+
+    Each is its JSON object value and its append time (epoch ms); a value that is not a JSON
+    object, or a record without an append time, is left out. A bucket with no record left
+    before its end is left out.
+    """
+    found: dict[int, list[tuple[dict, int]]] = {}
+    consumer = _consumer(settings)
+    try:
+        starts = {}
+        for bucket, end in ends.items():
+            low, _ = consumer.get_watermark_offsets(
+                TopicPartition(stream, bucket), timeout=_TIMEOUT_S
+            )
+            if end > low:
+                starts[bucket] = max(low, end - count)
+        if starts:
+            consumer.assign([TopicPartition(stream, b, o) for b, o in starts.items()])
+        pending = set(starts)
+        deadline = time.monotonic() + _TIMEOUT_S
+        while pending and time.monotonic() < deadline:
+            message = consumer.poll(_POLL_S)
+            if message is None or message.error() is not None:
+                continue
+            bucket = message.partition()
+            if bucket not in pending:
+                continue
+            if message.offset() >= ends[bucket] - 1:
+                pending.discard(bucket)
+                consumer.pause([TopicPartition(stream, bucket)])
+            if message.offset() >= ends[bucket]:
+                continue
+            timestamp_type, timestamp = message.timestamp()
+            try:
+                value = decode_value(message.value() or b"")
+            except RecordDecodeError:
+                continue
+            if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
+                found.setdefault(bucket, []).insert(0, (value, timestamp))
     except KafkaException as error:
         raise _bus_error(f"could not read stream {stream!r}", error, settings) from None
     finally:

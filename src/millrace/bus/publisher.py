@@ -98,8 +98,12 @@ class Publisher:
         *,
         key: str | bytes | None = None,
         record_id: str | None = None,
+        bucket: int | None = None,
     ) -> str:
         """Queue one event and return its record id.
+
+        `bucket` sends it to that bucket of the stream rather than to its key's (or, without
+        a key, to any).
 
         Raises `PublishError` for an event that is not a JSON object, has a bad time or is
         dated more than `events.max_future` ahead of the wall clock; and `DeliveryError` for
@@ -122,6 +126,7 @@ class Publisher:
         headers = [(ID_HEADER, record_id.encode())]
         while True:
             try:
+                placed = {} if bucket is None else {"partition": bucket}
                 if self._track_ids:
                     self._producer.produce(
                         self.stream,
@@ -129,9 +134,10 @@ class Publisher:
                         key=key,
                         headers=headers,
                         on_delivery=functools.partial(self._on_tracked_delivery, record_id),
+                        **placed,
                     )
                 else:
-                    self._producer.produce(self.stream, value, key=key, headers=headers)
+                    self._producer.produce(self.stream, value, key=key, headers=headers, **placed)
                 break
             except BufferError:
                 # The local queue is full: let deliveries drain it, then try again.

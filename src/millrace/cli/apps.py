@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -18,7 +17,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.records import event_time_ms
 from millrace.bus.streams import dead_letter_stream
+from millrace.cli.rows import json_line
 from millrace.config.workspace import Workspace
+from millrace.engine.low_watermark import BUCKET_METRICS_PREFIX
 from millrace.engine.progress import late_rows
 from millrace.engine.session import spark_session, stop_spark_session
 from millrace.engine.triggers import Trigger
@@ -192,7 +193,7 @@ def query(table: str, conditions: tuple[str, ...], last: int | None) -> None:
     finally:
         stop_spark_session()
     for row in rows:
-        click.echo(json.dumps(row, default=str, ensure_ascii=False))
+        click.echo(json_line(row))
 
 
 def _run_streaming(
@@ -440,4 +441,12 @@ def _progress_line(name: str, progress: dict, late: int | None) -> str:
         f"{name}: batch {progress['batchId']}, {progress['numInputRows']} rows "
         f"({rate:.0f}/s), watermark {watermark}"
     )
+    # Each bucket of each input reports the records it read dated too far ahead.
+    ahead = sum(
+        int(row["future"] or 0)
+        for metric, row in (progress.get("observedMetrics") or {}).items()
+        if metric.startswith(BUCKET_METRICS_PREFIX)
+    )
+    if ahead:
+        line = f"{line}, {_count(ahead, 'record')} dated ahead (dead-lettered)"
     return line if late is None else f"{line}, {_count(late, 'late row')} dropped"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from millrace.bus.records import format_time_ms
 from millrace.cli.apps import _epoch_ms  # the same time parsing as `run --batch`
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
@@ -265,18 +266,30 @@ def _ps_row(
 def _lags(monitor: Monitor, app: str) -> dict:
     """The processing and watermark lags of `app`; None where the monitor cannot tell.
 
-    `ps` still lists the apps when the bus is down: the lags are then left out.
+    Per input, too, the event time each bucket has reached and the bucket holding the input's
+    watermark back. `ps` still lists the apps when the bus is down: the lags are then left out.
     """
     try:
         status = monitor.status(app)
     except MillraceError:
         status = None
     if status is None:
-        return {"processing_lag": None, "watermark_lag": None}
+        return {"processing_lag": None, "watermark_lag": None, "watermarks": None}
     watermark_lag = status.watermark_lag_seconds
     return {
         "processing_lag": f"{status.lag_records} records, {status.lag_seconds:.1f}s",
         "watermark_lag": None if watermark_lag is None else f"{watermark_lag:.1f}s",
+        "watermarks": {
+            watermark.stream: {
+                "held_back_by_bucket": watermark.held_back_by,
+                "bucket_event_times": {
+                    bucket: format_time_ms(time_ms)
+                    for bucket, time_ms in watermark.progress_ms.items()
+                },
+                "recent_future_dated": watermark.future_dated,
+            }
+            for watermark in status.watermarks
+        },
     }
 
 

@@ -86,6 +86,8 @@ def apps_table(statuses: list[AppStatus]) -> Table:
     table = Table(title="millrace apps", title_justify="left")
     for column in ("app", "activity", "in rows/s", "lag records", "lag s", "watermark lag s"):
         table.add_column(column, justify="left" if column in ("app", "activity") else "right")
+    table.add_column("held back by")
+    table.add_column("future-dated", justify="right")
     table.add_column("last batch", justify="right")
     for status in statuses:
         watermark_lag = status.watermark_lag_seconds
@@ -100,11 +102,23 @@ def apps_table(statuses: list[AppStatus]) -> Table:
             str(status.lag_records),
             f"{status.lag_seconds:.1f}",
             "-" if watermark_lag is None else f"{watermark_lag:.1f}",
+            _held_back_by(status),
+            str(sum(watermark.future_dated for watermark in status.watermarks)),
             last,
         )
     if not statuses:
         table.caption = "no apps yet: an app appears once it has run a batch"
     return table
+
+
+def _held_back_by(status: AppStatus) -> str:
+    """The bucket holding each input's watermark back, as `stream/bucket`."""
+    held = [
+        f"{watermark.stream}/{watermark.held_back_by}"
+        for watermark in status.watermarks
+        if watermark.held_back_by is not None
+    ]
+    return ", ".join(held) or "-"
 
 
 def _log_to_stderr() -> None:

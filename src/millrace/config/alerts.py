@@ -29,6 +29,7 @@ ALERT_KINDS: dict[str, str] = {
     "watermark_lag_seconds": "seconds the watermark is behind the newest event time, above `above`",
     "stopped": "no micro-batch for `for` while records wait in the app's inputs",
     "dead_letter_rate": "dead-lettered rows per input row over the last `window`, above `above`",
+    "late_rate": "rows dropped as late per input row over the last `window`, above `above`",
 }
 """Every kind of rule, and what makes it fire."""
 

@@ -33,6 +33,7 @@ from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
 from millrace.bus.records import ID_HEADER
 from millrace.bus.streams import create_stream, dead_letter_stream, describe_stream
 from millrace.config.workspace import Workspace
+from millrace.engine.low_watermark import bucket_metrics_name
 from millrace.engine.session import add_listener, remove_listener
 
 _log = logging.getLogger(__name__)
@@ -72,8 +73,7 @@ class DeadLetterRouter:
         self.spark = spark
         self.workspace = workspace
         self.stream = stream
-        self.observation = f"millrace.dead_letters.{app}.{stream}"
-        """The name of the observed metric, with a `bad` field, that the queries report."""
+        self.app = app
         self._letters_of = letters_of
         # Made at once, so that readers of the dead letters find the stream, empty or not.
         self._target = create_dead_letter_stream(workspace, stream)
@@ -88,6 +88,10 @@ class DeadLetterRouter:
         self._listener = _ProgressListener(self)
         add_listener(spark, self._listener)
         threading.Thread(target=self._work, name=f"dead-letters-{stream}", daemon=True).start()
+
+    def observation_of(self, bucket: int) -> str:
+        """The name of the observed metrics, with a `bad` field, of the records of `bucket`."""
+        return bucket_metrics_name(self.app, self.stream, bucket)
 
     @property
     def routed(self) -> int:
@@ -264,14 +268,18 @@ class _ProgressListener(StreamingQueryListener):
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
         progress = event.progress
-        observed = progress.observedMetrics.get(self.router.observation)
-        if observed is None:
-            return
         for source in progress.sources:
             ends = _offsets_of(source.endOffset, self.router.stream)
-            if ends is not None:
-                starts = _offsets_of(source.startOffset, self.router.stream)
-                self.router._batches.put((observed["bad"] > 0, starts, ends))
+            if ends is None:
+                continue
+            counted = [
+                progress.observedMetrics.get(self.router.observation_of(bucket)) for bucket in ends
+            ]
+            if any(observed is None for observed in counted):
+                continue
+            starts = _offsets_of(source.startOffset, self.router.stream)
+            bad = any(observed["bad"] > 0 for observed in counted)
+            self.router._batches.put((bad, starts, ends))
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
         pass
@@ -306,8 +314,8 @@ def _committed_offsets(query: StreamingQuery, stream: str) -> Offsets | None:
     if not batches:
         return None
     lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
+    # One line per source; a stream is read by one source per bucket.
+    committed: Offsets = {}
     for line in lines[2:]:
-        offsets = _offsets_of(line, stream)
-        if offsets is not None:
-            return offsets
-    return None
+        committed.update(_offsets_of(line, stream) or {})
+    return committed or None

@@ -7,8 +7,8 @@ watermark horizon: `drop_duplicate_records` does that with Spark's
 `dropDuplicatesWithinWatermark`. Together that is exactly-once, MillWheel's record identity
 plus deduplication (MillWheel, section 5.2).
 
-The horizon: Spark keeps an id until the watermark passes the record's event time plus the
-lateness, and drops a record whose event time is already behind the watermark when it
+The horizon: Spark keeps an id until the input's low watermark passes the record's event
+time plus the lateness, and drops a record whose event time is already behind the watermark when it
 comes, duplicate or not, counting it as a late row. A copy of a record is therefore caught,
 as a duplicate or as a late row, as long as it comes after the original: that is the
 horizon (see `docs/semantics.md`).
@@ -55,27 +55,23 @@ def require_semantics(value: str, where: str) -> Semantics:
     return value  # type: ignore[return-value]
 
 
-def drop_duplicate_records(
-    records: DataFrame, *, time: str, lateness_ms: int, key: str = "record_id"
-) -> DataFrame:
-    """`records` with a watermark on `time`, without the rows whose `key` an earlier row had.
+def drop_duplicate_records(records: DataFrame, *, key: str = "record_id") -> DataFrame:
+    """`records` without the rows whose `key` an earlier row had, within the watermark horizon.
 
-    `time` is the event-time column (a TIMESTAMP) and `lateness_ms` the input's lateness: the
-    watermark is the largest event time seen minus the lateness, as
-    `records.withWatermark(time, lateness)` makes it, so windows downstream see the watermark
-    they would see without this step. An id is kept until the watermark passes its record's
-    event time plus the lateness. A row whose event time is behind the watermark when it
-    comes is dropped as late, duplicate or not, and counted in the query's late rows (Spark's
-    `dropDuplicatesWithinWatermark`). `key` names a column that is never null.
+    `records` must have a watermark already (`millrace.engine.low_watermark`); it is kept, so
+    windows downstream see the watermark they would see without this step. An id is kept
+    until the watermark passes its record's event time plus the lateness. A row whose event
+    time is behind the watermark when it comes is dropped as late, duplicate or not, and
+    counted in the query's late rows (Spark's `dropDuplicatesWithinWatermark`). `key` names a
+    column that is never null.
 
     Example:
-        >>> unique = drop_duplicate_records(frame, time="ts", lateness_ms=30_000)  # doctest: +SKIP
+        >>> watermarked = frame.withWatermark("ts", "30 seconds")  # doctest: +SKIP
+        >>> unique = drop_duplicate_records(watermarked)  # doctest: +SKIP
     """
-    # Spark allows one watermark per input, so the app's windows use this one. The id is
-    # copied to a column of its own, the state's key, whatever `key` is called.
+    # The id is copied to a column of its own, the state's key, whatever `key` is called.
     return (
         records.withColumn(_DEDUP_KEY, F.col(key))
-        .withWatermark(time, f"{lateness_ms} milliseconds")
         .dropDuplicatesWithinWatermark([_DEDUP_KEY])
         .drop(_DEDUP_KEY)
     )

@@ -3,8 +3,9 @@
 `publish_metrics` installs, once per SparkSession, a query listener that turns each progress
 event of an app's queries into one JSON record: the app, the query, the batch id and time,
 input rows and rates, durations, the watermark, each Kafka source's offsets, state rows and
-memory, rows dropped as late and rows dead-lettered. The monitor (`millrace.monitor`) reads
-them back to compute lag and to evaluate alerts.
+memory, rows dropped as late and rows dead-lettered, and per input the progress of each bucket,
+the bucket holding the input's low watermark back and the records dated too far ahead. The
+monitor (`millrace.monitor`) reads them back to compute lag and to evaluate alerts.
 
 Spark calls listeners on a thread of its own after the micro-batch is done, so publishing
 never holds up a batch; the producer queues records and returns. A bus that does not answer
@@ -29,11 +30,11 @@ from pyspark.sql.streaming import StreamingQueryListener
 from millrace.bus.internal import METRICS_STREAM, create_internal_stream
 from millrace.bus.publisher import Publisher
 from millrace.config.workspace import Workspace
+from millrace.engine.low_watermark import BUCKET_METRICS_PREFIX
 from millrace.engine.session import add_listener
 from millrace.errors import MillraceError
 
 _log = logging.getLogger(__name__)
-_DEAD_LETTER_METRICS = "millrace.dead_letters."
 """Prefix of the observed metrics (with a `bad` field) of the dead-letter routers."""
 _OUTPUT_METRICS = "millrace.outputs."
 """Prefix of the observed metric (dead_letters, late) that `observe_outputs` adds."""
@@ -94,6 +95,7 @@ class MetricsListener(StreamingQueryListener):
         self.failures = 0
         """Records that could not be published (bus down, stream missing, refused)."""
         self._publisher: Publisher | None = None
+        self._bucket_progress: dict[tuple[str, str], dict[str, int]] = {}
         self._send_lock = threading.Lock()
         self._retry_at = 0.0
 
@@ -110,10 +112,34 @@ class MetricsListener(StreamingQueryListener):
             self.failures += 1
             return
         if record is not None:
+            self._follow_buckets(record)
             self._send(record)
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
         """An idle query ran no batch: nothing to publish."""
+
+    def _follow_buckets(self, record: dict[str, Any]) -> None:
+        """Add each input's bucket progress and the bucket holding its watermark back.
+
+        A bucket's progress is the largest event time read from it by this run of the query
+        (its watermark is that minus the input's lateness); the input's watermark is held
+        back by the bucket with the least, or by a bucket the query reads and has read no
+        record of, which holds it at its start.
+        """
+        for stream, read in record["inputs"].items():
+            progress = self._bucket_progress.setdefault((record["run_id"], stream), {})
+            for bucket, time_ms in read["max_event_ms"].items():
+                progress[bucket] = max(progress.get(bucket, time_ms), time_ms)
+            buckets = {
+                bucket
+                for source in record["sources"]
+                for bucket in (source["end_offsets"] or {}).get(stream, {})
+            } | set(progress)
+            unread = sorted(buckets - set(progress), key=int)
+            read["progress_ms"] = dict(sorted(progress.items(), key=lambda item: int(item[0])))
+            read["held_back_by"] = (
+                unread[0] if unread else min(progress, key=progress.get, default=None)
+            )
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
         """Deliver what is queued, so a stopping app's last batches are not lost."""
@@ -173,11 +199,18 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
         return None
     app = max(owners, key=len)
     observed = progress.observedMetrics or {}
-    dead_letters = {
-        metric.removeprefix(_DEAD_LETTER_METRICS).removeprefix(app + "."): int(row["bad"])
-        for metric, row in observed.items()
-        if metric.startswith(_DEAD_LETTER_METRICS)
-    }
+    dead_letters: dict[str, int] = {}
+    inputs: dict[str, dict[str, Any]] = {}
+    for metric, row in observed.items():
+        if metric.startswith(BUCKET_METRICS_PREFIX + app + "."):
+            # `<app>.<stream>.<bucket>`: each bucket of a stream counts its own.
+            place = metric.removeprefix(BUCKET_METRICS_PREFIX + app + ".")
+            stream, bucket = place.rsplit(".", 1)
+            dead_letters[stream] = dead_letters.get(stream, 0) + int(row["bad"])
+            read = inputs.setdefault(stream, {"future_dated": 0, "max_event_ms": {}})
+            read["future_dated"] += int(row["future"])
+            if row["max_ms"] is not None:
+                read["max_event_ms"][bucket] = int(row["max_ms"])
     late_rows = sum(operator.numRowsDroppedByWatermark for operator in progress.stateOperators)
     # A SQL app's copies are dropped by Spark's deduplication operator, a processor's by its
     # execution core (the `duplicate` rows of its output).
@@ -211,6 +244,7 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
         "duplicate_rows": duplicate_rows,
         "dead_letters": dead_letters,
         "dead_letter_rows": sum(dead_letters.values()),
+        "inputs": inputs,
     }
 
 

@@ -14,6 +14,7 @@ a key goes to a bucket chosen by its id (`bucket_by_id`), unless its stream is n
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -23,7 +24,12 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from millrace.bus.records import EPOCH_MS_THRESHOLD, ID_HEADER, LARGEST_EPOCH_MS
+from millrace.bus.records import (
+    EPOCH_MS_THRESHOLD,
+    ID_HEADER,
+    LARGEST_EPOCH_MS,
+    event_time_ms,
+)
 from millrace.bus.streams import (
     describe_stream,
     require_stream,
@@ -37,8 +43,17 @@ from millrace.engine.dead_letter_routing import (
     write_dead_letters,
 )
 from millrace.engine.delivery import drop_duplicate_records
+from millrace.engine.low_watermark import (
+    IdleTicker,
+    bucket_metrics_name,
+    bucket_watermarked,
+    future_dated_reason,
+    read_buckets,
+    read_ticks,
+    union_buckets,
+)
 from millrace.engine.triggers import Trigger
-from millrace.errors import SchemaError
+from millrace.errors import PublishError, SchemaError
 
 RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
 """Columns `read_stream` adds beside the declared ones; `write_stream` leaves them out."""
@@ -68,6 +83,14 @@ class StreamInput:
     records: DataFrame
     dead_letters: DeadLetterRouter | None
     batch_dead_letters: int = 0
+    ticker: IdleTicker | None = None
+
+    def close(self) -> None:
+        """Stop routing dead letters and ticking idle buckets; call it once the queries stop."""
+        if self.dead_letters is not None:
+            self.dead_letters.close()
+        if self.ticker is not None:
+            self.ticker.close()
 
     @property
     def dead_letter_count(self) -> int:
@@ -100,17 +123,27 @@ def read_stream(
     route_dead_letters: bool = True,
     max_records_per_batch: int | None = None,
     deduplicate: bool = True,
+    max_future: str | None = None,
+    idle_timeout: str | None = None,
 ) -> StreamInput:
     """Decode `stream` into a streaming DataFrame, and start routing its dead letters.
 
     `schema` declares the value's fields (a DDL string such as `"event STRING, score DOUBLE"`
     or a StructType); `time` names the field holding the event time (ISO-8601 or epoch ms or
-    s; when a record lacks it, its arrival time is used). With `lateness`, the DataFrame
-    has a watermark of the largest event time seen minus `lateness`. The bad records are
-    routed after each micro-batch of a query reading the DataFrame that counted some (see
-    `millrace.engine.dead_letter_routing`); the router keeps its place under the app's
-    checkpoint folder. `route_dead_letters=False` routes nothing, for looking at the plan.
-    `max_records_per_batch` caps the records each micro-batch reads (by default, all there are).
+    s; when a record lacks it, its arrival time is used). A record dated more than
+    `max_future` ahead of its arrival (default: the setting `events.max_future`) is a dead
+    letter. The bad records are routed after each micro-batch of a query reading the
+    DataFrame that counted some (see `millrace.engine.dead_letter_routing`); the router keeps
+    its place under the app's checkpoint folder. `route_dead_letters=False` routes nothing,
+    for looking at the plan. `max_records_per_batch` caps the records each micro-batch reads
+    (by default, all there are), shared evenly among the buckets.
+
+    With `lateness`, the DataFrame has the input's low watermark (see
+    `millrace.engine.low_watermark`): the least, over the stream's buckets, of each bucket's
+    largest event time minus `lateness`. With `idle_timeout` too (for a query that runs on,
+    not one that stops at the end of its input), a bucket read to its end whose last record
+    came that long ago stops holding the watermark back: the StreamInput's `ticker` moves it
+    on with the wall clock until `close`.
 
     With `lateness` and `deduplicate` (the default, for exactly-once), a record whose id an
     earlier record had is dropped, within the watermark horizon, and so is a record whose event
@@ -121,17 +154,14 @@ def read_stream(
     """
     require_stream(workspace.settings, stream)
     fields = _value_fields(schema, time)
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("subscribe", stream)
-        .option("startingOffsets", starting_offsets)
-        .option("includeHeaders", "true")
+    max_future_ms = _max_future_ms(workspace, max_future)
+    buckets = read_buckets(
+        spark,
+        workspace,
+        stream,
+        starting_offsets=starting_offsets,
+        max_records_per_batch=max_records_per_batch,
     )
-    if max_records_per_batch is not None:
-        reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
-    raw = reader.load()
-    decoded = _decode(raw, fields, time, stream)
     router = None
     if route_dead_letters:
         router = DeadLetterRouter(
@@ -139,18 +169,67 @@ def read_stream(
             workspace,
             app,
             stream,
-            lambda batch: _dead_letters(_decode(batch, fields, time, stream), fields, time, stream),
+            lambda batch: _dead_letters(
+                _decode(batch, fields, time, stream, max_future_ms),
+                fields,
+                time,
+                stream,
+                max_future_ms,
+            ),
             starting_offsets=starting_offsets,
         )
-        decoded = decoded.observe(router.observation, F.count_if(F.col("_bad")).alias("bad"))
-    records = _good_records(decoded, fields, time)
-    if lateness is not None:
-        lateness_ms = parse_duration_ms(lateness, what="lateness")
-        if deduplicate:
-            records = drop_duplicate_records(records, time=time, lateness_ms=lateness_ms)
-        else:
-            records = records.withWatermark(time, f"{lateness_ms} milliseconds")
-    return StreamInput(stream, records, router)
+    lateness_ms = None if lateness is None else parse_duration_ms(lateness, what="lateness")
+    # The tick source is part of the plan whether or not a ticker runs, so that a checkpoint
+    # holds the same sources in a run to the end of input as in a live run.
+    ticks = None if lateness_ms is None else read_ticks(spark, workspace, app, stream)
+    branches = []
+    for bucket, raw in enumerate(buckets):
+        decoded = _decode(raw, fields, time, stream, max_future_ms)
+        decoded = decoded.observe(
+            bucket_metrics_name(app, stream, bucket),
+            F.count_if(F.col("_bad")).alias("bad"),
+            F.count_if(F.col("_time_read").isNotNull() & F.col("_event_time").isNull()).alias(
+                "future"
+            ),
+            F.max(F.unix_millis("_event_time")).alias("max_ms"),
+        )
+        good = _good_records(decoded, fields, time)
+        if lateness_ms is not None:
+            good = bucket_watermarked(
+                good, time=time, lateness_ms=lateness_ms, ticks=ticks, bucket=bucket
+            )
+        branches.append(good)
+    records = union_buckets(branches)
+    if lateness_ms is not None and deduplicate:
+        records = drop_duplicate_records(records)
+    ticker = None
+    if ticks is not None and idle_timeout is not None:
+        ticker = IdleTicker(
+            spark,
+            workspace,
+            app,
+            stream,
+            time_of=functools.partial(_time_of, time=time, max_future_ms=max_future_ms),
+            idle_timeout_ms=parse_duration_ms(idle_timeout, what="idle timeout"),
+        )
+    return StreamInput(stream, records, router, ticker=ticker)
+
+
+def _max_future_ms(workspace: Workspace, max_future: str | None) -> int:
+    if max_future is None:
+        return workspace.settings.max_future_ms
+    return parse_duration_ms(max_future, what="max_future")
+
+
+def _time_of(value: dict, arrival_ms: int, *, time: str, max_future_ms: int) -> int | None:
+    """A record's event time as a streaming read takes it; None where it would dead-letter it."""
+    try:
+        time_ms = event_time_ms(value, time)
+    except PublishError:
+        return None
+    if time_ms is None:
+        return arrival_ms
+    return None if time_ms - arrival_ms > max_future_ms else time_ms
 
 
 def read_batch(
@@ -164,6 +243,7 @@ def read_batch(
     end_ms: int,
     route_dead_letters: bool = True,
     source: str = "bus",
+    max_future: str | None = None,
 ) -> StreamInput:
     """Decode the records of `stream` whose event time is in `[start_ms, end_ms)`, in batch.
 
@@ -194,14 +274,17 @@ def read_batch(
         if source == "bus"
         else read_archive(spark, workspace, stream)
     )
-    decoded = _decode(raw, fields, time, stream)
+    max_future_ms = _max_future_ms(workspace, max_future)
+    decoded = _decode(raw, fields, time, stream, max_future_ms)
     records = _good_records(decoded, fields, time).where(
         (F.col(time) >= F.timestamp_millis(F.lit(start_ms)))
         & (F.col(time) < F.timestamp_millis(F.lit(end_ms)))
     )
     if not route_dead_letters:
         return StreamInput(stream, records, None)
-    count = write_dead_letters(workspace, stream, _dead_letters(decoded, fields, time, stream))
+    count = write_dead_letters(
+        workspace, stream, _dead_letters(decoded, fields, time, stream, max_future_ms)
+    )
     return StreamInput(stream, records, None, batch_dead_letters=count)
 
 
@@ -376,14 +459,18 @@ def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
     return [field for field in schema.fields if field.name != time]
 
 
-def _decode(raw: DataFrame, fields: list[StructField], time: str, stream: str) -> DataFrame:
+def _decode(
+    raw: DataFrame, fields: list[StructField], time: str, stream: str, max_future_ms: int
+) -> DataFrame:
     """Every Kafka record with its parsed value, its event time and whether it is bad (`_bad`).
 
     Each record is parsed once into `_parsed`, in Spark's PERMISSIVE mode, which keeps the
     whole text of a value that is not a JSON object or has a field that does not fit its type.
-    A record is bad when it has no value, when its text was kept so, or when its time cannot
-    be read. Why it is bad is worked out only for the bad ones, for their dead letters
-    (`_error_reason`): the good records pass without it.
+    A record is bad when it has no value, when its text was kept so, when its time cannot
+    be read, or when its time is more than `max_future_ms` ahead of its arrival (then its
+    `_event_time` is NULL, so that it moves no watermark). Why it is bad is worked out only
+    for the bad ones, for their dead letters (`_error_reason`): the good records pass
+    without it.
     """
     # The time field is parsed as a STRING, which Spark fills with the JSON text of any value
     # (a number's digits, a string's characters), so one JSON parse serves every column.
@@ -412,7 +499,11 @@ def _decode(raw: DataFrame, fields: list[StructField], time: str, stream: str) -
         F.col("timestamp").alias("_kafka_time"),
     ).withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
     with_parts = with_parts.withColumn(
-        "_event_time", event_time_column(F.col("_time_raw"), F.col("_kafka_time"))
+        "_time_read", event_time_column(F.col("_time_raw"), F.col("_kafka_time"))
+    )
+    ahead_ms = F.unix_millis("_time_read") - F.unix_millis("_kafka_time")
+    with_parts = with_parts.withColumn(
+        "_event_time", F.when(ahead_ms <= max_future_ms, F.col("_time_read"))
     )
     bad = _unparsed() | F.col("_event_time").isNull()
     # Nondeterministic for the same reason as `_parsed`: the filter on `_bad` then tests a
@@ -466,7 +557,7 @@ def _good_records(decoded: DataFrame, fields: list[StructField], time: str) -> D
     )
 
 
-def _error_reason(fields: list[StructField], time: str) -> Column:
+def _error_reason(fields: list[StructField], time: str, max_future_ms: int) -> Column:
     """Why a record of `_decode` is bad, for its dead letter; NULL for a good record."""
     variant = F.expr("try_parse_json(_text)")
     field_reasons = [
@@ -501,6 +592,10 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
             ),
         )
         .when(
+            F.col("_time_read").isNotNull() & F.col("_event_time").isNull(),
+            future_dated_reason(F.col("_time_read"), F.col("_kafka_time"), max_future_ms),
+        )
+        .when(
             F.col("_event_time").isNull(),
             F.concat(
                 F.lit(f"time field '{time}' holds "),
@@ -514,13 +609,13 @@ def _error_reason(fields: list[StructField], time: str) -> Column:
 
 
 def _dead_letters(
-    decoded: DataFrame, fields: list[StructField], time: str, stream: str
+    decoded: DataFrame, fields: list[StructField], time: str, stream: str, max_future_ms: int
 ) -> DataFrame:
     """The bad records of `decoded` as dead letters, with the reason and the original bytes."""
     return dead_letter_records(
         decoded.where(F.col("_bad")),
         stream,
-        error=_error_reason(fields, time),
+        error=_error_reason(fields, time, max_future_ms),
         original=F.col("_text"),
         original_base64=F.base64("_bytes"),
     )

@@ -166,5 +166,8 @@ def _condition(
             f"no batch for {idle_s:.0f} s while {status.lag_records} records wait",
         )
     batches = metrics.batches(status.name, since_ms=now_ms - rule.window_ms)
+    if rule.kind == "late_rate":
+        value = status.late_ratio(batches)
+        return value, value > rule.above, f"{value:.2%} of input rows dropped as late"
     value = status.dead_letter_ratio(batches)
     return value, value > rule.above, f"{value:.2%} of input rows dead-lettered"

@@ -71,7 +71,9 @@ def _read_query(app: str, folder: Path) -> QueryCheckpoint:
         # `millrace history` names what is wrong with the file.
         text = offsets_file.read_text(encoding="utf-8", errors="replace")
         for line in text.splitlines()[2:]:
-            offsets.update(_kafka_offsets(line))
+            # A stream is read by one source per bucket (millrace.engine.low_watermark).
+            for stream, buckets in _kafka_offsets(line).items():
+                offsets.setdefault(stream, {}).update(buckets)
     return QueryCheckpoint(
         app,
         folder.name,

@@ -15,9 +15,9 @@ Definitions (docs/monitoring.md shows them with examples):
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from millrace.bus.internal import METRICS_STREAM, append_times_at, end_offsets
+from millrace.bus.internal import append_times_at, end_offsets, is_internal_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import StreamNotFoundError
 from millrace.monitor.checkpoints import Offsets, app_checkpoints
@@ -38,6 +38,22 @@ class InputLag:
     committed_offsets: dict[int, int]
     lag_records: int
     lag_seconds: float
+
+
+@dataclass(frozen=True)
+class InputWatermark:
+    """One input's low watermark as the app's latest batches tell it.
+
+    `progress_ms` is each bucket's largest event time read (by bucket number, as text);
+    `held_back_by` the bucket with the least, which holds the input's watermark back (or one
+    the app has read no record of); `future_dated` the records dated too far ahead of their
+    arrival in the recent batches, which went to the dead-letter stream.
+    """
+
+    stream: str
+    progress_ms: dict[str, int]
+    held_back_by: str | None
+    future_dated: int
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,7 @@ class AppStatus:
     recent_late_rows: int = 0
     recent_duplicate_rows: int = 0
     recent_dead_letter_rows: int = 0
+    watermarks: list[InputWatermark] = field(default_factory=list)
 
     @property
     def lag_records(self) -> int:
@@ -89,9 +106,17 @@ class AppStatus:
 
     def dead_letter_ratio(self, batches: list[Batch]) -> float:
         """Dead-lettered rows per input row in `batches` (0 without input)."""
-        rows = sum(int(batch.fields.get("input_rows", 0)) for batch in batches)
-        letters = sum(int(batch.fields.get("dead_letter_rows", 0)) for batch in batches)
-        return letters / rows if rows else 0.0
+        return _per_input_row(batches, "dead_letter_rows")
+
+    def late_ratio(self, batches: list[Batch]) -> float:
+        """Rows dropped (or set aside) as late per input row in `batches` (0 without input)."""
+        return _per_input_row(batches, "late_rows")
+
+
+def _per_input_row(batches: list[Batch], field: str) -> float:
+    rows = sum(int(batch.fields.get("input_rows", 0)) for batch in batches)
+    counted = sum(int(batch.fields.get(field, 0)) for batch in batches)
+    return counted / rows if rows else 0.0
 
 
 def app_status(
@@ -116,15 +141,19 @@ def app_status(
         # A query whose checkpoint is elsewhere (or unreadable) counts from its batches.
         if batch.query.removeprefix(app + ".") in checkpointed:
             continue
+        # A stream is read by one source per bucket: the query's offsets are theirs together.
+        reached: dict[str, Offsets] = {}
         for source in batch.fields.get("sources", []):
             for stream, offsets in (source.get("end_offsets") or {}).items():
-                committed.setdefault(stream, []).append(
+                reached.setdefault(stream, {}).update(
                     {int(bucket): int(offset) for bucket, offset in offsets.items()}
                 )
+        for stream, offsets in reached.items():
+            committed.setdefault(stream, []).append(offsets)
     inputs = [
         _input_lag(workspace, stream, offsets)
         for stream, offsets in sorted(committed.items())
-        if stream != METRICS_STREAM
+        if not is_internal_stream(stream)
     ]
     inputs = [lag for lag in inputs if lag is not None]
     recent = metrics.batches(app)
@@ -167,7 +196,34 @@ def app_status(
         recent_late_rows=sum(int(b.fields.get("late_rows", 0)) for b in recent),
         recent_duplicate_rows=sum(int(b.fields.get("duplicate_rows", 0)) for b in recent),
         recent_dead_letter_rows=sum(int(b.fields.get("dead_letter_rows", 0)) for b in recent),
+        watermarks=_input_watermarks(list(latest.values()), recent),
     )
+
+
+def _input_watermarks(latest: list[Batch], recent: list[Batch]) -> list[InputWatermark]:
+    """Each input's bucket progress, from the query whose held-back bucket is furthest behind."""
+    found: dict[str, InputWatermark] = {}
+    for batch in latest:
+        for stream, read in (batch.fields.get("inputs") or {}).items():
+            progress = {b: int(ms) for b, ms in (read.get("progress_ms") or {}).items()}
+            holder = read.get("held_back_by")
+            future = sum(
+                int(((b.fields.get("inputs") or {}).get(stream) or {}).get("future_dated", 0))
+                for b in recent
+                if b.query == batch.query
+            )
+            candidate = InputWatermark(stream, progress, holder, future)
+            known = found.get(stream)
+            if known is None or _held_ms(candidate) < _held_ms(known):
+                found[stream] = candidate
+    return [found[stream] for stream in sorted(found)]
+
+
+def _held_ms(watermark: InputWatermark) -> int:
+    """The progress of the bucket holding `watermark` back (-1 for a bucket not read yet)."""
+    if watermark.held_back_by is None:
+        return 2**62
+    return watermark.progress_ms.get(watermark.held_back_by, -1)
 
 
 def _last_checkpoint_batch(checkpoints: list) -> int | None:

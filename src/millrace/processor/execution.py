@@ -100,7 +100,8 @@ class BatchOutcome:
     `states` holds the new stored state of every key that ran (None: delete the key's state);
     other keys are unchanged. `duplicates` are the copies of records already processed,
     dropped under `exactly_once`. `max_event_time_ms` is the largest event time per input
-    stream among the batch's records, late ones and copies included, for `watermark_after`.
+    stream and bucket among the batch's records, late ones and copies included, for
+    `watermark_after`.
 
     Example:
         >>> outcome.productions[0].stream  # doctest: +SKIP
@@ -112,7 +113,7 @@ class BatchOutcome:
     dead_letters: list[DeadLetter]
     late: list[Record]
     duplicates: list[Record]
-    max_event_time_ms: dict[str, int]
+    max_event_time_ms: dict[tuple[str, int], int]
 
 
 def run_batch(
@@ -142,7 +143,7 @@ def run_batch(
     by_key: dict[Any, list[Record]] = {}
     late: list[Record] = []
     dead_letters: list[DeadLetter] = []
-    max_event_time_ms: dict[str, int] = {}
+    max_event_time_ms: dict[tuple[str, int], int] = {}
     for record in records:
         try:
             source = processor_class.input_of(record.stream)
@@ -157,9 +158,8 @@ def run_batch(
         except Exception as error:
             dead_letters.append(_failed_record(processor, None, record, error))
             continue
-        max_event_time_ms[record.stream] = max(
-            max_event_time_ms.get(record.stream, time_ms), time_ms
-        )
+        place = (record.stream, record.bucket)
+        max_event_time_ms[place] = max(max_event_time_ms.get(place, time_ms), time_ms)
         if watermark_ms is not None and time_ms < watermark_ms:
             late.append(record)
             continue
@@ -261,22 +261,24 @@ def fold(processor: Processor, values: Iterable[dict[str, Any]]) -> Any:
 
 def watermark_after(
     processor_class: type[Processor],
-    max_event_time_ms: Mapping[str, int],
+    max_event_time_ms: Mapping[tuple[str, int], int],
     previous_ms: int | None,
 ) -> int | None:
-    """The watermark of the next micro-batch, from the largest event time seen per input.
+    """The low watermark of the next micro-batch, from the largest event time seen per bucket.
 
-    Per input, the largest event time seen minus its lateness; the smallest of those over the
-    inputs that have seen a record (as Spark's default policy); never going back.
+    Per bucket of an input stream, the largest event time seen minus the input's lateness;
+    the smallest of those over the buckets that have seen a record (as the Spark runtime
+    takes the least over its buckets' watermarks); never going back.
 
     Example:
-        >>> watermark_after(WindowCounter, {"queries": 25_000}, None)  # doctest: +SKIP
+        >>> watermark_after(WindowCounter, {("queries", 0): 25_000}, None)  # doctest: +SKIP
         15000
     """
+    lateness_ms = {source.stream: source.lateness_ms for source in processor_class.inputs}
     candidates = [
-        max_event_time_ms[source.stream] - source.lateness_ms
-        for source in processor_class.inputs
-        if source.stream in max_event_time_ms
+        time_ms - lateness_ms[stream]
+        for (stream, _), time_ms in max_event_time_ms.items()
+        if stream in lateness_ms
     ]
     if not candidates:
         return previous_ms

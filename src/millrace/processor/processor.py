@@ -66,7 +66,10 @@ class Input:
 
     `key` is a column name or a function from the record (a dict) to the key. `time` is the
     column holding the event time (ISO-8601, or epoch milliseconds or seconds). `lateness` is
-    how far behind the largest event time seen this input's records may arrive, as a duration.
+    how far behind the largest event time read from its own bucket of the stream a record may
+    arrive, as a duration. `max_future` (how far ahead of its arrival a record may be dated)
+    and `idle_timeout` (how long a bucket read to its end waits before the wall clock moves
+    its time on) default to the settings `events.max_future` and `events.idle_timeout`.
 
     Example:
         >>> Input("queries", key="query", time="ts", lateness="10s").lateness_ms
@@ -77,6 +80,8 @@ class Input:
     key: str | Callable[[dict[str, Any]], Any]
     time: str = "time"
     lateness: str = "0s"
+    max_future: str | None = None
+    idle_timeout: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stream, str) or not self.stream:
@@ -94,13 +99,17 @@ class Input:
                 f"Input({self.stream!r}): time {self.time!r} is not a column name",
                 hint="give the name of the column holding the event time",
             )
-        try:
-            parse_duration_ms(self.lateness, what="lateness")
-        except (ConfigError, AttributeError):
-            raise ProcessorError(
-                f"Input({self.stream!r}): lateness {self.lateness!r} is not a duration",
-                hint="write a number and a unit, such as 500ms, 10s or 5m",
-            ) from None
+        for what in ("lateness", "max_future", "idle_timeout"):
+            value = getattr(self, what)
+            if value is None and what != "lateness":
+                continue
+            try:
+                parse_duration_ms(value, what=what)
+            except (ConfigError, AttributeError):
+                raise ProcessorError(
+                    f"Input({self.stream!r}): {what} {value!r} is not a duration",
+                    hint="write a number and a unit, such as 500ms, 10s or 5m",
+                ) from None
 
     @property
     def lateness_ms(self) -> int:

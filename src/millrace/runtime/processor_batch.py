@@ -62,6 +62,7 @@ from millrace.runtime.processors import (
     _PRODUCTION,
     DEFAULT_BUCKETS,
     _input_rows,
+    _max_future_ms,
     _Output,
     _outputs_of,
     _placed,
@@ -182,7 +183,7 @@ def _read_range(
             .option("includeHeaders", "true")
             .load()
         )
-    placed = _placed(raw, source, buckets).drop("event_time")
+    placed = _placed(raw, source, buckets, _max_future_ms(workspace, source)).drop("event_time")
     # A null time is an unreadable record: it goes on, to be dead-lettered in its bucket.
     return placed.where(
         placed.time_ms.isNull() | ((placed.time_ms >= start_ms) & (placed.time_ms < end_ms))

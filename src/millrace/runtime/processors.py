@@ -37,6 +37,7 @@ the checkpoint under `<workspace>/checkpoints/<processor name>/processor`.
 
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -58,9 +59,19 @@ from pyspark.sql.streaming.stateful_processor import (
 from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
 from millrace.bus.records import ID_HEADER, Record, RecordDecodeError, decode_value
 from millrace.bus.streams import dead_letter_stream, require_stream
+from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
 from millrace.engine.delivery import AtMostOnce
+from millrace.engine.low_watermark import (
+    IdleTicker,
+    bucket_metrics_name,
+    bucket_watermarked,
+    future_dated_reason,
+    read_buckets,
+    read_ticks,
+    union_buckets,
+)
 from millrace.engine.metrics import observe_outputs
 from millrace.engine.serving_sink import write_table
 from millrace.engine.session import state_store
@@ -103,6 +114,7 @@ class RunningProcessor:
     late: int = 0
     duplicates: int = 0
     _stream_buckets: dict[str, int] = field(default_factory=dict)
+    _tickers: list[IdleTicker] = field(default_factory=list)
 
     def process_all_available(self) -> None:
         """Block until the query has processed the data there is; a failure is raised here."""
@@ -110,11 +122,20 @@ class RunningProcessor:
 
     def await_termination(self) -> None:
         """Block until the query stops; with `available_now` it stops by itself."""
-        self._surfacing(self.query.awaitTermination)
+        try:
+            self._surfacing(self.query.awaitTermination)
+        finally:
+            self._close_tickers()
 
     def stop(self) -> None:
         """Stop the query, once its running micro-batch is done."""
         self.query.stop()
+        self._close_tickers()
+
+    def _close_tickers(self) -> None:
+        for ticker in self._tickers:
+            ticker.close()
+        self._tickers.clear()
 
     def _surfacing(self, wait: Callable[[], Any]) -> None:
         try:
@@ -161,10 +182,15 @@ def start_processor_app(
     lookups.require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
     if max_records_per_batch is None:
         max_records_per_batch = processor_class.max_records_per_batch
+    idle_ticks = not available_now and (trigger is None or trigger.kind != "available-now")
     records = None
+    tickers = []
     for source in processor_class.inputs:
-        frame = _read_input(spark, workspace, source, buckets, max_records_per_batch)
+        frame, ticker = _read_input(
+            spark, workspace, processor_class, source, buckets, max_records_per_batch, idle_ticks
+        )
         records = frame if records is None else records.unionByName(frame)
+        tickers += [ticker] if ticker is not None else []
     assert records is not None  # validate() requires at least one input
     outputs = records.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=_BucketRunner(
@@ -191,7 +217,7 @@ def start_processor_app(
         writer = trigger.apply(writer, f"{processor_class.name}.processor", foreach_batch=True)
     # transformWithState keeps its state only in RocksDB.
     with state_store(spark, "rocksdb"):
-        running = RunningProcessor(processor_class, writer.start())
+        running = RunningProcessor(processor_class, writer.start(), _tickers=tickers)
     return running
 
 
@@ -210,44 +236,106 @@ def bucket_of(key: Any, buckets: int) -> int:
 def _read_input(
     spark: SparkSession,
     workspace: Workspace,
+    processor: type[Processor],
     source: Input,
     buckets: int,
     max_records_per_batch: int | None,
-) -> DataFrame:
-    """One input's Kafka records, placed in their key's bucket, with Spark's watermark."""
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("subscribe", source.stream)
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
-    )
-    if max_records_per_batch is not None:
-        reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
-    placed = _placed(reader.load(), source, buckets)
-    # The watermark is Spark's, per input (the largest event time minus the lateness) and the
-    # smallest over the inputs, as `execution.watermark_after` computes it. The event-time
-    # column is then dropped, so that Spark does not drop late records itself: the execution
-    # core sets them aside and counts them.
-    return placed.withWatermark("event_time", f"{source.lateness_ms} milliseconds").drop(
-        "event_time"
-    )
+    idle_ticks: bool,
+) -> tuple[DataFrame, IdleTicker | None]:
+    """One input's Kafka records, placed in their key's bucket, under the input's low watermark.
+
+    Each bucket of the stream has a watermark of its own, and Spark takes the least (see
+    `millrace.engine.low_watermark`), as `execution.watermark_after` computes it. The
+    event-time column is then dropped, so that Spark does not drop late records itself: the
+    execution core sets them aside and counts them. With `idle_ticks`, idle buckets are
+    ticked on by the returned `IdleTicker` until it is closed.
+    """
+    max_future_ms = _max_future_ms(workspace, source)
+    # Read in every run, so that a checkpoint holds the same sources whether a ticker runs.
+    ticks = read_ticks(spark, workspace, processor.name, source.stream)
+    branches = [
+        bucket_watermarked(
+            _placed(raw, source, buckets, max_future_ms).observe(
+                bucket_metrics_name(processor.name, source.stream, bucket),
+                # The execution core counts the dead letters, in the query's outputs.
+                F.lit(0).alias("bad"),
+                F.count_if(F.col("fault").isNotNull()).alias("future"),
+                F.max("time_ms").alias("max_ms"),
+            ),
+            time="event_time",
+            lateness_ms=source.lateness_ms,
+            ticks=ticks,
+            bucket=bucket,
+        )
+        for bucket, raw in enumerate(
+            read_buckets(
+                spark, workspace, source.stream, max_records_per_batch=max_records_per_batch
+            )
+        )
+    ]
+    ticker = None
+    if idle_ticks:
+        idle_timeout = source.idle_timeout or workspace.settings.events_idle_timeout
+        ticker = IdleTicker(
+            spark,
+            workspace,
+            processor.name,
+            source.stream,
+            time_of=functools.partial(_time_of, source=source, max_future_ms=max_future_ms),
+            idle_timeout_ms=parse_duration_ms(idle_timeout, what="idle_timeout"),
+        )
+    return union_buckets(branches).drop("event_time"), ticker
 
 
-def _placed(raw: DataFrame, source: Input, buckets: int) -> DataFrame:
-    """Kafka records of `source` (streaming or not) as the bucket runner's input rows."""
+def _max_future_ms(workspace: Workspace, source: Input) -> int:
+    if source.max_future is None:
+        return workspace.settings.max_future_ms
+    return parse_duration_ms(source.max_future, what="max_future")
+
+
+def _time_of(value: dict, arrival_ms: int, *, source: Input, max_future_ms: int) -> int | None:
+    """A record's event time as the runtime takes it; None where it dead-letters the record."""
+    try:
+        time_ms = source.time_of(value)
+    except Exception:
+        return None
+    return None if time_ms - arrival_ms > max_future_ms else time_ms
+
+
+def _placed(raw: DataFrame, source: Input, buckets: int, max_future_ms: int) -> DataFrame:
+    """Kafka records of `source` (streaming or not) as the bucket runner's input rows.
+
+    A record dated more than `max_future_ms` ahead of its arrival keeps no time (so it moves
+    no watermark), and its `fault` says why: the bucket runner makes it a dead letter.
+    """
     placement = _placement(source, buckets)(F.col("value"))
     ids = F.filter("headers", lambda header: header.getField("key") == F.lit(ID_HEADER))
-    return raw.select(
+    read_time = F.timestamp_millis(placement.getField("time_ms"))
+    fault = future_dated_reason(read_time, F.col("timestamp"), max_future_ms)
+    placed = raw.select(
         F.lit(source.stream).alias("stream"),
         placement.getField("bucket").alias("bucket"),
-        F.timestamp_millis(placement.getField("time_ms")).alias("event_time"),
-        placement.getField("time_ms").alias("time_ms"),
+        read_time.alias("_read_time"),
+        placement.getField("time_ms").alias("_read_ms"),
         F.col("value"),
         F.col("key").cast("string").alias("record_key"),
         F.try_element_at(ids, F.lit(1)).getField("value").cast("string").alias("record_id"),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
+        fault.alias("fault"),
+    )
+    kept = F.col("fault").isNull()
+    return placed.select(
+        "stream",
+        "bucket",
+        F.when(kept, F.col("_read_time")).alias("event_time"),
+        F.when(kept, F.col("_read_ms")).alias("time_ms"),
+        "value",
+        "record_key",
+        "record_id",
+        "record_bucket",
+        "record_offset",
+        "fault",
     )
 
 
@@ -406,7 +494,11 @@ def _outputs_of(name: str, outcome: BatchOutcome) -> list[_Output]:
 
 
 class _InputRow(NamedTuple):
-    """One input record as the bucket runner receives it; `time_ms` is None when unreadable."""
+    """One input record as the bucket runner receives it; `time_ms` is None when unreadable.
+
+    `fault` says why a record that is a JSON object is a dead letter all the same (it is
+    dated too far ahead of its arrival), and is None for the others.
+    """
 
     stream: str
     value: bytes | None
@@ -414,6 +506,7 @@ class _InputRow(NamedTuple):
     record_id: str | None
     record_bucket: int
     record_offset: int
+    fault: str | None
     time_ms: int | None
 
 
@@ -446,10 +539,12 @@ def _frames(outputs: list[_Output]) -> Iterator[pd.DataFrame]:
 def _record_of(row: _InputRow) -> Record:
     """The record of an input row, with its event time found before the shuffle.
 
-    Raises `RecordDecodeError` when the value is not a JSON object.
+    Raises `RecordDecodeError` when the value is not a JSON object, or has a `fault`.
     """
     if not row.value:
         raise RecordDecodeError("value is empty")
+    if row.fault is not None:
+        raise RecordDecodeError(row.fault)
     value = decode_value(bytes(row.value))
     return Record(
         row.stream,

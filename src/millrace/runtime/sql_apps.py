@@ -94,8 +94,7 @@ class RunningApp:
     def _finish(self) -> None:
         self._wait_for_dead_letters()
         for source in self.inputs.values():
-            if source.dead_letters is not None:
-                source.dead_letters.close()
+            source.close()
 
     def late_rows(self) -> dict[str, int]:
         """Rows each result table's query dropped as later than the watermark, by table name.
@@ -137,7 +136,13 @@ def start_sql_app(
         trigger.check(f"{app.name}.table.{table.name}", foreach_batch=True)
     watch(spark)
     publish_metrics(spark, workspace, app.name)
-    compiled = compile_app(spark, workspace, app, max_records_per_batch=max_records_per_batch)
+    compiled = compile_app(
+        spark,
+        workspace,
+        app,
+        max_records_per_batch=max_records_per_batch,
+        idle_ticks=not available_now and (trigger is None or trigger.kind != "available-now"),
+    )
     running = RunningApp(app, inputs=compiled.inputs)
     with state_store(spark, app.state_store):
         _start_queries(running, compiled, workspace, available_now, trigger)

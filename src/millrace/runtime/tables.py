@@ -85,8 +85,7 @@ class TableFeed:
 
     def _finish(self) -> None:
         self.source.wait_for_dead_letters(self.query)
-        if self.source.dead_letters is not None:
-            self.source.dead_letters.close()
+        self.source.close()
 
 
 def feed_app_name(table: str) -> str:

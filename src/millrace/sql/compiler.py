@@ -73,6 +73,7 @@ def compile_app(
     max_records_per_batch: int | None = None,
     sources: Mapping[str, DataFrame] | None = None,
     batch_source: str = "bus",
+    idle_ticks: bool = False,
 ) -> CompiledApp:
     """Build the DataFrames of `app`, without starting any query.
 
@@ -83,6 +84,8 @@ def compile_app(
     `max_records_per_batch` caps each micro-batch. `sources` gives DataFrames to read instead
     of some inputs' streams, by input table name, with the input's columns (including its
     time column as a TIMESTAMP): to feed an app from elsewhere, such as in-memory data.
+    `idle_ticks` moves the watermark of inputs whose buckets went idle on with the wall clock
+    (`IDLE TIMEOUT`, see `millrace.engine.low_watermark`), for a query that runs on.
 
     Raises `SqlError` pointing into the app file for an input stream that does not exist, a
     function that cannot be imported, or a column, table or type error that Spark's analysis
@@ -119,6 +122,12 @@ def compile_app(
                     route_dead_letters=route_dead_letters,
                     max_records_per_batch=max_records_per_batch or app.max_records_per_batch,
                     deduplicate=app.semantics == "exactly_once",
+                    max_future=source.max_future,
+                    idle_timeout=(
+                        source.idle_timeout or workspace.settings.events_idle_timeout
+                        if idle_ticks
+                        else None
+                    ),
                 )
             else:
                 inputs[source.name] = read_batch(
@@ -131,6 +140,7 @@ def compile_app(
                     end_ms=time_range[1],
                     route_dead_letters=route_dead_letters,
                     source=batch_source,
+                    max_future=source.max_future,
                 )
         except StreamNotFoundError as error:
             raise SqlError(f"{source.position}: input {error.message}", hint=error.hint) from None

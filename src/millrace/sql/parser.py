@@ -41,9 +41,16 @@ _STATE_STORES = ("memory", "rocksdb")
 _INPUT = re.compile(
     rf"CREATE\s+INPUT\s+TABLE\s+(?P<name>{_IDENT})\s*\((?P<columns>.*)\)\s*"
     r"FROM\s+(?:STREAM|SCRIBE)\s*\(\s*'(?P<stream>[^']*)'\s*\)\s*"
-    rf"TIME\s+(?P<time>{_IDENT})(?:\s+LATENESS\s+'(?P<lateness>[^']*)')?\s*$",
+    rf"TIME\s+(?P<time>{_IDENT})(?:\s+LATENESS\s+'(?P<lateness>[^']*)')?"
+    r"(?:\s+MAX\s+FUTURE\s+'(?P<max_future>[^']*)')?"
+    r"(?:\s+IDLE\s+TIMEOUT\s+'(?P<idle_timeout>[^']*)')?\s*$",
     re.I | re.S,
 )
+_INPUT_DURATIONS = {
+    "lateness": "LATENESS",
+    "max_future": "MAX FUTURE",
+    "idle_timeout": "IDLE TIMEOUT",
+}
 _VIEW = re.compile(rf"CREATE\s+VIEW\s+(?P<name>{_IDENT})\s+AS\s+(?P<query>.*)$", re.I | re.S)
 _FUNCTION = re.compile(
     rf"CREATE\s+FUNCTION\s+(?P<name>{_IDENT})\s+AS\s+'(?P<target>[^']*)'\s*$", re.I | re.S
@@ -141,7 +148,11 @@ class Query:
 
 @dataclass(frozen=True)
 class InputTable:
-    """`CREATE INPUT TABLE name (columns) FROM STREAM('s') TIME col [LATENESS 'd']`."""
+    """`CREATE INPUT TABLE name (columns) FROM STREAM('s') TIME col [LATENESS 'd']`.
+
+    `MAX FUTURE 'd'` and `IDLE TIMEOUT 'd'` may follow, in that order; without them the
+    settings `events.max_future` and `events.idle_timeout` apply.
+    """
 
     name: str
     columns: tuple[tuple[str, str], ...]
@@ -149,6 +160,8 @@ class InputTable:
     time: str
     lateness: str | None
     position: Position
+    max_future: str | None = None
+    idle_timeout: str | None = None
 
     @property
     def schema(self) -> str:
@@ -315,11 +328,20 @@ class _AppParser:
                     f"time column {time!r} is declared {dict(columns)[time]}",
                     "declare it TIMESTAMP, or leave its type out of the column list",
                 )
-            lateness = match["lateness"]
-            if lateness is not None:
-                self._duration(lateness, offset + match.start("lateness"), "LATENESS")
+            for clause, words in _INPUT_DURATIONS.items():
+                if match[clause] is not None:
+                    self._duration(match[clause], offset + match.start(clause), words)
             self.inputs.append(
-                InputTable(match["name"], columns, match["stream"], time, lateness, position)
+                InputTable(
+                    match["name"],
+                    columns,
+                    match["stream"],
+                    time,
+                    match["lateness"],
+                    position,
+                    max_future=match["max_future"],
+                    idle_timeout=match["idle_timeout"],
+                )
             )
         elif match := _VIEW.match(statement):
             self._define(match["name"], offset)

@@ -1,0 +1,396 @@
+"""An input's low watermark: one Spark watermark per bucket, and idle buckets ticked forward.
+
+Spark's watermark for one watermark operator is the largest event time it has seen minus the
+delay. A stream read by one Kafka source therefore gets the largest event time over all its
+buckets: a bucket read ahead of the others (a skewed backlog read in capped micro-batches, a
+producer whose clock runs ahead) moves the watermark past the other buckets' records, which
+are then dropped as late. MillWheel's low watermark (section 5.4 of its paper) is instead the
+oldest work not yet done.
+
+millrace gets that from Spark itself: `read_buckets` reads each bucket of a stream with a Kafka
+source of its own, `bucket_watermarked` puts a watermark operator on each, and the union of
+the buckets goes on to the app. With several watermark operators Spark keeps each one's value
+and takes the least of them (`spark.sql.streaming.multipleWatermarkPolicy=min`, its default),
+so an input's watermark is the least over its buckets of each bucket's largest event time
+minus the lateness.
+
+A bucket that has nothing left to read would hold that least value back for ever, and a
+quiet input would close no window. `IdleTicker` follows the app's queries from the driver:
+once every query reading the stream has read a bucket to its end, and the bucket's last
+record arrived `idle_timeout` ago or more, it publishes a tick for the bucket to the app's
+tick stream (`tick_stream`): the bucket's progress as the wall clock carries it on from the
+bucket's last record, at that record's delay between event time and arrival time (so a
+stream of records dated days ago is ticked days ago). A bucket that never had a record is
+ticked with the most advanced of the other buckets. The app reads its tick stream as one more
+Kafka source, and `bucket_watermarked` feeds each tick to its bucket's watermark operator
+before dropping it, so no query ever sees a tick as a record. A tick is valid only for the
+offsets it was computed from; the ticker waits while any of the app's queries has not yet
+reported where it is, and ticks no bucket that one of them has not read to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+
+from millrace.bus.internal import (
+    InternalWriter,
+    create_internal_stream,
+    end_offsets,
+    last_records,
+)
+from millrace.bus.records import format_time_ms
+from millrace.bus.streams import require_stream
+from millrace.config.workspace import Workspace
+
+TICK_EVERY_S = 1.0
+"""How often an `IdleTicker` looks at its stream, and so the most often it ticks a bucket."""
+
+_TICK = "_millrace_tick"
+_TICK_SCHEMA = "app STRING, stream STRING, bucket INT, time_ms LONG"
+_TICK_RETENTION_MS = 86_400_000
+_log = logging.getLogger(__name__)
+
+
+def tick_stream(app: str) -> str:
+    """The internal stream that app `app`'s idle ticks go to.
+
+    Example:
+        >>> tick_stream("TopEvents")
+        '_millrace.ticks.topevents'
+    """
+    return f"_millrace.ticks.{app.lower()}"
+
+
+def bucket_metrics_name(app: str, stream: str, bucket: int) -> str:
+    """The name of the observed metrics of one bucket of an input: `bad`, `future`, `max_ms`.
+
+    `bad` counts the bucket's records of a micro-batch that go to the dead-letter stream,
+    `future` those of them dated too far ahead, and `max_ms` is the largest event time read
+    from the bucket in the micro-batch (null when none): the bucket's progress, from which
+    `millrace.engine.metrics` tells which bucket holds the input's watermark back.
+
+    Example:
+        >>> bucket_metrics_name("demo", "clicks", 3)
+        'millrace.input.demo.clicks.3'
+    """
+    return f"{BUCKET_METRICS_PREFIX}{app}.{stream}.{bucket}"
+
+
+BUCKET_METRICS_PREFIX = "millrace.input."
+"""What the names of `bucket_metrics_name` start with."""
+
+
+def read_buckets(
+    spark: SparkSession,
+    workspace: Workspace,
+    stream: str,
+    *,
+    starting_offsets: str = "earliest",
+    max_records_per_batch: int | None = None,
+) -> list[DataFrame]:
+    """Each bucket of `stream` as a streaming DataFrame of Kafka records, by bucket number.
+
+    `max_records_per_batch` is shared evenly among the buckets (rounded up): what each
+    micro-batch reads at most from each one.
+
+    Example:
+        >>> raw = read_buckets(spark, workspace, "clicks")  # doctest: +SKIP
+        >>> len(raw)  # doctest: +SKIP
+        4
+    """
+    buckets = require_stream(workspace.settings, stream)
+    frames = []
+    for bucket in range(buckets):
+        reader = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+            .option("assign", json.dumps({stream: [bucket]}))
+            .option("startingOffsets", starting_offsets)
+            .option("includeHeaders", "true")
+        )
+        if max_records_per_batch is not None:
+            reader = reader.option(
+                "maxOffsetsPerTrigger", max(1, math.ceil(max_records_per_batch / buckets))
+            )
+        frames.append(reader.load())
+    return frames
+
+
+def read_ticks(spark: SparkSession, workspace: Workspace, app: str, stream: str) -> DataFrame:
+    """The idle ticks of `stream` for app `app`: `bucket` and `time_ms`, from now on.
+
+    Example:
+        >>> ticks = read_ticks(spark, workspace, "demo", "clicks")  # doctest: +SKIP
+    """
+    topic = tick_stream(app)
+    create_internal_stream(workspace.settings, topic, retention_ms=_TICK_RETENTION_MS)
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", topic)
+        # A tick holds for the offsets the queries had read when it was made: a query that
+        # starts anew must not take older ticks for its own.
+        .option("startingOffsets", "latest")
+        # The stream keeps a day of ticks; one gone before it was read is one tick less.
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+    tick = F.from_json(F.col("value").cast("string"), _TICK_SCHEMA)
+    return (
+        raw.select(tick.alias("tick"))
+        .where((F.col("tick.app") == app) & (F.col("tick.stream") == stream))
+        .select("tick.bucket", "tick.time_ms")
+    )
+
+
+def bucket_watermarked(
+    records: DataFrame,
+    *,
+    time: str,
+    lateness_ms: int,
+    ticks: DataFrame | None = None,
+    bucket: int | None = None,
+) -> DataFrame:
+    """One bucket's `records` under a watermark of their own, moved on by the bucket's ticks.
+
+    `time` is the TIMESTAMP column the watermark follows. `ticks` (from `read_ticks`) feed the
+    watermark operator the times of bucket `bucket`'s ticks, and are dropped after it.
+
+    Example:
+        >>> one = bucket_watermarked(raw_bucket_0, time="ts", lateness_ms=30_000)  # doctest: +SKIP
+    """
+    if ticks is None:
+        return records.withWatermark(time, f"{lateness_ms} milliseconds")
+    as_records = ticks.where(F.col("bucket") == bucket).select(
+        *[
+            (
+                F.timestamp_millis("time_ms").alias(time)
+                if name == time
+                else F.lit(None).cast(kind).alias(name)
+            )
+            for name, kind in records.dtypes
+        ],
+        F.lit(True).alias(_TICK),
+    )
+    with_ticks = records.withColumn(_TICK, F.lit(None).cast("boolean")).unionByName(as_records)
+    # The filter names the event-time column, so that Spark keeps it above the watermark
+    # operator rather than pushing it below, where the ticks would never reach the operator.
+    return (
+        with_ticks.withWatermark(time, f"{lateness_ms} milliseconds")
+        .where(F.col(_TICK).isNull() | F.col(time).isNull())
+        .drop(_TICK)
+    )
+
+
+def union_buckets(frames: list[DataFrame]) -> DataFrame:
+    """The buckets' DataFrames as one, each keeping its watermark operator.
+
+    Example:
+        >>> records = union_buckets(watermarked_buckets)  # doctest: +SKIP
+    """
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union
+
+
+def future_dated_reason(time: Column, arrival: Column, max_future_ms: int) -> Column:
+    """Spark's form of `millrace.bus.records.future_dated_reason`: the same words, or NULL.
+
+    `time` and `arrival` are TIMESTAMP columns.
+
+    Example:
+        >>> reason = future_dated_reason(F.col("ts"), F.col("timestamp"), 300_000)
+    """
+    ahead_ms = F.unix_millis(time) - F.unix_millis(arrival)
+    return F.when(
+        ahead_ms > max_future_ms,
+        F.concat(
+            F.lit("event time "),
+            _iso_ms(time),
+            F.lit(" is "),
+            ahead_ms.cast("string"),
+            F.lit(" ms ahead of its arrival time "),
+            _iso_ms(arrival),
+            F.lit(f", more than max_future ({max_future_ms} ms)"),
+        ),
+    )
+
+
+def _iso_ms(moment: Column) -> Column:
+    return F.date_format(moment, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+
+
+class IdleTicker:
+    """Ticks the idle buckets of `stream` for the queries of app `app` (see the module).
+
+    `time_of` reads a record's event time (epoch ms, or None when it has none that counts).
+    The ticker runs on a thread of its own until `close`.
+
+    Example:
+        >>> ticker = IdleTicker(spark, workspace, "demo", "clicks",  # doctest: +SKIP
+        ...                     time_of=lambda value, arrival_ms: value.get("ms"),
+        ...                     idle_timeout_ms=10_000)
+        >>> ticker.close()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        workspace: Workspace,
+        app: str,
+        stream: str,
+        *,
+        time_of: Callable[[dict, int], int | None],
+        idle_timeout_ms: int,
+        every_s: float = TICK_EVERY_S,
+    ) -> None:
+        self.spark = spark
+        self.workspace = workspace
+        self.app = app
+        self.stream = stream
+        self.idle_timeout_ms = idle_timeout_ms
+        self.ticked: dict[int, int] = {}
+        """The last tick published for each bucket (epoch ms)."""
+        self._time_of = time_of
+        self._every_s = every_s
+        self._started_ms = _now_ms()
+        self._looked_at: dict[int, int] = {}
+        self._ticks_end: int | None = None
+        self._last: dict[int, tuple[int, int] | None] = {}
+        self._writer: InternalWriter | None = None
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"idle-ticks-{stream}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop ticking."""
+        self._closed.set()
+        self._thread.join(timeout=10)
+        if self._writer is not None:
+            self._writer.close()
+
+    def _run(self) -> None:
+        while not self._closed.wait(self._every_s):
+            try:
+                self.tick(_now_ms())
+            except Exception:
+                # The next round tries again; a missed tick only delays a window.
+                _log.exception("ticking the idle buckets of %s failed", self.stream)
+
+    def tick(self, now_ms: int) -> dict[int, int]:
+        """Publish the ticks due at `now_ms`; the ticks published, by bucket."""
+        read = self._read_offsets()
+        if read is None:
+            return {}
+        ends = end_offsets(self.workspace.settings, self.stream)
+        lasts = self._last_records(ends)
+        progress = {
+            bucket: time_ms + (now_ms - arrival_ms)
+            for bucket, (time_ms, arrival_ms) in lasts.items()
+        }
+        ticks = {}
+        for bucket, end in ends.items():
+            if read.get(bucket, -1) < end:
+                continue
+            last = lasts.get(bucket)
+            if last is not None:
+                if now_ms - last[1] < self.idle_timeout_ms:
+                    continue
+                time_ms = progress[bucket]
+            elif progress and now_ms - self._started_ms >= self.idle_timeout_ms:
+                time_ms = max(progress.values())
+            else:
+                continue
+            if time_ms > self.ticked.get(bucket, -(2**62)):
+                ticks[bucket] = time_ms
+        if ticks:
+            self._publish(ticks)
+        return ticks
+
+    def _read_offsets(self) -> dict[int, int] | None:
+        """Per bucket, the least offset the app's queries reading the stream have read to.
+
+        None while one of the app's queries has not reported a micro-batch (it may read the
+        stream from anywhere), and while one of them has not yet read this ticker's last
+        tick: ticks go no faster than the queries take them.
+        """
+        read: dict[int, int] = {}
+        for query in self.spark.streams.active:
+            if not (query.name or "").startswith(f"{self.app}."):
+                continue
+            progress = query._jsq.lastProgress()
+            if progress is None:
+                return None
+            sources = json.loads(progress.json()).get("sources", [])
+            offsets = [_offsets_of(source.get("endOffset"), self.stream) for source in sources]
+            if not any(offsets):
+                continue
+            ticks_read = [
+                _offsets_of(source.get("endOffset"), tick_stream(self.app)).get(0, 0)
+                for source in sources
+            ]
+            if self._ticks_end is not None and max(ticks_read) < self._ticks_end:
+                return None
+            for bucket, offset in (pair for found in offsets for pair in found.items()):
+                read[bucket] = min(read.get(bucket, offset), offset)
+        return read or None
+
+    def _last_records(self, ends: dict[int, int]) -> dict[int, tuple[int, int]]:
+        """Per bucket, its last record that has an event time: (event time, arrival time)."""
+        stale = {b: end for b, end in ends.items() if self._looked_at.get(b) != end}
+        if stale:
+            found = last_records(self.workspace.settings, self.stream, stale)
+            for bucket, end in stale.items():
+                self._looked_at[bucket] = end
+                self._last[bucket] = next(
+                    (
+                        (time_ms, arrival_ms)
+                        for value, arrival_ms in found.get(bucket, [])
+                        if (time_ms := self._time_of(value, arrival_ms)) is not None
+                    ),
+                    None,
+                )
+        return {b: last for b, last in self._last.items() if last is not None}
+
+    def _publish(self, ticks: dict[int, int]) -> None:
+        if self._writer is None:
+            self._writer = InternalWriter(self.workspace.settings, tick_stream(self.app))
+        offsets = self._writer.write(
+            [
+                json.dumps(
+                    {"app": self.app, "stream": self.stream, "bucket": bucket, "time_ms": time_ms}
+                ).encode()
+                for bucket, time_ms in sorted(ticks.items())
+            ]
+        )
+        if offsets is None:
+            return
+        self._ticks_end = max(offsets) + 1
+        self.ticked.update(ticks)
+        _log.debug(
+            "ticked %s: %s", self.stream, {b: format_time_ms(t) for b, t in sorted(ticks.items())}
+        )
+
+
+def _offsets_of(offsets: dict | str | None, stream: str) -> dict[int, int]:
+    """The offsets of `stream` in a Kafka source's offsets (as JSON, or read from JSON)."""
+    try:
+        parsed = json.loads(offsets) if isinstance(offsets, str) else offsets
+    except json.JSONDecodeError:
+        return {}
+    if not isinstance(parsed, dict) or not isinstance(parsed.get(stream), dict):
+        return {}
+    return {int(bucket): int(offset) for bucket, offset in parsed[stream].items()}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,317 @@
+"""An input's watermark is the least over its buckets, fenced from wrong clocks, and moves on
+when its buckets go quiet (millrace.engine.low_watermark, through read_stream)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql.streaming import StreamingQuery
+
+from millrace.bus.reader import TailStart, tail
+from millrace.bus.streams import create_stream, dead_letter_stream
+from millrace.config.workspace import Workspace
+from millrace.engine.streams import read_stream
+
+SCHEMA = "event STRING"
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+DAY_MS = 86_400_000
+
+
+def skewed_backlog(buckets: int, seconds: int) -> dict[int, list[int]]:
+    """Event times per bucket whose rates change over time, each bucket in its own order.
+
+    Bucket 0 runs at 80 events a second of event time, then 20; bucket 1 at 1; bucket 2 at
+    10, then 40; others at 5. Neighbours in a bucket are at most 50 ms out of order.
+    """
+    rates = {0: (80, 20), 1: (1, 1), 2: (10, 40)}
+    times: dict[int, list[int]] = {}
+    for bucket in range(buckets):
+        first, second = rates.get(bucket, (5, 5))
+        bucket_times = []
+        for second_of_run in range(seconds):
+            rate = first if second_of_run < seconds // 2 else second
+            for n in range(rate):
+                at = START_MS + second_of_run * 1000 + n * 1000 // rate
+                # Every other record swaps with its neighbour, 50 ms at most apart.
+                bucket_times.append(at + (40 if n % 2 == 0 and rate <= 25 else 0))
+        times[bucket] = bucket_times
+    return times
+
+
+def publish_to_buckets(workspace: Workspace, stream: str, times: dict[int, list[int]]) -> int:
+    """Publish events with these times, each to its bucket, in order; how many."""
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    failures = []
+
+    def delivered(error, _message) -> None:
+        if error is not None:
+            failures.append(error)
+
+    count = 0
+    for bucket, bucket_times in times.items():
+        for n, time_ms in enumerate(bucket_times):
+            event = {"time": time_ms, "event": f"b{bucket}-{n}"}
+            producer.produce(stream, json.dumps(event), partition=bucket, on_delivery=delivered)
+            count += 1
+            if count % 10_000 == 0:
+                producer.flush()
+    producer.flush()
+    assert not failures
+    return count
+
+
+class Collected:
+    """A query's rows, gathered batch by batch from another thread."""
+
+    def __init__(self) -> None:
+        self.rows: list = []
+        self.lock = threading.Lock()
+
+    def add(self, batch: DataFrame, _batch_id: int) -> None:
+        rows = batch.collect()
+        with self.lock:
+            self.rows.extend(rows)
+
+    def snapshot(self) -> list:
+        with self.lock:
+            return list(self.rows)
+
+
+@pytest.fixture
+def running_queries() -> Iterator[list]:
+    """Queries (and stream inputs) to stop when the test ends."""
+    running: list = []
+    yield running
+    for query_or_input in running:
+        if isinstance(query_or_input, StreamingQuery):
+            query_or_input.stop()
+    for query_or_input in running:
+        if not isinstance(query_or_input, StreamingQuery):
+            query_or_input.close()
+
+
+def test_a_skewed_backlog_read_in_capped_micro_batches_loses_no_record(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=4)
+    times = skewed_backlog(buckets=4, seconds=120)
+    published = publish_to_buckets(workspace, stream_name, times)
+    source = read_stream(
+        spark,
+        workspace,
+        "skew",
+        stream_name,
+        SCHEMA,
+        time="time",
+        lateness="30 seconds",
+        max_records_per_batch=1000,
+    )
+    collected = Collected()
+    query = (
+        source.records.writeStream.foreachBatch(collected.add)
+        .option("checkpointLocation", str(workspace.checkpoint("skew", "rows")))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    source.close()
+
+    events = Counter(row.event for row in collected.snapshot())
+    assert sum(events.values()) == published, "records were dropped as late"
+    assert set(events.values()) == {1}
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) >= published // 1000
+
+
+def test_a_record_from_a_wrong_clock_is_a_dead_letter_and_costs_no_other_record(
+    spark: SparkSession, workspace: Workspace, stream_name: str, running_queries: list
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=1)
+    good = {0: [START_MS + 10 * n for n in range(2000)]}
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for n, time_ms in enumerate(good[0]):
+        producer.produce(stream_name, json.dumps({"time": time_ms, "event": f"g{n}"}))
+        if n == 999:
+            producer.produce(
+                stream_name, json.dumps({"time": "2100-01-01T00:00:00Z", "event": "wrong clock"})
+            )
+    producer.flush()
+    source = read_stream(
+        spark,
+        workspace,
+        "clock",
+        stream_name,
+        SCHEMA,
+        time="time",
+        lateness="30 seconds",
+        max_records_per_batch=500,
+    )
+    counts = source.records.groupBy(F.window("time", "10 seconds")).count().select("window.start")
+    collected = Collected()
+    rows = Collected()
+    running_queries.append(
+        counts.writeStream.foreachBatch(collected.add)
+        .outputMode("append")
+        .option("checkpointLocation", str(workspace.checkpoint("clock", "counts")))
+        .start()
+    )
+    running_queries.append(
+        source.records.writeStream.foreachBatch(rows.add)
+        .option("checkpointLocation", str(workspace.checkpoint("clock", "rows")))
+        .start()
+    )
+    running_queries.append(source)
+    for query in running_queries[:2]:
+        query.processAllAvailable()
+    # 1,000 more good records, published after the wrong one was read.
+    for n in range(1000):
+        producer.produce(
+            stream_name, json.dumps({"time": START_MS + 20_000 + 10 * n, "event": f"later{n}"})
+        )
+    producer.flush()
+    for query in running_queries[:2]:
+        query.processAllAvailable()
+
+    events = {row.event for row in rows.snapshot()}
+    assert len(events) == 3000
+    assert "wrong clock" not in events
+    assert all(
+        operator["numRowsDroppedByWatermark"] == 0
+        for query in running_queries[:2]
+        for progress in query.recentProgress
+        for operator in progress["stateOperators"]
+    )
+    assert source.wait_for_dead_letters(*running_queries[:2]) == 1
+    (letter,) = list(
+        tail(
+            dead_letter_stream(stream_name),
+            TailStart(from_beginning=True),
+            settings=workspace.settings,
+        )
+    )
+    assert letter.value["error"].startswith("event time 2100-01-01T00:00:00.000Z is ")
+    assert "more than max_future (300000 ms)" in letter.value["error"]
+    # The watermark stayed with the good records.
+    watermark = running_queries[0].lastProgress["eventTime"]["watermark"]
+    assert watermark < "2026-01-01T00:01"
+
+
+def _live_window_counts(
+    spark: SparkSession, workspace: Workspace, app: str, stream: str, idle_timeout: str
+) -> tuple[Collected, Collected, list]:
+    """Live queries counting 5-second windows and collecting rows; they and their input."""
+    source = read_stream(
+        spark,
+        workspace,
+        app,
+        stream,
+        SCHEMA,
+        time="time",
+        lateness="2 seconds",
+        idle_timeout=idle_timeout,
+    )
+    windows = Collected()
+    counts = source.records.groupBy(F.window("time", "5 seconds")).count()
+    count_query = (
+        counts.select("window.start", "window.end", "count")
+        .writeStream.queryName(f"{app}.counts")
+        .foreachBatch(windows.add)
+        .outputMode("append")
+        .option("checkpointLocation", str(workspace.checkpoint(app, "counts")))
+        .start()
+    )
+    rows = Collected()
+    # The ticker follows the app's queries: those named `<app>.<query>`.
+    row_query = (
+        source.records.writeStream.queryName(f"{app}.rows")
+        .foreachBatch(rows.add)
+        .option("checkpointLocation", str(workspace.checkpoint(app, "rows")))
+        .start()
+    )
+    return windows, rows, [count_query, row_query, source]
+
+
+def _warm_up(producer: Producer, stream: str, queries: list[StreamingQuery]) -> None:
+    """One record now, read by `queries`: their first micro-batch, and its planning, is done."""
+    first = {"time": int(time.time() * 1000), "event": "first"}
+    producer.produce(stream, json.dumps(first), partition=0)
+    producer.flush()
+    for query in queries:
+        query.processAllAvailable()
+
+
+def _wait_for(condition, timeout_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if condition():
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s} s")
+
+
+def test_the_last_window_of_a_quiet_input_closes_within_the_idle_timeout_and_lateness(
+    spark: SparkSession, workspace: Workspace, stream_name: str, running_queries: list
+) -> None:
+    # Two buckets, of which one never gets a record: it must not hold the watermark back.
+    create_stream(workspace.settings, stream_name, buckets=2)
+    windows, rows, running = _live_window_counts(
+        spark, workspace, "quiet", stream_name, idle_timeout="3 seconds"
+    )
+    running_queries.extend(running)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    _warm_up(producer, stream_name, running[:2])
+    sent = []
+    for n in range(12):
+        now_ms = int(time.time() * 1000)
+        producer.produce(stream_name, json.dumps({"time": now_ms, "event": f"e{n}"}), partition=0)
+        producer.flush()
+        sent.append(now_ms)
+        time.sleep(0.25)
+    last_ms = sent[-1]
+    last_window_end_ms = (last_ms // 5000 + 1) * 5000
+
+    def closed() -> bool:
+        return any(row.end.timestamp() * 1000 == last_window_end_ms for row in windows.snapshot())
+
+    # No record comes after the last: the wall clock closes its window. The bound is the
+    # window's end as the wall clock reaches it, plus the idle timeout, the lateness, and
+    # a few micro-batches of this 2-core machine.
+    waited = _wait_for(closed, timeout_s=60)
+    since_last_s = (time.time() * 1000 - last_ms) / 1000
+    assert since_last_s <= (last_window_end_ms - last_ms) / 1000 + 3 + 2 + 10, waited
+    counted = sum(row["count"] for row in windows.snapshot())
+    assert counted == len(sent) + 1
+    assert len({row.event for row in rows.snapshot()}) == len(sent) + 1
+
+
+def test_records_dated_days_ago_published_to_a_live_app_lose_nothing_across_a_pause(
+    spark: SparkSession, workspace: Workspace, stream_name: str, running_queries: list
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=1)
+    windows, rows, running = _live_window_counts(
+        spark, workspace, "replay", stream_name, idle_timeout="2 seconds"
+    )
+    running_queries.extend(running)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    sent = 0
+    for burst in range(2):
+        for n in range(10):
+            dated_ms = int(time.time() * 1000) - 3 * DAY_MS
+            event = {"time": dated_ms, "event": f"burst{burst}-{n}"}
+            producer.produce(stream_name, json.dumps(event))
+            producer.flush()
+            sent += 1
+            time.sleep(0.2)
+        # Longer than the idle timeout: the watermark moves on meanwhile, days behind.
+        time.sleep(5)
+
+    _wait_for(lambda: len(rows.snapshot()) >= sent, timeout_s=60)
+    _wait_for(lambda: sum(row["count"] for row in windows.snapshot()) == sent, timeout_s=60)
+    assert len({row.event for row in rows.snapshot()}) == sent
