@@ -31,9 +31,10 @@ from pyspark.sql import SparkSession
 
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import Record, event_time_ms
+from millrace.bus.records import Record, event_time_ms, future_dated_reason
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.durations import parse_duration_ms
+from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.errors import ProcessorError
 from millrace.processor import lookups
@@ -250,14 +251,22 @@ class ProcessorTester:
         self._max_event_time_ms: dict[tuple[str, int], int] = {}
 
     def feed(
-        self, stream: str, records: Iterable[Mapping[str, Any] | Record], *, bucket: int = 0
+        self,
+        stream: str,
+        records: Iterable[Mapping[str, Any] | Record],
+        *,
+        bucket: int = 0,
+        arrival_ms: int | None = None,
     ) -> list[Record]:
         """Queue `records` of input `stream` for the next micro-batch, in order; returns them.
 
         A dict gets bucket `bucket` and the next offset of that bucket, and no id: like a
         record written without one, it is known by its place, `stream/bucket/offset`. Pass a
         `Record` to choose its id, bucket and offset yourself (a `Record` with the id of one
-        already processed is a copy, which `exactly_once` drops).
+        already processed is a copy, which `exactly_once` drops). With `arrival_ms`, the
+        records' arrival time, a record dated more than its input's `max_future` ahead of it
+        (5 minutes unless the `Input` says) goes to `dead_letters` with the reason the Spark
+        runtime gives, as it would there, and is not queued.
 
         Example:
             >>> tester.feed("queries", [{"query": "cats", "ts": 1500}])[0].offset  # doctest: +SKIP
@@ -275,9 +284,23 @@ class ProcessorTester:
                     f"feed({stream!r}) got a record of stream {record.stream!r}",
                     hint=f"feed records of {record.stream!r} with feed({record.stream!r}, ...)",
                 )
-            queued.append(record)
+            reason = self._future_dated(record, arrival_ms)
+            if reason is None:
+                queued.append(record)
+            else:
+                self.dead_letters.append(DeadLetter(self.processor.name, None, reason, record))
         self._pending.extend(queued)
         return queued
+
+    def _future_dated(self, record: Record, arrival_ms: int | None) -> str | None:
+        if arrival_ms is None:
+            return None
+        source = self.processor.input_of(record.stream)
+        time_ms = record.time_ms if record.time_ms is not None else source.time_of(record.value)
+        max_future = source.max_future or Settings().events_max_future
+        return future_dated_reason(
+            time_ms, arrival_ms, parse_duration_ms(max_future, what="max_future")
+        )
 
     def advance_watermark(self, to_ms: int) -> None:
         """Move the watermark of the next micro-batches to `to_ms`; it never goes back.

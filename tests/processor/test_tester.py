@@ -131,3 +131,23 @@ def test_the_tester_refuses_unknown_streams_and_time_going_back() -> None:
         tester.advance_watermark(T0 - 1)
     with pytest.raises(ProcessorError, match="cannot go back"):
         tester.advance_clock(99)
+
+
+def test_a_record_dated_too_far_ahead_of_its_arrival_is_a_dead_letter_as_on_spark() -> None:
+    tester = ProcessorTester(WindowCounter)
+    wrong_clock = {"query": "cats", "ts": 4_102_444_800_000}  # 2100-01-01
+    tester.feed(
+        "queries",
+        [{"query": "cats", "ts": T0}, wrong_clock, {"query": "dogs", "ts": T0 + 500}],
+        arrival_ms=T0 + 1000,
+    )
+    tester.run_batch()
+
+    [letter] = tester.dead_letters
+    assert letter.record is not None and letter.record.value == wrong_clock
+    assert letter.error == (
+        "event time 2100-01-01T00:00:00.000Z is 2335219199000 ms ahead of its arrival time "
+        "2026-01-01T00:00:01.000Z, more than max_future (300000 ms)"
+    )
+    # The watermark follows the records that were on time.
+    assert tester.watermark_ms == T0 + 500 - LATENESS_MS
