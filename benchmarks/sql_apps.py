@@ -38,9 +38,9 @@ Each runs twice over:
   and 100 events per key and second, `_dense`): how much a pane plan saves depends on how
   many events a pane gathers.
 
-The input ends with one event an hour later than the rest, so that the watermark closes
-every window and both sides write all their results: a run whose windows stay open would
-leave out the work of closing them, which the two plans do differently. Each run's result
+The input ends with one event an hour later than the rest (in each bucket), so that the
+watermark closes every window and both sides write all their results: a run whose windows
+stay open would leave out the work of closing them, which the two plans do differently. Each run's result
 is checked against the other side's (rows, and the sum of the counts).
 
 The result goes to benchmarks/results/sql-apps-*.json.
@@ -383,15 +383,22 @@ def _load_events(workspace, count: int) -> None:
             "score": round(generator.random(), 3),
         }
         _produce(producer, event, f"bench:{number}")
-    _produce(producer, _closing_event(count, EVENTS_PER_S), "closing")
+    # In every bucket: a millrace input's watermark is the least over its buckets.
+    for bucket in sorted(producer.list_topics(STREAM, timeout=10).topics[STREAM].partitions):
+        _produce(producer, _closing_event(count, EVENTS_PER_S), "closing", bucket)
     producer.flush()
 
 
-def _produce(producer: Producer, event: dict[str, object], record_id: str) -> None:
+def _produce(
+    producer: Producer, event: dict[str, object], record_id: str, bucket: int | None = None
+) -> None:
     """Hand `event` to the producer, waiting for room in its queue when it is full."""
+    placed = {} if bucket is None else {"partition": bucket}
     while True:
         try:
-            producer.produce(STREAM, json.dumps(event).encode(), headers={"id": record_id})
+            producer.produce(
+                STREAM, json.dumps(event).encode(), headers={"id": record_id}, **placed
+            )
             return
         except BufferError:
             producer.poll(0.1)

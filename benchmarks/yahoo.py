@@ -282,13 +282,24 @@ def _load(bootstrap_servers: str, stream: str, count: int) -> None:
                 .replace('"event_type": "click"', '"event_type": "view"')
                 .replace('"event_type": "purchase"', '"event_type": "view"')
             )
-        while True:
-            try:
-                producer.produce(stream, event.encode(), headers={"id": f"ad:{number}"})
-                break
-            except BufferError:
-                producer.poll(0.1)
+        # The closing event goes to every bucket: a millrace input's watermark is the least
+        # over its buckets.
+        buckets = _buckets(producer, stream) if number == count else [None]
+        for bucket in buckets:
+            placed = {} if bucket is None else {"partition": bucket}
+            while True:
+                try:
+                    producer.produce(
+                        stream, event.encode(), headers={"id": f"ad:{number}"}, **placed
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.1)
     producer.flush()
+
+
+def _buckets(producer: Producer, stream: str) -> list[int]:
+    return sorted(producer.list_topics(stream, timeout=10).topics[stream].partitions)
 
 
 if __name__ == "__main__":
