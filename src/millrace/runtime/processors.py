@@ -24,10 +24,13 @@ fires what is due. The operator runs in event time, so a processing-time timer s
 with a `ProcessorError`.
 
 Inputs are read from Kafka as raw values, since a processor's records are whole JSON objects
-of any fields: each record is decoded once before the shuffle, to find its key's bucket and
-its event time (for Spark's watermark), and once in its bucket, for the execution core, which
-is given the event time found before the shuffle rather than reading it again. Values
-that are not JSON objects go to `<stream>.dlq`, as from any millrace reader.
+of any fields, each bucket of a stream by a source of its own under its own watermark, so that
+the input's watermark is the least over its buckets (`millrace.engine.low_watermark`): each
+record is decoded once before the shuffle, to find its key's bucket and its event time (for
+the watermark; a record dated too far ahead of its arrival keeps none, and is a dead
+letter), and once in its bucket, for the execution core, which is given the event time found
+before the shuffle rather than reading it again. Values that are not JSON objects go to
+`<stream>.dlq`, as from any millrace reader.
 
 Productions, and the dead letters of `on_error = "dlq"`, are written to Kafka once per
 micro-batch, each production with its deterministic id, so a micro-batch run again writes the
