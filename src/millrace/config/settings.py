@@ -173,7 +173,7 @@ class Settings:
     spark_driver_java_options: str = ""
     events_time_field: str = "time"
     events_max_future: str = "5m"
-    events_idle_timeout: str = "10s"
+    events_idle_timeout: str = "1m"
     jvm_jars_dir: str = ""
     monitor_webhook_url: str = ""
     monitor_interval_s: float = 10.0
