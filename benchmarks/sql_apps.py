@@ -40,8 +40,8 @@ Each runs twice over:
 
 The input ends with one event an hour later than the rest (in each bucket), so that the
 watermark closes every window and both sides write all their results: a run whose windows
-stay open would leave out the work of closing them, which the two plans do differently. Each run's result
-is checked against the other side's (rows, and the sum of the counts).
+stay open would leave out the work of closing them, which the two plans do differently. Each
+run's result is checked against the other side's (rows, and the sum of the counts).
 
 The result goes to benchmarks/results/sql-apps-*.json.
 """

@@ -22,7 +22,8 @@ WINDOW_MS = 10_000
 
 APP = """
 CREATE APPLICATION {app};
-CREATE INPUT TABLE events (dimension_id) FROM STREAM('{source}') TIME time LATENESS '2 seconds' IDLE TIMEOUT '5 seconds';
+CREATE INPUT TABLE events (dimension_id) FROM STREAM('{source}')
+  TIME time LATENESS '2 seconds' IDLE TIMEOUT '5 seconds';
 
 CREATE VIEW enriched AS
 SELECT e.time, c.topic AS topic
