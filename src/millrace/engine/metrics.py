@@ -29,6 +29,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from millrace.bus.internal import METRICS_STREAM, create_internal_stream
 from millrace.bus.publisher import Publisher
+from millrace.bus.records import format_time_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.low_watermark import BUCKET_METRICS_PREFIX
 from millrace.engine.session import add_listener
@@ -223,7 +224,14 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
         dead_letters["*"] = int(outputs["dead_letters"])
         late_rows += int(outputs["late"])
         duplicate_rows += int(outputs["duplicates"])
-    event_time = progress.eventTime or {}
+    event_time = dict(progress.eventTime or {})
+    newest = max(
+        (ms for read in inputs.values() for ms in read["max_event_ms"].values()), default=None
+    )
+    if newest is not None:
+        # Spark reports the figures of one watermark operator only, here one bucket's: the
+        # buckets' own maxima tell the newest event time read.
+        event_time["max"] = format_time_ms(newest)
     return {
         "time": progress.timestamp,
         "app": app,
