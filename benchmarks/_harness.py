@@ -89,6 +89,26 @@ def write_results(name: str, results: dict[str, object]) -> Path:
     return output
 
 
+def produce(producer, stream: str, value: bytes, record_id: str, bucket: int | None = None) -> None:
+    """Hand one record to a confluent-kafka producer, waiting for room in its queue when full.
+
+    `bucket` sends it to that bucket rather than where the producer would.
+    """
+    placed = {} if bucket is None else {"partition": bucket}
+    while True:
+        try:
+            producer.produce(stream, value, headers={"id": record_id}, **placed)
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+def buckets_of(producer, stream: str) -> list[int]:
+    """The bucket numbers of `stream`. A closing record goes to each: a millrace input's
+    watermark is the least over its buckets."""
+    return sorted(producer.list_topics(stream, timeout=10).topics[stream].partitions)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -35,7 +35,7 @@ import random
 import time
 from collections.abc import Callable
 
-from _harness import isolated_workspace, write_results
+from _harness import buckets_of, isolated_workspace, produce, write_results
 from _sides import Started, ceiling, compare, handwritten, millrace_app, sustained
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
@@ -258,24 +258,9 @@ def _load(bootstrap_servers: str, stream: str, count: int) -> None:
             # move it.
             time_ms, line = time_ms + 3_600_000, _POOL[0]
         value = json.dumps({"time": time_ms, "line": line})
-        # The closing record goes to every bucket: a millrace input's watermark is the least
-        # over its buckets.
-        buckets = _buckets(producer, stream) if number == count else [None]
-        for bucket in buckets:
-            placed = {} if bucket is None else {"partition": bucket}
-            while True:
-                try:
-                    producer.produce(
-                        stream, value.encode(), headers={"id": f"bench:{number}"}, **placed
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+        for bucket in buckets_of(producer, stream) if number == count else [None]:
+            produce(producer, stream, value.encode(), f"bench:{number}", bucket)
     producer.flush()
-
-
-def _buckets(producer: Producer, stream: str) -> list[int]:
-    return sorted(producer.list_topics(stream, timeout=10).topics[stream].partitions)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ import statistics
 import uuid
 from datetime import UTC, datetime
 
-from _harness import Run, isolated_workspace, write_results
+from _harness import Run, buckets_of, isolated_workspace, produce, write_results
 from _sides import (
     HANDWRITTEN_STATE_STORE,
     at_least_once,
@@ -382,26 +382,11 @@ def _load_events(workspace, count: int) -> None:
             "event": f"e{min(int(generator.paretovariate(1.2)), EVENT_NAMES)}",
             "score": round(generator.random(), 3),
         }
-        _produce(producer, event, f"bench:{number}")
-    # In every bucket: a millrace input's watermark is the least over its buckets.
-    for bucket in sorted(producer.list_topics(STREAM, timeout=10).topics[STREAM].partitions):
-        _produce(producer, _closing_event(count, EVENTS_PER_S), "closing", bucket)
+        produce(producer, STREAM, json.dumps(event).encode(), f"bench:{number}")
+    closing = json.dumps(_closing_event(count, EVENTS_PER_S)).encode()
+    for bucket in buckets_of(producer, STREAM):
+        produce(producer, STREAM, closing, "closing", bucket)
     producer.flush()
-
-
-def _produce(
-    producer: Producer, event: dict[str, object], record_id: str, bucket: int | None = None
-) -> None:
-    """Hand `event` to the producer, waiting for room in its queue when it is full."""
-    placed = {} if bucket is None else {"partition": bucket}
-    while True:
-        try:
-            producer.produce(
-                STREAM, json.dumps(event).encode(), headers={"id": record_id}, **placed
-            )
-            return
-        except BufferError:
-            producer.poll(0.1)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from _harness import isolated_workspace, write_results
+from _harness import buckets_of, isolated_workspace, produce, write_results
 from _sides import (
     Started,
     at_least_once,
@@ -282,24 +282,9 @@ def _load(bootstrap_servers: str, stream: str, count: int) -> None:
                 .replace('"event_type": "click"', '"event_type": "view"')
                 .replace('"event_type": "purchase"', '"event_type": "view"')
             )
-        # The closing event goes to every bucket: a millrace input's watermark is the least
-        # over its buckets.
-        buckets = _buckets(producer, stream) if number == count else [None]
-        for bucket in buckets:
-            placed = {} if bucket is None else {"partition": bucket}
-            while True:
-                try:
-                    producer.produce(
-                        stream, event.encode(), headers={"id": f"ad:{number}"}, **placed
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+        for bucket in buckets_of(producer, stream) if number == count else [None]:
+            produce(producer, stream, event.encode(), f"ad:{number}", bucket)
     producer.flush()
-
-
-def _buckets(producer: Producer, stream: str) -> list[int]:
-    return sorted(producer.list_topics(stream, timeout=10).topics[stream].partitions)
 
 
 if __name__ == "__main__":
