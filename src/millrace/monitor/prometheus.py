@@ -32,34 +32,6 @@ def exposition(statuses: list[AppStatus], firing: list[Alert], now_ms: int) -> b
 
 
 class _Snapshot(Collector):
-    def _watermarks(self) -> Iterator[GaugeMetricFamily]:
-        """Each input bucket's progress, the bucket holding it back, and future-dated rows."""
-        progress = GaugeMetricFamily(
-            "millrace_input_bucket_event_time_seconds",
-            "Largest event time read from one bucket of an input stream (epoch seconds); "
-            "the input's low watermark is the least over its buckets, minus the lateness.",
-            labels=["app", "stream", "bucket"],
-        )
-        holding = GaugeMetricFamily(
-            "millrace_input_watermark_held_back",
-            "1 for the bucket of an input stream that holds the input's watermark back.",
-            labels=["app", "stream", "bucket"],
-        )
-        future = GaugeMetricFamily(
-            "millrace_input_recent_future_dated_rows",
-            "Rows of an input dated too far ahead of their arrival, dead-lettered in the "
-            "monitor's lookback.",
-            labels=["app", "stream"],
-        )
-        for status in self.statuses:
-            for watermark in status.watermarks:
-                for bucket, time_ms in watermark.progress_ms.items():
-                    progress.add_metric([status.name, watermark.stream, bucket], time_ms / 1000)
-                if watermark.held_back_by is not None:
-                    holding.add_metric([status.name, watermark.stream, watermark.held_back_by], 1)
-                future.add_metric([status.name, watermark.stream], watermark.future_dated)
-        yield from (progress, holding, future)
-
     def __init__(self, statuses: list[AppStatus], firing: list[Alert], now_ms: int) -> None:
         self.statuses = statuses
         self.firing = firing
@@ -157,3 +129,31 @@ class _Snapshot(Collector):
         for alert in self.firing:
             alerts.add_metric([alert.rule, alert.app], 1.0)
         yield alerts
+
+    def _watermarks(self) -> Iterator[GaugeMetricFamily]:
+        """Each input bucket's progress, the bucket holding it back, and future-dated rows."""
+        progress = GaugeMetricFamily(
+            "millrace_input_bucket_event_time_seconds",
+            "Largest event time read from one bucket of an input stream (epoch seconds); "
+            "the input's low watermark is the least over its buckets, minus the lateness.",
+            labels=["app", "stream", "bucket"],
+        )
+        holding = GaugeMetricFamily(
+            "millrace_input_watermark_held_back",
+            "1 for the bucket of an input stream that holds the input's watermark back.",
+            labels=["app", "stream", "bucket"],
+        )
+        future = GaugeMetricFamily(
+            "millrace_input_recent_future_dated_rows",
+            "Rows of an input dated too far ahead of their arrival, dead-lettered in the "
+            "monitor's lookback.",
+            labels=["app", "stream"],
+        )
+        for status in self.statuses:
+            for watermark in status.watermarks:
+                for bucket, time_ms in watermark.progress_ms.items():
+                    progress.add_metric([status.name, watermark.stream, bucket], time_ms / 1000)
+                if watermark.held_back_by is not None:
+                    holding.add_metric([status.name, watermark.stream, watermark.held_back_by], 1)
+                future.add_metric([status.name, watermark.stream], watermark.future_dated)
+        yield from (progress, holding, future)
