@@ -182,3 +182,18 @@ def test_run_names_what_is_wrong_with_a_processor_target() -> None:
     batch = millrace("run", f"{ZEITGEIST}:Zeitgeist", "--batch")
     assert batch.returncode == 2
     assert "--batch needs --from and --to" in batch.stderr
+
+
+def test_run_and_deploy_name_a_processor_files_syntax_error_without_a_traceback(
+    fresh_workspace: Workspace, tmp_path: Path
+) -> None:
+    source = tmp_path / "counts.py"
+    source.write_text("from millrace import Processor\nclass Counts(Processor:\n    pass\n")
+    home = {"MILLRACE_HOME": str(fresh_workspace.root)}
+    for verb in ("run", "deploy"):
+        started = millrace(verb, f"{source}:Counts", environment=home)
+        assert started.returncode == 1, started.stderr
+        assert started.stderr.startswith(
+            f"error[processor]: {source}:2:23: SyntaxError: invalid syntax"
+        ), started.stderr
+        assert "Traceback" not in started.stderr

@@ -10,10 +10,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import traceback
 from pathlib import Path
 from types import ModuleType
 
-from millrace.errors import ProcessorError
+from millrace.errors import MillraceError, ProcessorError
 from millrace.processor.processor import Processor
 
 
@@ -76,6 +77,8 @@ def _module(name: str) -> ModuleType:
             hint="run from the folder that holds it, install it in the virtualenv, or give "
             "its file: path/to/file.py:Class",
         ) from None
+    except Exception as error:
+        raise _loading_failure(error, name) from None
 
 
 def _module_from_file(path: Path) -> ModuleType:
@@ -90,5 +93,31 @@ def _module_from_file(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(specification)
     # Registered before running it, so that classes and pickling can find their module.
     sys.modules[module_name] = module
-    specification.loader.exec_module(module)
+    try:
+        specification.loader.exec_module(module)
+    except Exception as error:
+        raise _loading_failure(error, str(path)) from None
     return module
+
+
+def _loading_failure(error: Exception, source: str) -> MillraceError:
+    """What the CLI says when running `source`'s top-level code failed: where, and why."""
+    if isinstance(error, MillraceError):
+        return error
+    if isinstance(error, SyntaxError):
+        column = f":{error.offset}" if error.offset else ""
+        shown = f"\n    {error.text.rstrip()}" if error.text and error.text.strip() else ""
+        return ProcessorError(
+            f"{error.filename}:{error.lineno}{column}: {type(error).__name__}: {error.msg}{shown}",
+            hint=f"fix the Python there; `python -m py_compile {error.filename}` checks a file "
+            "without running it",
+        )
+    frames = traceback.extract_tb(error.__traceback__)
+    importing = [n for n, frame in enumerate(frames) if frame.filename.startswith("<frozen")]
+    # The frame after importlib's last one is the line of the module's top level that raised.
+    line = frames[importing[-1] + 1] if importing and importing[-1] + 1 < len(frames) else None
+    place = f"{line.filename}:{line.lineno}: " if line else ""
+    return ProcessorError(
+        f"{place}loading {source} raised {type(error).__name__}: {error}",
+        hint="fix the code that runs when the module is imported (its top level)",
+    )
