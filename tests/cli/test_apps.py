@@ -1,4 +1,10 @@
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 from millrace.bus.reader import TailStart, tail
@@ -197,3 +203,46 @@ def test_run_and_deploy_name_a_processor_files_syntax_error_without_a_traceback(
             f"error[processor]: {source}:2:23: SyntaxError: invalid syntax"
         ), started.stderr
         assert "Traceback" not in started.stderr
+
+
+def test_sigterm_to_a_foreground_runs_process_group_stops_it_as_ctrl_c_does(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    # What a service manager or `kill -- -PGID` does: every process of the group gets SIGTERM,
+    # Spark's JVM too; the run must stop its queries gracefully and end with status 0.
+    name = f"terminated_{uuid.uuid4().hex[:8]}"
+    stream = f"test.{name}"
+    create_stream(workspace.settings, stream)
+    app = tmp_path / "app.sql"
+    app.write_text(
+        f"CREATE APPLICATION {name};\n"
+        f"CREATE INPUT TABLE events (event_time, category) FROM STREAM('{stream}') "
+        "TIME event_time;\n"
+        "CREATE TABLE per_category WITH (mode = 'updates') AS SELECT category, COUNT(*) AS n "
+        "FROM events GROUP BY category;\n"
+    )
+    output = tmp_path / "run.out"
+    with output.open("w") as sink:
+        running = subprocess.Popen(
+            [sys.executable, "-m", "millrace.cli.main", "run", str(app)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while f"app '{name}' running" not in output.read_text():
+            assert running.poll() is None, output.read_text()
+            assert time.monotonic() < deadline, output.read_text()
+            time.sleep(0.5)
+        os.killpg(running.pid, signal.SIGTERM)
+        code = running.wait(timeout=120)
+    finally:
+        if running.poll() is None:
+            os.killpg(running.pid, signal.SIGKILL)
+            running.wait()
+    said = output.read_text()
+    assert code == 0, said
+    assert "stopping once the running micro-batches are done..." in said
+    assert said.rstrip().endswith("stopped"), said
+    assert "Traceback" not in said and "stopped SparkContext" not in said

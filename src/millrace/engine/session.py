@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pyspark
 from py4j.java_gateway import JavaObject
+from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
@@ -67,17 +68,39 @@ def spark_session(settings: Settings, app_name: str = "millrace") -> SparkSessio
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     # Spark's own servers (driver, block manager) listen on loopback unless told otherwise.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
-    for key, value in spark_config(settings).items():
-        builder = builder.config(key, value)
+    conf = SparkConf().setAll(
+        [
+            ("spark.master", settings.spark_master),
+            ("spark.app.name", app_name),
+            *spark_config(settings).items(),
+        ]
+    )
     try:
-        spark = builder.getOrCreate()
+        _start_jvm(conf)
+        spark = SparkSession.builder.config(conf=conf).getOrCreate()
     except Exception as error:
         raise EngineError(
             f"could not start Spark with master {settings.spark_master!r}: {error}",
             hint="check spark.master (MILLRACE_SPARK_MASTER) and that Java 17+ is installed",
         ) from error
     return spark
+
+
+def _start_jvm(conf: SparkConf) -> None:
+    """Start Spark's JVM for this process (once), deaf to SIGTERM: the driver decides the stop.
+
+    A SIGTERM sent to a foreground run's process group (a service manager, `kill -- -PGID`)
+    reaches the JVM too, whose shutdown hook would stop the SparkContext under the running
+    queries. Ignored there, the signal reaches only the Python driver, which stops its
+    queries gracefully as on Ctrl-C (the JVM ignores SIGINT from PySpark's start); the JVM
+    still ends with the driver, when the pipe on its stdin closes.
+    """
+    # The same start PySpark makes for a SparkContext (spark-submit with `conf`), done first
+    # so that the JVM ignores SIGTERM before Spark starts inside it.
+    SparkContext._ensure_initialized(conf=conf)
+    jvm = SparkContext._jvm
+    signals = jvm.sun.misc
+    signals.Signal.handle(signals.Signal("TERM"), signals.SignalHandler.SIG_IGN)
 
 
 def stop_spark_session() -> None:
