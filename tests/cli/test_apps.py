@@ -39,12 +39,15 @@ def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
 
     ran = millrace("run", str(EXAMPLE), "--available-now")
     assert ran.returncode == 0, ran.stderr
-    # Each query's last micro-batch is shown; a result table's line counts its late rows.
+    # Each query's micro-batches are shown, and what each query did with the records it read.
     lines = ran.stdout.splitlines()
-    table = [line for line in lines if line.startswith("top_events.table.top_events_5min: ")]
-    assert table[-1].endswith(", 0 late rows dropped"), ran.stdout
-    inserts = [line for line in lines if line.startswith("top_events.insert.superbowl_posts: ")]
-    assert inserts and "late" not in inserts[-1], ran.stdout
+    assert "top_events.table.top_events_5min: batch 0, 4 records read" in ran.stdout
+    [summary] = [line for line in lines if " micro-batches read " in line and "insert" in line]
+    assert summary.startswith("top_events.insert.superbowl_posts: "), ran.stdout
+    assert summary.endswith(
+        " read 4 records: 1 written, 0 dead-lettered, 0 late, 0 duplicates dropped"
+    ), ran.stdout
+    assert "input events: 0 bad records routed to events_stream.dlq" in lines
 
     queried = millrace("query", "top_events.top_events_5min", "--where", "category=movies")
     assert queried.returncode == 0, queried.stderr
@@ -122,6 +125,7 @@ def test_run_batch_writes_the_results_of_a_range_and_says_what_it_wrote(
     assert ran.stdout.splitlines() == [
         "app 'cli_batch' ran over 2026-01-01T00:00:00Z to 2026-01-01T00:01:00Z",
         "table per_minute: 1 row merged",
+        f"input events: 0 bad records routed to {stream_name}.dlq",
     ]
 
 

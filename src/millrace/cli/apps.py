@@ -17,10 +17,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.records import event_time_ms
 from millrace.bus.streams import dead_letter_stream
+from millrace.cli.progress_lines import ProgressLines, QueryTotals, count
 from millrace.cli.rows import json_line
 from millrace.config.workspace import Workspace
-from millrace.engine.low_watermark import BUCKET_METRICS_PREFIX
-from millrace.engine.progress import late_rows
 from millrace.engine.session import spark_session, stop_spark_session
 from millrace.engine.triggers import Trigger
 from millrace.engine.user_code import ship_with_tasks
@@ -33,7 +32,6 @@ from millrace.runtime.processor_batch import run_processor_batch
 from millrace.runtime.processors import start_processor_app
 from millrace.runtime.registry import DEPLOYED_APP_ENV
 from millrace.runtime.sql_apps import (
-    RunningApp,
     explain_sql_app,
     query_result_table,
     run_sql_app_batch,
@@ -255,10 +253,10 @@ def _drive_sql(
         click.echo(f"app {app.name!r} running: {len(running.queries)} queries (Ctrl-C stops)")
         for notice in notices:
             click.echo(f"note: {notice}")
-        seen: dict[str, int] = {}
+        lines = ProgressLines(app.name)
         try:
             while any(query.isActive for query in running.queries) and not stopping.is_set():
-                if _echo_progress(running, seen):
+                if _echo_progress(running.queries, lines):
                     checkpoints.remember(workspace, app.name)
                 stopping.wait(_PROGRESS_EVERY_S)
         except KeyboardInterrupt:
@@ -270,7 +268,9 @@ def _drive_sql(
         else:
             running.await_termination()
         # The last batches may have ended after the last look: their lines give the totals.
-        _echo_progress(running, seen)
+        _echo_progress(running.queries, lines)
+        for query in running.queries:
+            click.echo(lines.totals.get(query.name, QueryTotals()).summary(query.name))
         _echo_dead_letters(app, running.dead_letters())
         if stopping.is_set():
             click.echo("stopped")
@@ -293,10 +293,10 @@ def _drive_processor(
         running = start_processor_app(spark, workspace, processor, trigger=trigger)
         record_state(workspace, processor.name, fingerprint)
         click.echo(f"processor {processor.name!r} running (Ctrl-C stops)")
-        seen: dict[str, int] = {}
+        lines = ProgressLines(processor.name)
         try:
             while running.query.isActive and not stopping.is_set():
-                if _echo_query_progress(running.query, seen):
+                if _echo_progress([running.query], lines):
                     checkpoints.remember(workspace, processor.name)
                 stopping.wait(_PROGRESS_EVERY_S)
         except KeyboardInterrupt:
@@ -305,12 +305,14 @@ def _drive_processor(
             click.echo("stopping once the running micro-batch is done...")
             stop_gracefully([running.query])
         running.await_termination()
-        _echo_query_progress(running.query, seen)
+        _echo_progress([running.query], lines)
+        read = lines.totals.get(running.query.name, QueryTotals()).read
         click.echo(
-            f"{_count(running.productions, 'production')}, "
-            f"{_count(running.late, 'late record')} dropped, "
-            f"{_count(running.duplicates, 'duplicate')} dropped, "
-            f"{_count(running.dead_letters, 'dead letter')}"
+            f"{count(read, 'record')} read: "
+            f"{count(running.productions, 'production')}, "
+            f"{count(running.late, 'late record')} dropped, "
+            f"{count(running.duplicates, 'duplicate')} dropped, "
+            f"{count(running.dead_letters, 'dead letter')}"
         )
         if stopping.is_set():
             click.echo("stopped")
@@ -353,7 +355,7 @@ def _run_processor_batch(target: str, start_ms: int, end_ms: int, master: str | 
         stop_spark_session()
     click.echo(f"processor {processor.name!r} ran over {_iso(start_ms)} to {_iso(end_ms)}")
     click.echo(
-        f"{_count(result.productions, 'production')}, {_count(result.dead_letters, 'dead letter')}"
+        f"{count(result.productions, 'production')}, {count(result.dead_letters, 'dead letter')}"
     )
 
 
@@ -372,19 +374,18 @@ def _run_batch(app_file: Path, start_ms: int, end_ms: int, master: str | None) -
         stop_spark_session()
     click.echo(f"app {app.name!r} ran over {_iso(start_ms)} to {_iso(end_ms)}")
     for table, rows in result.tables.items():
-        click.echo(f"table {table}: {_count(rows, 'row')} merged")
+        click.echo(f"table {table}: {count(rows, 'row')} merged")
     for stream, records in result.streams.items():
-        click.echo(f"stream {stream}: {_count(records, 'record')} written")
+        click.echo(f"stream {stream}: {count(records, 'record')} written")
     _echo_dead_letters(app, result.dead_letters)
 
 
 def _echo_dead_letters(app: SqlApp, dead_letters: dict[str, int]) -> None:
     for source in app.inputs:
-        if dead_letters.get(source.name):
-            click.echo(
-                f"input {source.name}: {_count(dead_letters[source.name], 'bad record')} "
-                f"routed to {dead_letter_stream(source.stream)}"
-            )
+        click.echo(
+            f"input {source.name}: {count(dead_letters.get(source.name, 0), 'bad record')} "
+            f"routed to {dead_letter_stream(source.stream)}"
+        )
 
 
 def _epoch_ms(option: str, text: str) -> int:
@@ -403,50 +404,18 @@ def _epoch_ms(option: str, text: str) -> int:
     return time_ms
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
-
-
 def _iso(time_ms: int) -> str:
     return datetime.fromtimestamp(time_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _echo_progress(running: RunningApp, seen: dict[str, int]) -> bool:
-    """Print the progress of each query that finished a micro-batch since `seen` was updated.
+def _echo_progress(queries: list[StreamingQuery], lines: ProgressLines) -> bool:
+    """Print a line for each micro-batch the queries finished since the last look.
 
     Returns whether any had.
     """
     printed = False
-    for query in running.queries:
-        late = late_rows(query) if query in running.tables.values() else None
-        printed = _echo_query_progress(query, seen, late) or printed
+    for query in queries:
+        for line in lines.new_batches(query):
+            click.echo(line)
+            printed = True
     return printed
-
-
-def _echo_query_progress(
-    query: StreamingQuery, seen: dict[str, int], late: int | None = None
-) -> bool:
-    progress = query.lastProgress
-    if progress and seen.get(query.name) != progress["batchId"]:
-        seen[query.name] = progress["batchId"]
-        click.echo(_progress_line(query.name, progress, late))
-        return True
-    return False
-
-
-def _progress_line(name: str, progress: dict, late: int | None) -> str:
-    watermark = progress.get("eventTime", {}).get("watermark", "-")
-    rate = progress.get("processedRowsPerSecond", 0.0)
-    line = (
-        f"{name}: batch {progress['batchId']}, {progress['numInputRows']} rows "
-        f"({rate:.0f}/s), watermark {watermark}"
-    )
-    # Each bucket of each input reports the records it read dated too far ahead.
-    ahead = sum(
-        int(row["future"] or 0)
-        for metric, row in (progress.get("observedMetrics") or {}).items()
-        if metric.startswith(BUCKET_METRICS_PREFIX)
-    )
-    if ahead:
-        line = f"{line}, {_count(ahead, 'record')} dated ahead (dead-lettered)"
-    return line if late is None else f"{line}, {_count(late, 'late row')} dropped"

@@ -9,10 +9,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from millrace.cli.apps import _count, _echo_dead_letters, _echo_query_progress, _epoch_ms, _iso
+from millrace.cli.apps import _echo_dead_letters, _echo_progress, _epoch_ms, _iso
+from millrace.cli.progress_lines import ProgressLines, count
 from millrace.cli.rows import cell, json_line
 from millrace.config.workspace import Workspace
-from millrace.engine.archive import read_archive, start_archive
+from millrace.engine.archive import ARCHIVE_APP, read_archive, start_archive
 from millrace.engine.session import spark_session, stop_spark_session
 from millrace.runtime.adhoc_sql import QueryResult, run_query
 from millrace.runtime.backfill import backfill as run_backfill
@@ -54,18 +55,17 @@ def archive(
             for name in names
         ]
         click.echo(f"archiving {', '.join(names)} (Ctrl-C stops)")
-        seen: dict[str, int] = {}
+        lines = ProgressLines(ARCHIVE_APP)
         while any(query.isActive for query in queries):
-            for query in queries:
-                _echo_query_progress(query, seen)
+            _echo_progress(queries, lines)
             time.sleep(_PROGRESS_EVERY_S)
         for query in queries:
             query.awaitTermination()
-            _echo_query_progress(query, seen)
+        _echo_progress(queries, lines)
         for name in names:
             records = read_archive(spark, workspace, name).count()
             path = archive_path(workspace, name)
-            click.echo(f"stream {name}: {_count(records, 'record')} in {path}")
+            click.echo(f"stream {name}: {count(records, 'record')} in {path}")
     except KeyboardInterrupt:
         click.echo("stopping...")
     finally:
@@ -109,8 +109,8 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
     if isinstance(result, ProcessorBatchRun):
         click.echo(
             f"processor {result.processor.name!r} backfilled over {_iso(start_ms)} to "
-            f"{_iso(end_ms)} from the warehouse: {_count(result.productions, 'production')}, "
-            f"{_count(result.dead_letters, 'dead letter')}"
+            f"{_iso(end_ms)} from the warehouse: {count(result.productions, 'production')}, "
+            f"{count(result.dead_letters, 'dead letter')}"
         )
         return
     click.echo(
@@ -118,9 +118,9 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
         "from the warehouse"
     )
     for table, rows in result.tables.items():
-        click.echo(f"table {table}: {_count(rows, 'row')} merged")
+        click.echo(f"table {table}: {count(rows, 'row')} merged")
     for stream, records in result.streams.items():
-        click.echo(f"stream {stream}: {_count(records, 'record')} written")
+        click.echo(f"stream {stream}: {count(records, 'record')} written")
     _echo_dead_letters(result.app, result.dead_letters)
 
 
@@ -166,4 +166,4 @@ def print_table(result: QueryResult) -> None:
     for row in result.rows:
         table.add_row(*(cell(row[column]) for column in result.columns))
     Console(soft_wrap=True).print(table)
-    click.echo(_count(len(result.rows), "row"))
+    click.echo(count(len(result.rows), "row"))

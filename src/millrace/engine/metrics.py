@@ -96,7 +96,7 @@ class MetricsListener(StreamingQueryListener):
         self.failures = 0
         """Records that could not be published (bus down, stream missing, refused)."""
         self._publisher: Publisher | None = None
-        self._bucket_progress: dict[tuple[str, str], dict[str, int]] = {}
+        self._inputs = InputProgress()
         self._send_lock = threading.Lock()
         self._retry_at = 0.0
 
@@ -113,34 +113,11 @@ class MetricsListener(StreamingQueryListener):
             self.failures += 1
             return
         if record is not None:
-            self._follow_buckets(record)
+            self._inputs.follow(record)
             self._send(record)
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
         """An idle query ran no batch: nothing to publish."""
-
-    def _follow_buckets(self, record: dict[str, Any]) -> None:
-        """Add each input's bucket progress and the bucket holding its watermark back.
-
-        A bucket's progress is the largest event time read from it by this run of the query
-        (its watermark is that minus the input's lateness); the input's watermark is held
-        back by the bucket with the least, or by a bucket the query reads and has read no
-        record of, which holds it at its start.
-        """
-        for stream, read in record["inputs"].items():
-            progress = self._bucket_progress.setdefault((record["run_id"], stream), {})
-            for bucket, time_ms in read["max_event_ms"].items():
-                progress[bucket] = max(progress.get(bucket, time_ms), time_ms)
-            buckets = {
-                bucket
-                for source in record["sources"]
-                for bucket in (source["end_offsets"] or {}).get(stream, {})
-            } | set(progress)
-            unread = sorted(buckets - set(progress), key=int)
-            read["progress_ms"] = dict(sorted(progress.items(), key=lambda item: int(item[0])))
-            read["held_back_by"] = (
-                unread[0] if unread else min(progress, key=progress.get, default=None)
-            )
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
         """Deliver what is queued, so a stopping app's last batches are not lost."""
@@ -187,6 +164,44 @@ class MetricsListener(StreamingQueryListener):
         except MillraceError as error:
             self.failures += _refused_count(error)
             _log.warning("metrics not published: %s", error)
+
+
+class InputProgress:
+    """Each input's bucket progress over a run of a query, and the bucket holding it back.
+
+    A bucket's progress is the largest event time read from it by this run of the query
+    (its watermark is that minus the input's lateness); the input's watermark is held back
+    by the bucket with the least, or by a bucket the query reads and has read no record of,
+    which holds it at its start. Feed it every metrics record of a run, in order.
+
+    Example:
+        >>> inputs = InputProgress()
+        >>> clicks = {"max_event_ms": {"0": 5, "1": 3}}
+        >>> record = {"run_id": "r", "sources": [], "inputs": {"clicks": clicks}}
+        >>> inputs.follow(record)
+        >>> record["inputs"]["clicks"]["held_back_by"]
+        '1'
+    """
+
+    def __init__(self) -> None:
+        self._progress: dict[tuple[str, str], dict[str, int]] = {}
+
+    def follow(self, record: dict[str, Any]) -> None:
+        """Add `progress_ms` and `held_back_by` to each input of `record` (`metrics_record`)."""
+        for stream, read in record["inputs"].items():
+            progress = self._progress.setdefault((record["run_id"], stream), {})
+            for bucket, time_ms in read["max_event_ms"].items():
+                progress[bucket] = max(progress.get(bucket, time_ms), time_ms)
+            buckets = {
+                bucket
+                for source in record["sources"]
+                for bucket in (source["end_offsets"] or {}).get(stream, {})
+            } | set(progress)
+            unread = sorted(buckets - set(progress), key=int)
+            read["progress_ms"] = dict(sorted(progress.items(), key=lambda item: int(item[0])))
+            read["held_back_by"] = (
+                unread[0] if unread else min(progress, key=progress.get, default=None)
+            )
 
 
 def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:

@@ -1,0 +1,150 @@
+"""The lines `millrace run` prints: one per micro-batch of each query, and totals when it stops.
+
+Each query's micro-batches are read from Spark's recent progress (the last 100 of them), not
+only its last, so that a look every few seconds prints every batch finished since the one
+before. A line accounts for the records the batch read: those written (by a query that writes
+a stream), dead-lettered, dropped as late and dropped as copies of records already processed;
+it shows the watermark, and for an input of several buckets the bucket holding its watermark
+back (`engine.metrics.InputProgress`, as `millrace ps --json` shows it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQuery
+
+from millrace.bus.internal import is_internal_stream
+from millrace.engine.metrics import InputProgress, metrics_record
+
+
+@dataclass
+class QueryTotals:
+    """What one query's micro-batches of this run read and did with it, added up."""
+
+    batches: int = 0
+    read: int = 0
+    written: int | None = None
+    """Records written to the query's stream; None for a query whose sink does not count."""
+    dead_lettered: int = 0
+    late: int = 0
+    duplicates: int = 0
+
+    def summary(self, query: str) -> str:
+        """The line `millrace run` prints for the query when it stops.
+
+        Example:
+            >>> QueryTotals(2, 10, 7, 1, 1, 1).summary("a.insert.out")[:48]
+            'a.insert.out: 2 micro-batches read 10 records: 7'
+        """
+        return (
+            f"{query}: {count(self.batches, 'micro-batch')} read {count(self.read, 'record')}: "
+            + (_fates(self.written, self.dead_lettered, self.late, self.duplicates))
+        )
+
+
+class ProgressLines:
+    """Turns the micro-batches of an app's queries into lines, each batch once, in order.
+
+    Example:
+        >>> lines = ProgressLines("top_events")
+        >>> for line in lines.new_batches(query):  # doctest: +SKIP
+        ...     print(line)
+        top_events.insert.kept: batch 3, 500 records read (812/s): 480 written, ...
+    """
+
+    def __init__(self, app: str) -> None:
+        self.app = app
+        self.totals: dict[str, QueryTotals] = {}
+        """Each query's totals over the batches printed, by query name."""
+        self._printed: dict[str, int] = {}
+        self._inputs = InputProgress()
+
+    def new_batches(self, query: StreamingQuery) -> list[str]:
+        """The lines of `query`'s micro-batches finished since the last call, oldest first."""
+        lines = []
+        for progress in query.recentProgress:
+            if progress.batchId <= self._printed.get(query.name, -1):
+                continue
+            record = metrics_record(progress, {self.app})
+            if record is None:
+                continue
+            self._printed[query.name] = progress.batchId
+            self._inputs.follow(record)
+            lines.append(self._line(record, progress.sink.numOutputRows))
+        return lines
+
+    def _line(self, record: dict[str, Any], written: int) -> str:
+        totals = self.totals.setdefault(record["query"], QueryTotals())
+        read = sum(
+            source["input_rows"]
+            for source in record["sources"]
+            if not any(is_internal_stream(stream) for stream in source["end_offsets"])
+        )
+        known_written = written if written >= 0 else None
+        totals.batches += 1
+        totals.read += read
+        if known_written is not None:
+            totals.written = (totals.written or 0) + known_written
+        totals.dead_lettered += record["dead_letter_rows"]
+        totals.late += record["late_rows"]
+        totals.duplicates += record["duplicate_rows"]
+        line = (
+            f"{record['query']}: batch {record['batch_id']}, {count(read, 'record')} read "
+            f"({record['processed_rows_per_second']:.0f}/s): "
+            + _fates(
+                known_written,
+                record["dead_letter_rows"],
+                record["late_rows"],
+                record["duplicate_rows"],
+            )
+            + f"; watermark {record['watermark'] or '-'}"
+        )
+        ahead = sum(read["future_dated"] for read in record["inputs"].values())
+        if ahead:
+            line += f"; {count(ahead, 'record')} dated ahead (dead-lettered)"
+        return line + "".join(
+            f"; {held}"
+            for stream, read in record["inputs"].items()
+            if (held := _held(stream, read, record))
+        )
+
+
+def _held(stream: str, read: dict[str, Any], record: dict[str, Any]) -> str | None:
+    """`clicks held back by bucket 3 at 12:00:05`, for an input read from several buckets."""
+    buckets = {
+        bucket
+        for source in record["sources"]
+        for bucket in (source["end_offsets"] or {}).get(stream, {})
+    } | set(read["progress_ms"])
+    holder = read["held_back_by"]
+    if holder is None or len(buckets) < 2:
+        return None
+    time_ms = read["progress_ms"].get(holder)
+    if time_ms is None:
+        return f"{stream} held back by bucket {holder}, not read yet"
+    moment = datetime.fromtimestamp(time_ms / 1000, UTC).strftime("%H:%M:%S")
+    return f"{stream} held back by bucket {holder} at {moment}"
+
+
+def _fates(written: int | None, dead_lettered: int, late: int, duplicates: int) -> str:
+    parts = [] if written is None else [f"{written} written"]
+    parts += [
+        f"{dead_lettered} dead-lettered",
+        f"{late} late",
+        f"{count(duplicates, 'duplicate')} dropped",
+    ]
+    return ", ".join(parts)
+
+
+def count(number: int, noun: str) -> str:
+    """`number` and `noun`, plural but for 1.
+
+    Example:
+        >>> count(2, "micro-batch"), count(1, "record")
+        ('2 micro-batches', '1 record')
+    """
+    plural = noun + ("es" if noun.endswith("ch") else "s")
+    return f"{number} {noun if number == 1 else plural}"
