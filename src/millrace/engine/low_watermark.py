@@ -25,7 +25,10 @@ ticked with the most advanced of the other buckets. The app reads its tick strea
 Kafka source, and `bucket_watermarked` feeds each tick to its bucket's watermark operator
 before dropping it, so no query ever sees a tick as a record. A tick is valid only for the
 offsets it was computed from; the ticker waits while any of the app's queries has not yet
-reported where it is, and ticks no bucket that one of them has not read to its end.
+reported where it is, and ticks no bucket that one of them has not read to its end. For the
+same reason a run of the app takes only its own ticks (`Ticks.run`): a query restarted from
+its checkpoint, or rolled back to an earlier batch, re-reads the ticks of the runs before it,
+which were computed from offsets it may not have read again yet.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -54,7 +59,7 @@ TICK_EVERY_S = 1.0
 """How often an `IdleTicker` looks at its stream, and so the most often it ticks a bucket."""
 
 _TICK = "_millrace_tick"
-_TICK_SCHEMA = "app STRING, stream STRING, bucket INT, time_ms LONG"
+_TICK_SCHEMA = "app STRING, stream STRING, run STRING, bucket INT, time_ms LONG"
 _TICK_RETENTION_MS = 86_400_000
 _log = logging.getLogger(__name__)
 
@@ -124,11 +129,25 @@ def read_buckets(
     return frames
 
 
-def read_ticks(spark: SparkSession, workspace: Workspace, app: str, stream: str) -> DataFrame:
-    """The idle ticks of `stream` for app `app`: `bucket` and `time_ms`, from now on.
+@dataclass(frozen=True)
+class Ticks:
+    """The idle ticks of one input of an app, as one run of the app reads them.
+
+    `frame` holds `bucket` and `time_ms` of each tick of run `run`, which is what an
+    `IdleTicker` of the same run publishes.
+    """
+
+    frame: DataFrame
+    run: str
+
+
+def read_ticks(spark: SparkSession, workspace: Workspace, app: str, stream: str) -> Ticks:
+    """The idle ticks of `stream` for this run of app `app`, from now on.
 
     Example:
         >>> ticks = read_ticks(spark, workspace, "demo", "clicks")  # doctest: +SKIP
+        >>> ticks.frame.columns  # doctest: +SKIP
+        ['bucket', 'time_ms']
     """
     topic = tick_stream(app)
     create_internal_stream(workspace.settings, topic, retention_ms=_TICK_RETENTION_MS)
@@ -136,19 +155,25 @@ def read_ticks(spark: SparkSession, workspace: Workspace, app: str, stream: str)
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .option("subscribe", topic)
-        # A tick holds for the offsets the queries had read when it was made: a query that
-        # starts anew must not take older ticks for its own.
+        # A new query starts after the ticks there are; one restarted from its checkpoint
+        # reads on from there, and its filter below leaves out the earlier runs' ticks.
         .option("startingOffsets", "latest")
         # The stream keeps a day of ticks; one gone before it was read is one tick less.
         .option("failOnDataLoss", "false")
         .load()
     )
     tick = F.from_json(F.col("value").cast("string"), _TICK_SCHEMA)
-    return (
+    run = uuid.uuid4().hex
+    frame = (
         raw.select(tick.alias("tick"))
-        .where((F.col("tick.app") == app) & (F.col("tick.stream") == stream))
+        .where(
+            (F.col("tick.app") == app)
+            & (F.col("tick.stream") == stream)
+            & (F.col("tick.run") == run)
+        )
         .select("tick.bucket", "tick.time_ms")
     )
+    return Ticks(frame, run)
 
 
 def bucket_watermarked(
@@ -156,7 +181,7 @@ def bucket_watermarked(
     *,
     time: str,
     lateness_ms: int,
-    ticks: DataFrame | None = None,
+    ticks: Ticks | None = None,
     bucket: int | None = None,
 ) -> DataFrame:
     """One bucket's `records` under a watermark of their own, moved on by the bucket's ticks.
@@ -169,7 +194,7 @@ def bucket_watermarked(
     """
     if ticks is None:
         return records.withWatermark(time, f"{lateness_ms} milliseconds")
-    as_records = ticks.where(F.col("bucket") == bucket).select(
+    as_records = ticks.frame.where(F.col("bucket") == bucket).select(
         *[
             (
                 F.timestamp_millis("time_ms").alias(time)
@@ -232,11 +257,13 @@ def _iso_ms(moment: Column) -> Column:
 class IdleTicker:
     """Ticks the idle buckets of `stream` for the queries of app `app` (see the module).
 
-    `time_of` reads a record's event time (epoch ms, or None when it has none that counts).
+    `run` is the run whose ticks the queries read (`Ticks.run`). `time_of` reads a record's
+    event time (epoch ms, or None when it has none that counts).
     The ticker runs on a thread of its own until `close`.
 
     Example:
         >>> ticker = IdleTicker(spark, workspace, "demo", "clicks",  # doctest: +SKIP
+        ...                     run=ticks.run,
         ...                     time_of=lambda value, arrival_ms: value.get("ms"),
         ...                     idle_timeout_ms=10_000)
         >>> ticker.close()  # doctest: +SKIP
@@ -249,6 +276,7 @@ class IdleTicker:
         app: str,
         stream: str,
         *,
+        run: str,
         time_of: Callable[[dict, int], int | None],
         idle_timeout_ms: int,
         every_s: float = TICK_EVERY_S,
@@ -257,6 +285,7 @@ class IdleTicker:
         self.workspace = workspace
         self.app = app
         self.stream = stream
+        self.run = run
         self.idle_timeout_ms = idle_timeout_ms
         self.ticked: dict[int, int] = {}
         """The last tick published for each bucket (epoch ms)."""
@@ -367,7 +396,13 @@ class IdleTicker:
         offsets = self._writer.write(
             [
                 json.dumps(
-                    {"app": self.app, "stream": self.stream, "bucket": bucket, "time_ms": time_ms}
+                    {
+                        "app": self.app,
+                        "stream": self.stream,
+                        "run": self.run,
+                        "bucket": bucket,
+                        "time_ms": time_ms,
+                    }
                 ).encode()
                 for bucket, time_ms in sorted(ticks.items())
             ]

@@ -209,6 +209,7 @@ def read_stream(
             workspace,
             app,
             stream,
+            run=ticks.run,
             time_of=functools.partial(_time_of, time=time, max_future_ms=max_future_ms),
             idle_timeout_ms=parse_duration_ms(idle_timeout, what="idle timeout"),
         )

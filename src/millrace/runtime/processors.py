@@ -284,6 +284,7 @@ def _read_input(
             workspace,
             processor.name,
             source.stream,
+            run=ticks.run,
             time_of=functools.partial(_time_of, source=source, max_future_ms=max_future_ms),
             idle_timeout_ms=parse_duration_ms(idle_timeout, what="idle_timeout"),
         )
