@@ -433,3 +433,27 @@ def test_an_event_time_is_read_from_epoch_milliseconds_seconds_iso_text_or_the_a
         "milliseconds as text": start_ms + 4,
         "ISO-8601": start_ms + 5_000,
     }
+
+
+def test_a_value_that_is_not_utf8_is_a_dead_letter_and_an_empty_id_header_is_no_id(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name)
+    start_ms = int(START.timestamp() * 1000)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer.produce(stream_name, b'{"time": %d, "event": "caf\xe9"}' % start_ms)
+    producer.produce(
+        stream_name, b'{"time": %d, "event": "no id"}' % start_ms, headers=[("id", b"")]
+    )
+    producer.flush()
+
+    source = read_batch(
+        spark, workspace, stream_name, SCHEMA, time="time", start_ms=start_ms, end_ms=start_ms + 1
+    )
+
+    [row] = source.records.collect()
+    assert (row.event, row.record_id) == ("no id", f"{stream_name}:0:1")
+    [letter] = tail(
+        dead_letter_stream(stream_name), TailStart(from_beginning=True), settings=workspace.settings
+    )
+    assert (letter.value["error"], letter.value["offset"]) == ("value is not valid UTF-8", 0)

@@ -506,10 +506,15 @@ def _decode(
     with_parts = with_parts.withColumn(
         "_event_time", F.when(ahead_ms <= max_future_ms, F.col("_time_read"))
     )
-    bad = _unparsed() | F.col("_event_time").isNull()
+    bad = _unparsed() | ~_valid_utf8() | F.col("_event_time").isNull()
     # Nondeterministic for the same reason as `_parsed`: the filter on `_bad` then tests a
     # column computed once, instead of recomputing the event time and the checks inside it.
     return with_parts.withColumn("_bad", F.when(F.spark_partition_id() >= 0, bad))
+
+
+def _valid_utf8() -> Column:
+    """Whether a record's value is UTF-8, as JSON is: Spark would read other bytes as U+FFFD."""
+    return F.col("_bytes").isNull() | F.expr("is_valid_utf8(CAST(_bytes AS STRING))")
 
 
 def _unparsed() -> Column:
@@ -538,15 +543,17 @@ def event_time_column(raw: Column, arrival: Column) -> Column:
 
 
 def _record_id() -> Column:
-    """The `id` header's value; millrace's writers put it first, which spares a search."""
+    """The `id` header's value, NULL when empty; millrace's writers put it first."""
     first = F.expr("try_element_at(headers, 1)")
     searched = F.expr(f"try_element_at(filter(headers, h -> h.key = '{ID_HEADER}'), 1)")
-    return (
+    found = (
         F.when(first.getField("key") == ID_HEADER, first)
         .otherwise(searched)
         .getField("value")
         .cast("string")
     )
+    # Another producer's empty header is no id: the record gets its place, as without one.
+    return F.nullif(found, F.lit(""))
 
 
 def _good_records(decoded: DataFrame, fields: list[StructField], time: str) -> DataFrame:
@@ -579,6 +586,7 @@ def _error_reason(fields: list[StructField], time: str, max_future_ms: int) -> C
     corrupt = _unparsed()
     return (
         F.when(F.col("_bytes").isNull(), F.lit("value is empty"))
+        .when(~_valid_utf8(), F.lit("value is not valid UTF-8"))
         .when(corrupt & variant.isNull(), F.lit("value is not valid JSON"))
         .when(
             corrupt
