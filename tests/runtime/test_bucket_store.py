@@ -35,3 +35,36 @@ def test_a_timer_earlier_than_the_ids_expiry_is_what_the_key_waits_for() -> None
     store.update({"both": None}, processor="counter")
     assert store.next_timer_ms() is None
     assert store.due_keys(T0 + 10_000) == []
+
+
+def test_a_key_with_a_processing_time_timer_is_due_once_the_clock_reaches_it() -> None:
+    store = BucketStore(None, None)
+    store.update(
+        {
+            "idle": {"timers": {"idle": ["processing_time", T0 + 30_000]}},
+            "both": {
+                "timers": {"close": ["event_time", T0], "idle": ["processing_time", T0 + 5_000]}
+            },
+        },
+        processor="sessions",
+    )
+
+    assert store.next_clock_ms() == T0 + 5_000
+    assert store.next_timer_ms() == T0
+    reread = BucketStore(*store.encode())
+    assert reread.due_keys(None, processing_time_ms=T0 + 4_999) == []
+    assert reread.due_keys(None, processing_time_ms=T0 + 5_000) == ["both"]
+    assert sorted(reread.due_keys(None, processing_time_ms=T0 + 30_000)) == ["both", "idle"]
+    # The watermark alone wakes only event-time timers.
+    assert reread.due_keys(T0 + 60_000) == ["both"]
+    reread.update({"idle": None, "both": {"state": {"n": 1}}}, processor="sessions")
+    assert reread.next_clock_ms() is None
+    assert reread.next_timer_ms() is None
+
+
+def test_a_bucket_stored_before_processing_time_timers_reads_as_having_none() -> None:
+    store = BucketStore('"cats"\t{"timers":{"close":["event_time",2000]}}', '"cats"\t2000')
+
+    assert store.due_keys(2000, processing_time_ms=10**15) == ["cats"]
+    assert store.next_clock_ms() is None
+    assert store.encode()[1] == '"cats"\t2000'

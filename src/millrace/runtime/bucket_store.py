@@ -6,14 +6,17 @@ micro-batch made the cost of a micro-batch grow with the keys stored, not with t
 touched. `BucketStore` keeps the bucket as two texts that split and join in C:
 
 - `keys`: one line per key, the key as canonical JSON, a tab, the key's stored state as JSON;
-- `timers`: one line per key that waits for the watermark, the key's JSON, a tab, and the
-  watermark it waits for: its earliest event-time timer, or the expiry of the record ids it
-  remembers for deduplication (one past the earliest id's event time), whichever is first.
+- `timers`: one line per key that waits for the watermark or the clock, the key's JSON, a
+  tab, and the watermark it waits for (empty when none): its earliest event-time timer, or the
+  expiry of the record ids it remembers for deduplication (one past the earliest id's event
+  time), whichever is first; then, for a key with processing-time timers, a tab and the
+  earliest of them. A line without that third field has none, as every line stored before
+  processing-time timers ran on Spark.
 
 JSON text never holds a raw tab or newline (it escapes them), so the lines split safely.
 A micro-batch decodes the state of the keys that have records and of the keys whose wait the
-watermark has passed (found from `timers` without decoding any state), and encodes only the
-keys that ran; every other key's text is copied through as it is.
+watermark or the clock has passed (found from `timers` without decoding any state), and
+encodes only the keys that ran; every other key's text is copied through as it is.
 
 Keys Python finds equal (1, 1.0, True) are one key, as in `bucket_of`; a key read back from
 the store is in its canonical form (1, and a tuple for a list).
@@ -23,6 +26,9 @@ Example:
     >>> store.update({"cats": {"timers": {"close": ["event_time", 2000]}}}, processor="p")
     >>> store.due_keys(2000), store.next_timer_ms()
     (['cats'], 2000)
+    >>> store.update({"dogs": {"timers": {"idle": ["processing_time", 9000]}}}, processor="p")
+    >>> store.due_keys(None, processing_time_ms=9000), store.next_clock_ms()
+    (['dogs'], 9000)
     >>> BucketStore(*store.encode()).get("cats")
     {'timers': {'close': ['event_time', 2000]}}
 """
@@ -48,9 +54,14 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
 
     def __init__(self, keys: str | None, timers: str | None) -> None:
         self._texts: dict[str, str] = _lines(keys)
-        self._timers: dict[str, int] = {
-            key_text: int(time_ms) for key_text, time_ms in _lines(timers).items()
-        }
+        self._timers: dict[str, int] = {}
+        self._clock: dict[str, int] = {}
+        for key_text, times in _lines(timers).items():
+            event_ms, _, clock_ms = times.partition("\t")
+            if event_ms:
+                self._timers[key_text] = int(event_ms)
+            if clock_ms:
+                self._clock[key_text] = int(clock_ms)
         self._decoded: dict[str, Mapping[str, Any]] = {}
         self._key_texts: dict[Any, str] = {}
 
@@ -79,19 +90,33 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
     def __len__(self) -> int:
         return len(self._texts)
 
-    def due_keys(self, watermark_ms: int | None) -> list[Any]:
-        """The keys with an event-time timer (or an id expiry) at or before `watermark_ms`."""
-        if watermark_ms is None:
-            return []
-        return [
-            key_of_text(key_text)
+    def due_keys(
+        self, watermark_ms: int | None, *, processing_time_ms: int | None = None
+    ) -> list[Any]:
+        """The keys with a due timer: of event time (or an id expiry) by `watermark_ms`.
+
+        With `processing_time_ms`, also the keys with a processing-time timer at or before it.
+        """
+        due = dict.fromkeys(
+            key_text
             for key_text, time_ms in self._timers.items()
-            if time_ms <= watermark_ms
-        ]
+            if watermark_ms is not None and time_ms <= watermark_ms
+        )
+        if processing_time_ms is not None:
+            due.update(
+                (key_text, None)
+                for key_text, time_ms in self._clock.items()
+                if time_ms <= processing_time_ms
+            )
+        return [key_of_text(key_text) for key_text in due]
 
     def next_timer_ms(self) -> int | None:
         """The earliest event-time timer (or id expiry) of any key, or None."""
         return min(self._timers.values(), default=None)
+
+    def next_clock_ms(self) -> int | None:
+        """The earliest processing-time timer of any key, or None."""
+        return min(self._clock.values(), default=None)
 
     def update(self, states: Mapping[Any, Mapping[str, Any] | None], *, processor: str) -> None:
         """Replace the stored state of each key in `states`; None removes the key."""
@@ -104,28 +129,28 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
             if key_stored is None:
                 self._texts.pop(key_text, None)
                 self._timers.pop(key_text, None)
+                self._clock.pop(key_text, None)
                 continue
             self._texts[key_text] = _text_of(key_stored, processor)
-            times = [
-                time_ms
-                for domain, time_ms in key_stored.get("timers", {}).values()
-                if domain == "event_time"
-            ]
+            times = []
+            clock_times = []
+            for domain, time_ms in key_stored.get("timers", {}).values():
+                (times if domain == "event_time" else clock_times).append(time_ms)
             seen = key_stored.get("seen")
             if seen:
                 # An id is forgotten once the watermark is past its event time.
                 times.append(min(seen.values()) + 1)
-            if times:
-                self._timers[key_text] = min(times)
-            else:
-                self._timers.pop(key_text, None)
+            _set_or_drop(self._timers, key_text, min(times, default=None))
+            _set_or_drop(self._clock, key_text, min(clock_times, default=None))
 
     def encode(self) -> tuple[str, str]:
         """The `keys` and `timers` texts, to store; `BucketStore(*encode())` reads them back."""
-        return (
-            "\n".join(map("\t".join, self._texts.items())),
-            "\n".join(f"{key_text}\t{time_ms}" for key_text, time_ms in self._timers.items()),
-        )
+        waits = [
+            f"{key_text}\t{self._timers.get(key_text, '')}"
+            + (f"\t{self._clock[key_text]}" if key_text in self._clock else "")
+            for key_text in {**self._timers, **self._clock}
+        ]
+        return "\n".join(map("\t".join, self._texts.items())), "\n".join(waits)
 
 
 def canonical_key(key: Any) -> Any:
@@ -175,6 +200,13 @@ def key_of_text(text: str) -> Any:
 def _key_from_json(key: Any) -> Any:
     # A key is hashable, so a list in stored JSON was a tuple.
     return tuple(_key_from_json(part) for part in key) if isinstance(key, list) else key
+
+
+def _set_or_drop(index: dict[str, int], key_text: str, time_ms: int | None) -> None:
+    if time_ms is None:
+        index.pop(key_text, None)
+    else:
+        index[key_text] = time_ms
 
 
 def _lines(text: str | None) -> dict[str, str]:

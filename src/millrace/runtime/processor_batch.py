@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
@@ -68,7 +68,6 @@ from millrace.runtime.processors import (
     _placed,
     _processor_error_in,
     _record_of,
-    _require_event_time_timers,
     _require_stream,
     _undecodable_letter,
     _worker_error_text,
@@ -215,13 +214,13 @@ def _bucket_function(
             )
             stored = {key: state for key, state in first.states.items() if state is not None}
             for key, key_stored in stored.items():
-                _require_event_time_timers(name, key, key_stored)
+                _require_no_clock(name, key, key_stored)
             last = run_batch(
                 processor, stored, [], watermark_ms=end_ms, processing_time_ms=processing_time_ms
             )
             for key, key_stored in last.states.items():
                 if key_stored is not None:
-                    _require_event_time_timers(name, key, key_stored)
+                    _require_no_clock(name, key, key_stored)
         except ProcessorError as error:
             raise RuntimeError(_worker_error_text(error)) from error
         outputs.extend(_outputs_of(name, first))
@@ -229,3 +228,15 @@ def _bucket_function(
         return pd.DataFrame(outputs, columns=list(_Output._fields))
 
     return run_bucket
+
+
+def _require_no_clock(name: str, key: Any, key_stored: Mapping[str, Any]) -> None:
+    """A batch run replays stored event times: a timer waiting for the wall clock stops it."""
+    for tag, (domain, _) in key_stored.get("timers", {}).items():
+        if domain == "processing_time":
+            raise ProcessorError(
+                f"processor {name!r} set processing-time timer {tag!r} for key {key!r}, and a "
+                "batch run has no wall clock to wait for",
+                hint="run the processor streaming (without --batch), where processing-time "
+                "timers fire when the clock reaches them, or use event-time timers",
+            )

@@ -12,16 +12,17 @@ Row flavour builds every cell of every row as a Python object of its own, and wi
 
 The bucket state is one `ValueState` of schema `keys STRING, timers STRING, timer_ms LONG`:
 `keys` and `timers` are a `millrace.runtime.bucket_store.BucketStore`, one JSON text per key
-and each key's earliest event-time timer, so that a micro-batch decodes and encodes only the
-keys it runs (those with records and those with a due timer) and copies the others' text
+and each key's earliest timer of each time domain, so that a micro-batch decodes and encodes
+only the keys it runs (those with records and those with a due timer) and copies the others' text
 through; `timer_ms` is the bucket's registered Spark timer (null when none). Keeping each key
 in a `MapState` entry instead would bring back a round trip per key (Spark's state API has no
 bulk map write).
 
 Timers: each bucket registers one Spark event-time timer, at the earliest event-time timer of
 its keys. When the watermark passes it, `run_batch` runs on the bucket with no records and
-fires what is due. The operator runs in event time, so a processing-time timer stops the app
-with a `ProcessorError`.
+fires what is due. The operator runs in event time; processing-time timers fire whenever
+their bucket runs in a micro-batch whose processing time has reached them, and
+`millrace.runtime.processor_clock` wakes the bucket when the wall clock gets there.
 
 Inputs are read from Kafka as raw values, since a processor's records are whole JSON objects
 of any fields, each bucket of a stream by a source of its own under its own watermark, so that
@@ -43,7 +44,7 @@ from __future__ import annotations
 import functools
 import json
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -85,6 +86,7 @@ from millrace.processor import lookups
 from millrace.processor.execution import BatchOutcome, DeadLetter, run_batch
 from millrace.processor.processor import Input, Processor
 from millrace.runtime.bucket_store import BucketStore, canonical_key, canonical_text
+from millrace.runtime.processor_clock import ProcessorClock, clock_stream, read_wakeups
 from millrace.serving.tables import describe_table
 
 DEFAULT_BUCKETS = 64
@@ -93,7 +95,9 @@ DEFAULT_BUCKETS = 64
 _OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING"
 _PRODUCTION, _DEAD_LETTER = "production", "dead_letter"
 _LATE, _DUPLICATE = "late", "duplicate"
-_NOT_WRITTEN = (_LATE, _DUPLICATE)
+# A bucket's earliest processing-time timer, for the driver's `ProcessorClock`.
+_CLOCK = "clock"
+_NOT_WRITTEN = (_LATE, _DUPLICATE, _CLOCK)
 _BUCKET_STATE_SCHEMA = "keys STRING, timers STRING, timer_ms LONG"
 # A ProcessorError raised in a Python worker reaches the driver as the text of a Spark
 # exception; this mark starts its fields, as JSON, so the driver can raise it again.
@@ -118,6 +122,7 @@ class RunningProcessor:
     duplicates: int = 0
     _stream_buckets: dict[str, int] = field(default_factory=dict)
     _tickers: list[IdleTicker] = field(default_factory=list)
+    _clock: ProcessorClock | None = None
 
     def process_all_available(self) -> None:
         """Block until the query has processed the data there is; a failure is raised here."""
@@ -139,6 +144,9 @@ class RunningProcessor:
         for ticker in self._tickers:
             ticker.close()
         self._tickers.clear()
+        if self._clock is not None:
+            self._clock.close()
+            self._clock = None
 
     def _surfacing(self, wait: Callable[[], Any]) -> None:
         try:
@@ -195,6 +203,8 @@ def start_processor_app(
         records = frame if records is None else records.unionByName(frame)
         tickers += [ticker] if ticker is not None else []
     assert records is not None  # validate() requires at least one input
+    # Read in every run, so that a checkpoint holds the same sources whether a clock runs.
+    records = records.unionByName(_wakeup_rows(spark, workspace, processor_class.name, records))
     outputs = records.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=_BucketRunner(
             processor_class,
@@ -219,8 +229,9 @@ def start_processor_app(
     elif trigger is not None:
         writer = trigger.apply(writer, f"{processor_class.name}.processor", foreach_batch=True)
     # transformWithState keeps its state only in RocksDB.
+    clock = ProcessorClock(workspace, processor_class.name, buckets=buckets) if idle_ticks else None
     with state_store(spark, "rocksdb"):
-        running = RunningProcessor(processor_class, writer.start(), _tickers=tickers)
+        running = RunningProcessor(processor_class, writer.start(), _tickers=tickers, _clock=clock)
     return running
 
 
@@ -289,6 +300,25 @@ def _read_input(
             idle_timeout_ms=parse_duration_ms(idle_timeout, what="idle_timeout"),
         )
     return union_buckets(branches).drop("event_time"), ticker
+
+
+def _wakeup_rows(
+    spark: SparkSession, workspace: Workspace, name: str, records: DataFrame
+) -> DataFrame:
+    """The wake-ups of `millrace.runtime.processor_clock` as rows of `records`' columns.
+
+    A wake-up has its bucket, the clock stream for its `stream`, and nothing else.
+    """
+    return read_wakeups(spark, workspace, name).select(
+        *[
+            F.lit(clock_stream(name)).alias(column)
+            if column == "stream"
+            else F.col(column)
+            if column == "bucket"
+            else F.lit(None).cast(kind).alias(column)
+            for column, kind in records.dtypes
+        ]
+    )
 
 
 def _max_future_ms(workspace: Workspace, source: Input) -> int:
@@ -403,6 +433,7 @@ class _BucketRunner(StatefulProcessor):
     ) -> None:
         self.processor_class = processor_class
         self.lookup_source = lookup_source
+        self.clock_stream = clock_stream(processor_class.name)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         lookups.use(self.lookup_source)
@@ -420,12 +451,14 @@ class _BucketRunner(StatefulProcessor):
         records: list[Record] = []
         undecodable: list[_Output] = []
         for frame in rows:
+            # A wake-up only makes the bucket run.
+            frame = frame[frame["stream"] != self.clock_stream]
             for row in _input_rows(frame):
                 try:
                     records.append(_record_of(row))
                 except RecordDecodeError as error:
                     undecodable.append(_undecodable_letter(row, str(error)))
-        yield from _frames(undecodable + self._run(records, timerValues))
+        yield from _frames(undecodable + self._run(int(key[0]), records, timerValues))
 
     def handleExpiredTimer(  # noqa: N802
         self,
@@ -433,18 +466,21 @@ class _BucketRunner(StatefulProcessor):
         timerValues: TimerValues,  # noqa: N803
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[pd.DataFrame]:
-        yield from _frames(self._run([], timerValues))
+        yield from _frames(self._run(int(key[0]), [], timerValues))
 
     def close(self) -> None:
         pass
 
-    def _run(self, records: list[Record], timer_values: TimerValues) -> list[_Output]:
+    def _run(self, bucket: int, records: list[Record], timer_values: TimerValues) -> list[_Output]:
         name = self.processor_class.name
         kept = self.bucket_state.get() if self.bucket_state.exists() else None
         store = BucketStore(kept[0], kept[1]) if kept else BucketStore(None, None)
         registered_ms = kept[2] if kept else None
+        clock_before_ms = store.next_clock_ms()
         # Spark's watermark is 0 until an input has seen a record.
         watermark_ms = timer_values.getCurrentWatermarkInMs() or None
+        # The batch's timestamp, the same when a micro-batch runs again after a crash.
+        processing_time_ms = timer_values.getCurrentProcessingTimeInMs()
         try:
             # The bucket's lookup keys in one round trip, before the callbacks look them up.
             lookups.prefetch(
@@ -455,12 +491,9 @@ class _BucketRunner(StatefulProcessor):
                 store,
                 records,
                 watermark_ms=watermark_ms,
-                processing_time_ms=timer_values.getCurrentProcessingTimeInMs(),
-                timer_keys=store.due_keys(watermark_ms),
+                processing_time_ms=processing_time_ms,
+                timer_keys=store.due_keys(watermark_ms, processing_time_ms=processing_time_ms),
             )
-            for key, key_stored in outcome.states.items():
-                if key_stored is not None:
-                    _require_event_time_timers(name, key, key_stored)
             store.update(outcome.states, processor=name)
         except ProcessorError as error:
             raise RuntimeError(_worker_error_text(error)) from error
@@ -470,11 +503,21 @@ class _BucketRunner(StatefulProcessor):
                 self.handle.deleteTimer(registered_ms)
             if next_timer_ms is not None:
                 self.handle.registerTimer(next_timer_ms)
-        if store:
-            self.bucket_state.update((*store.encode(), next_timer_ms))
-        else:
+        if not store:
             self.bucket_state.clear()
-        return _outputs_of(name, outcome)
+        elif outcome.states or next_timer_ms != registered_ms:
+            self.bucket_state.update((*store.encode(), next_timer_ms))
+        outputs = _outputs_of(name, outcome)
+        clock_ms = store.next_clock_ms()
+        if clock_ms is not None or clock_before_ms is not None:
+            outputs.append(
+                _Output(_CLOCK, self.clock_stream, str(bucket), _text_or_none(clock_ms), "")
+            )
+        return outputs
+
+
+def _text_or_none(time_ms: int | None) -> str | None:
+    return None if time_ms is None else str(time_ms)
 
 
 def _outputs_of(name: str, outcome: BatchOutcome) -> list[_Output]:
@@ -597,18 +640,6 @@ def _processor_letter(name: str, letter: DeadLetter) -> _Output:
     )
 
 
-def _require_event_time_timers(name: str, key: Any, key_stored: Mapping[str, Any]) -> None:
-    for tag, (domain, _) in key_stored.get("timers", {}).items():
-        if domain == "processing_time":
-            raise ProcessorError(
-                f"processor {name!r} set processing-time timer {tag!r} for key {key!r}, and the "
-                "Spark runtime runs processors in event time only",
-                hint="Spark's transformWithState takes one time mode per operator; use an "
-                "event-time timer (set_timer(tag, event_time_ms=...)), or run processors that "
-                "need the wall clock with ProcessorTester until both modes are mapped",
-            )
-
-
 def _canonical_text(key: Any) -> str:
     return json.dumps(canonical_key(key), separators=(",", ":"), default=repr)
 
@@ -637,7 +668,13 @@ def _processor_error_in(text: str) -> ProcessorError | None:
 
 def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataFrame) -> None:
     """Write one micro-batch's productions and dead letters to Kafka, in one write."""
-    counts = _write_output_rows(workspace, running.processor.name, running._stream_buckets, batch)
+    counts = _write_output_rows(
+        workspace,
+        running.processor.name,
+        running._stream_buckets,
+        batch,
+        on_clock=running._clock.report if running._clock is not None else None,
+    )
     running.productions += counts[_PRODUCTION]
     running.dead_letters += counts[_DEAD_LETTER]
     running.late += counts[_LATE]
@@ -645,17 +682,26 @@ def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataF
 
 
 def _write_output_rows(
-    workspace: Workspace, name: str, stream_buckets: dict[str, int], batch: DataFrame
+    workspace: Workspace,
+    name: str,
+    stream_buckets: dict[str, int],
+    batch: DataFrame,
+    *,
+    on_clock: Callable[[dict[int, int | None]], None] | None = None,
 ) -> dict[str, int]:
     """Write the operator's output rows to Kafka in one write; the rows of each kind.
 
     An output stream that does not exist fails the write before anything is written;
     `stream_buckets` remembers the bucket count of each stream found, so each is looked up
     once. A production without a key goes to a bucket chosen by its id (`bucket_by_id`).
+    `on_clock` is given the buckets' earliest processing-time timers the batch reports.
     """
     batch.persist()
     try:
         counts = batch.groupBy("kind", "stream").count().collect()
+        if on_clock is not None and any(row["kind"] == _CLOCK for row in counts):
+            reports = batch.where(F.col("kind") == _CLOCK).select("key", "value").collect()
+            on_clock({int(row["key"]): _int_or_none(row["value"]) for row in reports})
         tables = _write_table_productions(name, workspace, batch, counts)
         for row in counts:
             if row["stream"] in tables:
@@ -694,6 +740,10 @@ def _write_output_rows(
         return totals
     finally:
         batch.unpersist()
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return None if text is None else int(text)
 
 
 def _write_table_productions(
