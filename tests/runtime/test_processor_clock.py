@@ -1,6 +1,7 @@
 """Processing-time timers on Spark (millrace.runtime.processor_clock through
 millrace.runtime.processors): mixed with event-time timers in one processor, they fire with no
-further record, once, across a restart, and give what ProcessorTester gives."""
+further record, once, across a restart, and give what ProcessorTester gives; the driver's
+clock wakes every bucket when it starts, then each reported bucket once when its time comes."""
 
 # Processor classes declare `inputs` as a list, the way users write them.
 # ruff: noqa: RUF012
@@ -17,10 +18,12 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, MapState, Processor, ValueState
+from millrace.bus.internal import create_internal_stream, read_after
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.records import Record
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+from millrace.runtime.processor_clock import ProcessorClock, clock_stream
 from millrace.runtime.processors import start_processor_app
 from millrace.testing import ProcessorTester
 
@@ -186,3 +189,30 @@ def test_wall_clock_and_event_time_timers_give_on_spark_what_the_tester_gives(ru
     assert sorted_values([record.value for record in run.after_restart]) == expected
     assert {"user": "ann", "window": T0 + WINDOW_MS, "count": 1} in expected
     assert len(expected) == 7
+
+
+def test_the_clock_wakes_every_bucket_at_start_then_a_reported_bucket_once_when_due(
+    workspace: Workspace,
+) -> None:
+    app = f"clock_{uuid.uuid4().hex[:8]}"
+    create_internal_stream(workspace.settings, clock_stream(app))
+    clock = ProcessorClock(workspace, app, buckets=3)
+    try:
+        assert woken(workspace, app, count=3) == [0, 1, 2]
+        clock.report({1: int(time.time() * 1000) + 1_000, 2: None})
+        # Bucket 1 once its time has come; bucket 0, never reported, is not woken again.
+        assert woken(workspace, app, count=4)[3:] == [1]
+        time.sleep(1.5)
+        assert woken(workspace, app, count=4) == [0, 1, 2, 1]
+    finally:
+        clock.close()
+
+
+def woken(workspace: Workspace, app: str, count: int) -> list[int]:
+    """The buckets woken so far, once there are `count` wake-ups (within 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        records, _ = read_after(workspace.settings, clock_stream(app), {0: 0})
+        if len(records) >= count or time.monotonic() > deadline:
+            return [stamped.record.value["bucket"] for stamped in records]
+        time.sleep(0.1)
