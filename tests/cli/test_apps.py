@@ -254,3 +254,27 @@ def test_sigterm_to_a_foreground_runs_process_group_stops_it_as_ctrl_c_does(
     assert "stopping once the running micro-batches are done..." in said
     assert said.rstrip().endswith("stopped"), said
     assert "Traceback" not in said and "stopped SparkContext" not in said
+
+
+def test_check_run_and_deploy_refuse_a_distinct_count_at_its_place_before_spark(
+    fresh_workspace: Workspace, tmp_path: Path
+) -> None:
+    app = tmp_path / "app.sql"
+    app.write_text(
+        "CREATE APPLICATION distinct_users;\n"
+        "CREATE INPUT TABLE events (event_time, user, category) FROM STREAM('events') "
+        "TIME event_time;\n"
+        "CREATE TABLE users WITH (mode = 'updates') AS\n"
+        "SELECT category,\n"
+        "       COUNT(DISTINCT user) AS users\n"
+        "FROM events GROUP BY category;\n"
+    )
+    home = {"MILLRACE_HOME": str(fresh_workspace.root)}
+    for command in (["check", str(app)], ["run", str(app)], ["deploy", str(app)]):
+        refused = millrace(*command, environment=home)
+        assert refused.returncode == 1, command
+        assert refused.stderr.startswith(
+            f"error[sql]: {app}:5:8: COUNT(DISTINCT user) cannot run on a stream"
+        ), refused.stderr
+        assert "APPROX_COUNT_DISTINCT(user)" in refused.stderr
+        assert "running" not in refused.stdout

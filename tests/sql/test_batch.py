@@ -2,18 +2,21 @@ import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
 
+import pytest
 from pyspark.sql import SparkSession
 
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+from millrace.errors import SqlError
 from millrace.runtime.sql_apps import (
     BatchRun,
     query_result_table,
     run_sql_app_batch,
     start_sql_app,
 )
+from millrace.sql.compiler import compile_app
 from millrace.sql.parser import SqlApp, parse_app
 
 START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
@@ -173,3 +176,37 @@ def test_a_batch_insert_writes_the_filtered_records_of_the_range_with_their_ids(
         f"{app.name}:{sports}:{ids[event['event']]}": event["event"] for event in in_range
     }
     assert run.streams == {sports: len(in_range)}
+
+
+def test_a_distinct_count_runs_exactly_in_a_batch_run_and_is_refused_on_a_stream(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name)
+    events = _events(30, 29_000)
+    _publish(workspace, stream_name, events)
+    app = parse_app(
+        f"CREATE APPLICATION batch_{uuid.uuid4().hex[:8]};\n"
+        "CREATE INPUT TABLE events (event_time, event, category, score DOUBLE)\n"
+        f"  FROM STREAM('{stream_name}') TIME event_time LATENESS '30 seconds';\n"
+        "CREATE TABLE per_5min AS\n"
+        "SELECT category, COUNT(DISTINCT event) AS events\n"
+        "FROM events [5 minutes] GROUP BY category;\n",
+        "app.sql",
+    )
+
+    with pytest.raises(SqlError, match=r"^app\.sql:5:18: COUNT\(DISTINCT event\) cannot run"):
+        compile_app(spark, workspace, app)
+    run_sql_app_batch(spark, workspace, app, start_ms=START_MS, end_ms=START_MS + 15 * MINUTE_MS)
+
+    rows = query_result_table(spark, workspace, app.name, "per_5min")
+    expected: dict[tuple[int, str], int] = defaultdict(int)
+    for event in events:
+        minute = (event["event_time"] - START_MS) // MINUTE_MS
+        if minute < 15:
+            expected[(minute // 5 * 5, event["category"])] += 1
+    assert {
+        ((int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS, row["category"]): (
+            row["events"]
+        )
+        for row in rows
+    } == expected

@@ -39,6 +39,7 @@ from millrace.runtime.sql_apps import (
     state_store_notices,
 )
 from millrace.runtime.state_schema import Fingerprint, record_state
+from millrace.sql.compiler import require_streaming_aggregates
 from millrace.sql.parser import SqlApp, load_app
 
 _PROGRESS_EVERY_S = 2.0
@@ -49,6 +50,7 @@ _PROGRESS_EVERY_S = 2.0
 def check(app_file: Path) -> None:
     """Validate the SQL app in APP_FILE against the bus and print its Spark plans."""
     app = load_app(app_file)
+    require_streaming_aggregates(app)
     workspace = Workspace.locate().require_initialized()
     try:
         plans = explain_sql_app(spark_session(workspace.settings, app.name), workspace, app)

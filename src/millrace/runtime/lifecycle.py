@@ -53,6 +53,7 @@ from millrace.runtime.state_schema import (
     processor_fingerprint,
     sql_fingerprint,
 )
+from millrace.sql.compiler import require_streaming_aggregates
 from millrace.sql.parser import SqlApp, load_app
 
 STOP_TIMEOUT_S = 120.0
@@ -141,7 +142,12 @@ def describe_source(source: str) -> AppSource:
 
 
 def describe_sql(app: SqlApp, path: Path) -> AppSource:
-    """What SQL app `app`, loaded from `path`, is to the lifecycle."""
+    """What SQL app `app`, loaded from `path`, is to the lifecycle; checked to stream.
+
+    Raises `SqlError` for an aggregate Spark cannot run on a stream (`COUNT(DISTINCT x)`),
+    before any Spark starts.
+    """
+    require_streaming_aggregates(app)
     tables = tuple(table.name for table in app.tables)
     return AppSource(
         "sql", app.name, str(path.absolute()), sql_fingerprint(app), sql_queries(app), tables

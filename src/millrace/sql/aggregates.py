@@ -47,6 +47,21 @@ def is_aggregate(node: exp.Expression) -> bool:
     return isinstance(node, exp.AggFunc) or is_topk(node)
 
 
+def distinct_aggregates(tree: exp.Expression) -> list[exp.Expression]:
+    """The aggregate calls in `tree` over DISTINCT values, such as `COUNT(DISTINCT user)`.
+
+    Spark runs none of them on a stream: it would have to keep every value seen in its state.
+
+    Example:
+        >>> query = sqlglot.parse_one("SELECT COUNT(DISTINCT u) AS n FROM t", read="spark")
+        >>> [node.sql(dialect="spark") for node in distinct_aggregates(query)]
+        ['COUNT(DISTINCT u)']
+    """
+    return [
+        node.parent for node in tree.find_all(exp.Distinct) if isinstance(node.parent, exp.AggFunc)
+    ]
+
+
 def is_topk(node: exp.Expression) -> bool:
     """True for a `TOPK(...)` call."""
     return isinstance(node, exp.Anonymous) and node.name.upper() == "TOPK"

@@ -34,6 +34,7 @@ from millrace.errors import ServingError, SqlError, StreamNotFoundError
 from millrace.serving.tables import describe_table
 from millrace.sql.aggregates import (
     TOPK_FINISH,
+    distinct_aggregates,
     is_aggregate,
     is_topk,
     single_stage,
@@ -96,6 +97,8 @@ def compile_app(
         >>> compile_app(spark, workspace, app).tables["top_events_5min"]  # doctest: +SKIP
         DataFrame[window_start: timestamp, window_end: timestamp, category: string, ...]
     """
+    if time_range is None:
+        require_streaming_aggregates(app)
     spark.udf.register(TOPK_FINISH, topk_finish())
     for function in app.functions:
         spark.udf.register(function.name, _load_function(function))
@@ -157,6 +160,31 @@ def compile_app(
         for insert in app.inserts
     }
     return CompiledApp(app, inputs, tables, inserts, compiler.plans)
+
+
+def require_streaming_aggregates(app: SqlApp) -> None:
+    """Refuse, at its place in the app file, an aggregate that Spark cannot run on a stream.
+
+    That is an aggregate over DISTINCT values, such as `COUNT(DISTINCT user)`; a run over a
+    time range (`millrace run --batch`) reads its inputs in batch and runs it exactly.
+
+    Example:
+        >>> require_streaming_aggregates(load_app(Path("app.sql")))  # doctest: +SKIP
+    """
+    queries = [view.query for view in app.views]
+    queries += [table.query for table in app.tables]
+    queries += [insert.query for insert in app.inserts]
+    for query in queries:
+        for node in distinct_aggregates(query.tree):
+            written = node.sql(dialect="spark")
+            values = node.this.expressions[0].sql(dialect="spark")
+            raise SqlError(
+                f"{app.position(query.offset + node.meta.get('start', 0))}: {written} cannot run "
+                "on a stream: Spark would keep every distinct value in its state",
+                hint=f"count with APPROX_COUNT_DISTINCT({values}) (a HyperLogLog sketch, about "
+                "1.6% standard error), or run the exact aggregate over a time range with "
+                "`millrace run --batch`",
+            )
 
 
 def group_key_columns(query: Query) -> list[str]:
