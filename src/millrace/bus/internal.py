@@ -175,44 +175,100 @@ def last_records(
     object, or a record without an append time, is left out. A bucket with no record left
     before its end is left out.
     """
-    found: dict[int, list[tuple[dict, int]]] = {}
-    consumer = _consumer(settings)
+    watch = StreamWatch(settings, stream)
     try:
-        starts = {}
-        for bucket, end in ends.items():
-            low, _ = consumer.get_watermark_offsets(
-                TopicPartition(stream, bucket), timeout=_TIMEOUT_S
-            )
-            if end > low:
-                starts[bucket] = max(low, end - count)
-        if starts:
-            consumer.assign([TopicPartition(stream, b, o) for b, o in starts.items()])
-        pending = set(starts)
-        deadline = time.monotonic() + _TIMEOUT_S
-        while pending and time.monotonic() < deadline:
-            message = consumer.poll(_POLL_S)
-            if message is None or message.error() is not None:
-                continue
-            bucket = message.partition()
-            if bucket not in pending:
-                continue
-            if message.offset() >= ends[bucket] - 1:
-                pending.discard(bucket)
-                consumer.pause([TopicPartition(stream, bucket)])
-            if message.offset() >= ends[bucket]:
-                continue
-            timestamp_type, timestamp = message.timestamp()
-            try:
-                value = decode_value(message.value() or b"")
-            except RecordDecodeError:
-                continue
-            if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
-                found.setdefault(bucket, []).insert(0, (value, timestamp))
-    except KafkaException as error:
-        raise _bus_error(f"could not read stream {stream!r}", error, settings) from None
+        return watch.last_records(ends, count=count)
     finally:
-        consumer.close()
-    return found
+        watch.close()
+
+
+class StreamWatch:
+    """One connection to the bus that looks at one stream's ends and last records, again and again.
+
+    For a caller that looks every second (`millrace.engine.low_watermark.IdleTicker`), where
+    a connection of its own each time would cost more than the look.
+
+    Example:
+        >>> watch = StreamWatch(settings, "clicks")  # doctest: +SKIP
+        >>> watch.end_offsets()  # doctest: +SKIP
+        {0: 1204, 1: 988}
+        >>> watch.close()  # doctest: +SKIP
+    """
+
+    def __init__(self, settings: Settings, stream: str) -> None:
+        self.stream = stream
+        self._settings = settings
+        self._consumer = _consumer(settings)
+        self._buckets: int | None = None
+
+    def end_offsets(self) -> dict[int, int]:
+        """The offset the next record of each bucket will get.
+
+        Raises `StreamNotFoundError` when the stream does not exist.
+        """
+        try:
+            if self._buckets is None:
+                self._buckets = len(describe_stream(self._settings, self.stream).buckets)
+            return {
+                bucket: self._consumer.get_watermark_offsets(
+                    TopicPartition(self.stream, bucket), timeout=bounded(_TIMEOUT_S)
+                )[1]
+                for bucket in range(self._buckets)
+            }
+        except KafkaException as error:
+            raise _bus_error(
+                f"could not read stream {self.stream!r}", error, self._settings
+            ) from None
+
+    def last_records(
+        self, ends: dict[int, int], *, count: int = 20
+    ) -> dict[int, list[tuple[dict, int]]]:
+        """As the module's `last_records`, over this watch's connection."""
+        found: dict[int, list[tuple[dict, int]]] = {}
+        consumer = self._consumer
+        try:
+            starts = {}
+            for bucket, end in ends.items():
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(self.stream, bucket), timeout=_TIMEOUT_S
+                )
+                if end > low:
+                    starts[bucket] = max(low, end - count)
+            if starts:
+                consumer.assign([TopicPartition(self.stream, b, o) for b, o in starts.items()])
+            pending = set(starts)
+            deadline = time.monotonic() + _TIMEOUT_S
+            while pending and time.monotonic() < deadline:
+                message = consumer.poll(_POLL_S)
+                if message is None or message.error() is not None:
+                    continue
+                bucket = message.partition()
+                if bucket not in pending:
+                    continue
+                if message.offset() >= ends[bucket] - 1:
+                    pending.discard(bucket)
+                    consumer.pause([TopicPartition(self.stream, bucket)])
+                if message.offset() >= ends[bucket]:
+                    continue
+                timestamp_type, timestamp = message.timestamp()
+                try:
+                    value = decode_value(message.value() or b"")
+                except RecordDecodeError:
+                    continue
+                if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
+                    found.setdefault(bucket, []).insert(0, (value, timestamp))
+            # The next look assigns offsets of its own; librdkafka would keep the pauses.
+            consumer.resume([TopicPartition(self.stream, bucket) for bucket in starts])
+            consumer.unassign()
+        except KafkaException as error:
+            raise _bus_error(
+                f"could not read stream {self.stream!r}", error, self._settings
+            ) from None
+        return found
+
+    def close(self) -> None:
+        """Let go of the connection."""
+        self._consumer.close()
 
 
 def read_after(

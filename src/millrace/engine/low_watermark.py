@@ -45,12 +45,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
-from millrace.bus.internal import (
-    InternalWriter,
-    create_internal_stream,
-    end_offsets,
-    last_records,
-)
+from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_stream
 from millrace.bus.records import format_time_ms
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
@@ -296,6 +291,7 @@ class IdleTicker:
         self._ticks_end: int | None = None
         self._last: dict[int, tuple[int, int] | None] = {}
         self._writer: InternalWriter | None = None
+        self._watch = StreamWatch(workspace.settings, stream)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"idle-ticks-{stream}", daemon=True)
         self._thread.start()
@@ -306,6 +302,7 @@ class IdleTicker:
         self._thread.join(timeout=10)
         if self._writer is not None:
             self._writer.close()
+        self._watch.close()
 
     def _run(self) -> None:
         while not self._closed.wait(self._every_s):
@@ -320,7 +317,7 @@ class IdleTicker:
         read = self._read_offsets()
         if read is None:
             return {}
-        ends = end_offsets(self.workspace.settings, self.stream)
+        ends = self._watch.end_offsets()
         lasts = self._last_records(ends)
         progress = {
             bucket: time_ms + (now_ms - arrival_ms)
@@ -377,7 +374,7 @@ class IdleTicker:
         """Per bucket, its last record that has an event time: (event time, arrival time)."""
         stale = {b: end for b, end in ends.items() if self._looked_at.get(b) != end}
         if stale:
-            found = last_records(self.workspace.settings, self.stream, stale)
+            found = self._watch.last_records(stale)
             for bucket, end in stale.items():
                 self._looked_at[bucket] = end
                 self._last[bucket] = next(

@@ -1,0 +1,41 @@
+"""Reading streams by offset for millrace's own components (millrace.bus.internal)."""
+
+from __future__ import annotations
+
+import json
+
+from confluent_kafka import Producer
+
+from millrace.bus.internal import StreamWatch
+from millrace.bus.streams import create_stream
+from millrace.config.workspace import Workspace
+
+
+def _send(workspace: Workspace, stream: str, times: list[int], bucket: int) -> None:
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for time_ms in times:
+        producer.produce(stream, json.dumps({"time": time_ms}), partition=bucket)
+    producer.flush()
+
+
+def test_a_stream_watch_sees_each_new_record_over_the_one_connection(
+    workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=2)
+    _send(workspace, stream_name, [1000, 1001, 1002], bucket=0)
+    watch = StreamWatch(workspace.settings, stream_name)
+    try:
+        assert watch.end_offsets() == {0: 3, 1: 0}
+        first = watch.last_records(watch.end_offsets(), count=2)
+        assert [value["time"] for value, _ in first[0]] == [1002, 1001]
+        assert 1 not in first
+
+        # The second look reads the bucket from where it ends now, not where the first stopped.
+        _send(workspace, stream_name, [5000], bucket=0)
+        _send(workspace, stream_name, [7000], bucket=1)
+        assert watch.end_offsets() == {0: 4, 1: 1}
+        second = watch.last_records(watch.end_offsets(), count=2)
+        assert [value["time"] for value, _ in second[0]] == [5000, 1002]
+        assert [value["time"] for value, _ in second[1]] == [7000]
+    finally:
+        watch.close()
