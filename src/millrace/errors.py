@@ -2,10 +2,14 @@
 
 Each error carries a stable `code`, a message that says what was wrong and where, and a
 `hint` that says what to do. The CLI prints `error[code]: message` and the hint, with no
-traceback; later the HTTP API renders the same fields as JSON.
+traceback; later the HTTP API renders the same fields as JSON. `import_failure` turns an
+exception raised while importing a user's module (a processor's file, a SQL app's function
+module) into one, named at the module's line.
 """
 
 from __future__ import annotations
+
+import traceback
 
 
 class MillraceError(Exception):
@@ -201,3 +205,42 @@ class CheckpointCorruptError(CheckpointError):
     """A file of a query's checkpoint (its offsets or commits log) cannot be read."""
 
     code = "checkpoint-corrupt"
+
+
+def import_failure(
+    error: Exception, source: str, error_type: type[MillraceError], *, context: str = ""
+) -> MillraceError:
+    """The error for importing the user's module `source` raising `error`: where, and why.
+
+    A syntax error is named at its file:line:column, with the line; an exception of the
+    module's top level at the line that raised it. A `MillraceError` stays as it is. `context`
+    starts the message (such as the place of the statement that named the module).
+
+    Example:
+        >>> try:
+        ...     compile("x = (", "limits.py", "exec")
+        ... except SyntaxError as error:
+        ...     print(import_failure(error, "limits.py", SqlError).message)
+        limits.py:1:5: SyntaxError: '(' was never closed
+            x = (
+    """
+    if isinstance(error, MillraceError):
+        return error
+    if isinstance(error, SyntaxError):
+        column = f":{error.offset}" if error.offset else ""
+        shown = f"\n    {error.text.rstrip()}" if error.text and error.text.strip() else ""
+        return error_type(
+            f"{context}{error.filename}:{error.lineno}{column}: {type(error).__name__}: "
+            f"{error.msg}{shown}",
+            hint=f"fix the Python there; `python -m py_compile {error.filename}` checks a file "
+            "without running it",
+        )
+    frames = traceback.extract_tb(error.__traceback__)
+    importing = [n for n, frame in enumerate(frames) if frame.filename.startswith("<frozen")]
+    # The frame after importlib's last one is the line of the module's top level that raised.
+    line = frames[importing[-1] + 1] if importing and importing[-1] + 1 < len(frames) else None
+    place = f"{line.filename}:{line.lineno}: " if line else ""
+    return error_type(
+        f"{context}{place}loading {source} raised {type(error).__name__}: {error}",
+        hint="fix the code that runs when the module is imported (its top level)",
+    )

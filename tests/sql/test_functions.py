@@ -1,5 +1,6 @@
 """Python functions in SQL apps: plain and vectorised, from a module that is not installed."""
 
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -66,3 +67,33 @@ def test_a_function_that_cannot_be_loaded_is_reported_at_its_statement(
     app = APP.replace("'post_functions.shout'", f"'{target}'")
     with pytest.raises(SqlError, match=rf"<string>:4:1: function shout: {message}"):
         SqlAppTester(app, spark=spark, workspace=workspace).run({"posts": []})
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("def shout(text:\n    return text\n", r"broken_functions.py:1:10: SyntaxError: "),
+        (
+            "import json\n\nLIMITS = json.loads('{')\n",
+            r"broken_functions.py:3: loading broken_functions raised JSONDecodeError",
+        ),
+    ],
+)
+def test_a_function_module_that_cannot_run_is_named_at_its_line(
+    spark: SparkSession,
+    workspace: Workspace,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    source: str,
+    message: str,
+) -> None:
+    (tmp_path / "broken_functions.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "broken_functions", raising=False)
+    app = APP.replace("'post_functions.shout'", "'broken_functions.shout'")
+
+    with pytest.raises(SqlError) as raised:
+        SqlAppTester(app, spark=spark, workspace=workspace).run({"posts": []})
+
+    assert raised.value.message.startswith(f"<string>:4:1: function shout: {tmp_path}/")
+    assert re.search(message, raised.value.message), raised.value.message

@@ -10,11 +10,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-import traceback
 from pathlib import Path
 from types import ModuleType
 
-from millrace.errors import MillraceError, ProcessorError
+from millrace.errors import ProcessorError, import_failure
 from millrace.processor.processor import Processor
 
 
@@ -78,7 +77,7 @@ def _module(name: str) -> ModuleType:
             "its file: path/to/file.py:Class",
         ) from None
     except Exception as error:
-        raise _loading_failure(error, name) from None
+        raise import_failure(error, name, ProcessorError) from None
 
 
 def _module_from_file(path: Path) -> ModuleType:
@@ -96,28 +95,5 @@ def _module_from_file(path: Path) -> ModuleType:
     try:
         specification.loader.exec_module(module)
     except Exception as error:
-        raise _loading_failure(error, str(path)) from None
+        raise import_failure(error, str(path), ProcessorError) from None
     return module
-
-
-def _loading_failure(error: Exception, source: str) -> MillraceError:
-    """What the CLI says when running `source`'s top-level code failed: where, and why."""
-    if isinstance(error, MillraceError):
-        return error
-    if isinstance(error, SyntaxError):
-        column = f":{error.offset}" if error.offset else ""
-        shown = f"\n    {error.text.rstrip()}" if error.text and error.text.strip() else ""
-        return ProcessorError(
-            f"{error.filename}:{error.lineno}{column}: {type(error).__name__}: {error.msg}{shown}",
-            hint=f"fix the Python there; `python -m py_compile {error.filename}` checks a file "
-            "without running it",
-        )
-    frames = traceback.extract_tb(error.__traceback__)
-    importing = [n for n, frame in enumerate(frames) if frame.filename.startswith("<frozen")]
-    # The frame after importlib's last one is the line of the module's top level that raised.
-    line = frames[importing[-1] + 1] if importing and importing[-1] + 1 < len(frames) else None
-    place = f"{line.filename}:{line.lineno}: " if line else ""
-    return ProcessorError(
-        f"{place}loading {source} raised {type(error).__name__}: {error}",
-        hint="fix the code that runs when the module is imported (its top level)",
-    )

@@ -30,7 +30,7 @@ from millrace.config.workspace import Workspace
 from millrace.engine.serving_sink import lookup_column
 from millrace.engine.streams import StreamInput, read_batch, read_stream
 from millrace.engine.user_code import ship_with_tasks
-from millrace.errors import ServingError, SqlError, StreamNotFoundError
+from millrace.errors import ServingError, SqlError, StreamNotFoundError, import_failure
 from millrace.serving.tables import describe_table
 from millrace.sql.aggregates import (
     TOPK_FINISH,
@@ -619,6 +619,10 @@ def _load_function(function: Function) -> UserDefinedFunction:
             f"{function.position}: function {function.name}: cannot import module "
             f"{module_name!r}: {error}",
             hint="put the module on the PYTHONPATH of the app (or install it in the virtualenv)",
+        ) from None
+    except Exception as error:
+        raise import_failure(
+            error, module_name, SqlError, context=f"{function.position}: function {function.name}: "
         ) from None
     ship_with_tasks(module)
     target = getattr(module, attribute, None)
