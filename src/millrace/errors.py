@@ -123,6 +123,12 @@ class EngineError(MillraceError):
     code = "engine"
 
 
+class DiskFullError(EngineError):
+    """An app stopped because a disk it writes to (checkpoint, tables, workspace) is full."""
+
+    code = "disk-full"
+
+
 class ProcessorError(MillraceError):
     """A processor class is not valid, or its code failed on a record or a timer."""
 

@@ -5,7 +5,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
@@ -278,3 +281,47 @@ def test_check_run_and_deploy_refuse_a_distinct_count_at_its_place_before_spark(
         ), refused.stderr
         assert "APPROX_COUNT_DISTINCT(user)" in refused.stderr
         assert "running" not in refused.stdout
+
+
+@pytest.fixture
+def full_checkpoint_disk(workspace: Workspace) -> Iterator[str]:
+    """An app name whose checkpoint folder is a 16 KB disk of its own (a tmpfs), soon full."""
+    app = f"full_{uuid.uuid4().hex[:8]}"
+    folder = workspace.checkpoints_dir / app
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small disk here: {mounted.stderr.strip()}")
+    yield app
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_run_that_fills_the_disk_says_which_folder_and_what_to_do(
+    workspace: Workspace, tmp_path: Path, stream_name: str, full_checkpoint_disk: str
+) -> None:
+    create_stream(workspace.settings, stream_name, exist_ok=True)
+    events = [{"ts": "2026-01-01T00:00:10Z", "x": n} for n in range(100)]
+    millrace("publish", stream_name, "-", stdin="\n".join(json.dumps(e) for e in events))
+    app = tmp_path / "app.sql"
+    app.write_text(
+        f"CREATE APPLICATION {full_checkpoint_disk};\n"
+        f"CREATE INPUT TABLE t (ts TIMESTAMP, x INT) FROM STREAM('{stream_name}') TIME ts;\n"
+        f"INSERT INTO STREAM('{stream_name}.copy') SELECT x FROM t;\n"
+    )
+    create_stream(workspace.settings, f"{stream_name}.copy", exist_ok=True)
+
+    ran = millrace("run", str(app), "--available-now")
+
+    assert ran.returncode == 1
+    folder = workspace.checkpoints_dir / full_checkpoint_disk
+    assert f"error[disk-full]: app {full_checkpoint_disk!r} stopped: the disk holding its " in (
+        ran.stderr
+    )
+    assert f"checkpoint folder {folder} is full" in ran.stderr
+    assert "hint: free space on that disk" in ran.stderr
+    assert "Traceback" not in ran.stderr and "Logical Plan" not in ran.stderr

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from delta.tables import DeltaTable
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
@@ -40,6 +41,7 @@ from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.delivery import AtMostOnce
+from millrace.engine.disk_full import disk_full_error
 from millrace.engine.metrics import publish_metrics
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.serving_sink import write_table
@@ -61,6 +63,7 @@ class RunningApp:
     """
 
     app: SqlApp
+    workspace: Workspace
     queries: list[StreamingQuery] = field(default_factory=list)
     tables: dict[str, StreamingQuery] = field(default_factory=dict)
     inputs: dict[str, StreamInput] = field(default_factory=dict)
@@ -68,14 +71,20 @@ class RunningApp:
     def process_all_available(self) -> None:
         """Block until every query has processed, and every input routed, the data there is."""
         for query in self.queries:
-            query.processAllAvailable()
+            self._surfacing(query.processAllAvailable)
         self._wait_for_dead_letters()
 
     def await_termination(self) -> None:
         """Block until every query has stopped; with `available_now` they stop by themselves."""
         for query in self.queries:
-            query.awaitTermination()
+            self._surfacing(query.awaitTermination)
         self._finish()
+
+    def _surfacing(self, wait: Callable[[], Any]) -> None:
+        try:
+            wait()
+        except StreamingQueryException as error:
+            raise disk_full_error(error, self.workspace, self.app.name) or error from None
 
     def stop(self) -> None:
         """Stop every query of the app, once its running micro-batch is done."""
@@ -143,7 +152,7 @@ def start_sql_app(
         max_records_per_batch=max_records_per_batch,
         idle_ticks=not available_now and (trigger is None or trigger.kind != "available-now"),
     )
-    running = RunningApp(app, inputs=compiled.inputs)
+    running = RunningApp(app, workspace, inputs=compiled.inputs)
     with state_store(spark, app.state_store):
         _start_queries(running, compiled, workspace, available_now, trigger)
     return running

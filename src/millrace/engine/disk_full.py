@@ -1,0 +1,51 @@
+"""Recognising an app stopped by a full disk, and naming the folder it could not write.
+
+Spark reports a full disk as Java's `IOException: No space left on device` inside the
+stopped query's exception (with its plan), and names no path. The app's folders, its
+checkpoint, its result tables and the workspace, are looked at on their disks: the one with
+the least room left is named, the most specific first when they share a disk.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from millrace.config.workspace import Workspace
+from millrace.errors import DiskFullError
+
+_DISK_FULL = "No space left on device"
+
+
+def disk_full_error(failure: Exception, workspace: Workspace, app: str) -> DiskFullError | None:
+    """The `DiskFullError` for `app`'s query that `failure` stopped, or None if no disk was full.
+
+    Example:
+        >>> failure = RuntimeError("java.io.IOException: No space left on device")
+        >>> print(disk_full_error(failure, workspace, "clicks"))  # doctest: +SKIP
+        app 'clicks' stopped: the disk holding its checkpoint folder /ws/checkpoints/clicks is
+        full (0 bytes free; Spark: No space left on device)
+    """
+    if _DISK_FULL not in str(failure):
+        return None
+    folders = [
+        ("checkpoint folder", workspace.checkpoints_dir / app),
+        ("result table folder", workspace.tables_dir / app),
+        ("workspace", workspace.root),
+    ]
+    free, what, folder = min(
+        ((_free_bytes(folder), what, folder) for what, folder in folders if folder.is_dir()),
+        key=lambda found: found[0],
+    )
+    return DiskFullError(
+        f"app {app!r} stopped: the disk holding its {what} {folder} is full ({free:,} bytes "
+        f"free; Spark: {_DISK_FULL})",
+        hint="free space on that disk (or give the workspace a larger one), then run the app "
+        "again: nothing is lost, the micro-batch it was writing was not committed, and the "
+        "next run reads it again from the checkpoint",
+    )
+
+
+def _free_bytes(folder: Path) -> int:
+    disk = os.statvfs(folder)
+    return disk.f_bavail * disk.f_frsize
