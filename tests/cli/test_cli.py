@@ -212,7 +212,7 @@ def test_an_unterminated_sql_string_and_a_config_file_not_in_utf8_are_errors_not
     assert "Traceback" not in status.stderr
 
 
-def test_publish_reports_a_line_nested_too_deeply_or_dated_ahead_and_sends_the_rest(
+def test_publish_reports_lines_nested_too_deeply_dated_ahead_or_before_1970_and_sends_the_rest(
     workspace: Workspace, stream_name: str
 ) -> None:
     create_stream(workspace.settings, stream_name)
@@ -223,6 +223,7 @@ def test_publish_reports_a_line_nested_too_deeply_or_dated_ahead_and_sends_the_r
         '{"n": 9, "time": "2100-01-01T00:00:00Z"}',
         '{"big": ' + "9" * 5000 + "}",
         '{"n": 3}',
+        '{"n": 8, "time": "1969-07-20T20:17:40Z"}',
     ]
     result = millrace("publish", stream_name, "-", stdin="\n".join(lines))
     assert result.returncode == 1
@@ -231,11 +232,12 @@ def test_publish_reports_a_line_nested_too_deeply_or_dated_ahead_and_sends_the_r
     assert "line 4: event time 2100-01-01T00:00:00.000Z is " in result.stderr
     assert "more than max_future (300000 ms)" in result.stderr
     assert "line 5: not read: " in result.stderr
-    assert "published 3 events" in result.stdout and "3 lines failed" in result.stdout
+    assert "line 7: event time 1969-07-20T20:17:40.000Z is before 1970-01-01" in result.stderr
+    assert "published 3 events" in result.stdout and "4 lines failed" in result.stdout
     # Without --failed-lines, the numbers go to a file in the workspace's logs folder.
     written = Path(result.stderr.split("their numbers are in ")[1].split()[0])
     assert written.parent == workspace.logs_dir and stream_name in written.name
-    assert written.read_text() == "2\n4\n5\n"
+    assert written.read_text() == "2\n4\n5\n7\n"
 
     tailed = millrace("tail", stream_name, "--from-beginning")
     values = [json.loads(line)["value"]["n"] for line in tailed.stdout.splitlines()]

@@ -457,3 +457,39 @@ def test_a_value_that_is_not_utf8_is_a_dead_letter_and_an_empty_id_header_is_no_
         dead_letter_stream(stream_name), TailStart(from_beginning=True), settings=workspace.settings
     )
     assert (letter.value["error"], letter.value["offset"]) == ("value is not valid UTF-8", 0)
+
+
+def test_a_record_dated_before_1970_is_a_dead_letter_not_a_late_record_in_every_read(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=1)
+    start_ms = int(START.timestamp() * 1000)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for time in (start_ms, -1, "1969-07-20T20:17:40Z"):
+        producer.produce(stream_name, json.dumps({"time": time, "event": str(time)}))
+    producer.flush()
+
+    source = read_stream(spark, workspace, "old", stream_name, SCHEMA, time="time", lateness="1m")
+    rows, query = _collect(source.records, workspace, "old")
+    batch = read_batch(
+        spark, workspace, stream_name, SCHEMA, time="time", start_ms=-(10**12), end_ms=start_ms + 1
+    )
+
+    assert [row.event for row in rows] == [str(start_ms)]
+    assert (source.wait_for_dead_letters(query), batch.wait_for_dead_letters()) == (2, 2)
+    assert [row.event for row in batch.records.collect()] == [str(start_ms)]
+    letters = tail(
+        dead_letter_stream(stream_name), TailStart(from_beginning=True), settings=workspace.settings
+    )
+    assert {(letter.value["offset"], letter.value["error"]) for letter in letters} == {
+        (
+            1,
+            "event time 1969-12-31T23:59:59.000Z is before 1970-01-01, which Spark cannot place "
+            "in event time",
+        ),
+        (
+            2,
+            "event time 1969-07-20T20:17:40.000Z is before 1970-01-01, which Spark cannot place "
+            "in event time",
+        ),
+    }

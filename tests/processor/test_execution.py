@@ -101,6 +101,22 @@ def test_records_behind_the_watermark_are_not_processed_and_are_counted_late() -
     assert tester.state("a") == {"total": 2}
 
 
+def test_a_record_dated_before_1970_is_a_dead_letter_even_when_errors_stop_the_app() -> None:
+    tester = ProcessorTester(Tally)
+    tester.feed("events", [{"k": "a", "ts": -1}, {"k": "a", "ts": T0}])
+
+    outcome = tester.run_batch()
+
+    assert [(letter.key, letter.error) for letter in outcome.dead_letters] == [
+        (
+            "a",
+            "event time 1969-12-31T23:59:59.000Z is before 1970-01-01, which Spark cannot "
+            "place in event time",
+        )
+    ]
+    assert outcome.late == [] and tester.state("a") == {"total": 1}
+
+
 def event(record_id: str, offset: int, time_ms: int, key: str = "a") -> Record:
     """A record of `events` with its own id, as a millrace writer gives it."""
     return Record("events", 0, offset, None, record_id, None, {"k": key, "ts": time_ms})

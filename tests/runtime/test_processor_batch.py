@@ -1,17 +1,22 @@
 """Processors in batch over a stored range: the productions, ids included, of a streaming run
 over the same records and of ProcessorTester; records outside the range are left out."""
 
+import json
+
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace.bus.records import Record
-from millrace.bus.streams import create_stream
+from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.runtime.processor_batch import run_processor_batch
 from millrace.runtime.processors import start_processor_app
 from millrace.testing import ProcessorTester
 from tests.runtime.test_processors import (
+    OLD_REASON,
     T0,
     closing,
+    failing_echo,
     produced_counts,
     publish,
     queries,
@@ -83,3 +88,28 @@ def test_a_batch_run_takes_only_the_records_of_its_range(
 
     in_range = [event for event in events if start_ms <= event["ts"] < end_ms]
     assert produced_counts(read(workspace, output)) == window_counts(in_range)
+
+
+def test_a_batch_run_sends_a_record_dated_before_1970_to_the_dead_letters(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.echo"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for event in ({"query": "cats", "ts": T0}, {"query": "moon", "ts": -1}):
+        producer.produce(stream_name, json.dumps(event).encode())
+    producer.flush()
+
+    ran = run_processor_batch(
+        spark,
+        workspace,
+        failing_echo(stream_name, output, "stop"),
+        start_ms=T0 - 60_000,
+        end_ms=T0 + 1,
+    )
+
+    assert [record.value["query"] for record in read(workspace, output)] == ["cats"]
+    [letter] = read(workspace, dead_letter_stream(stream_name))
+    assert (letter.value["offset"], letter.value["error"]) == (1, OLD_REASON)
+    assert ran.dead_letters == 1

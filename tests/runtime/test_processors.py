@@ -365,3 +365,31 @@ def test_values_that_are_not_json_objects_or_have_no_time_go_to_the_dead_letters
     assert letters[3]["processor"] == processor.name
     assert "ts" in letters[3]["error"]
     assert running.dead_letters == 3
+
+
+def test_a_record_dated_before_1970_goes_to_the_dead_letters_rather_than_being_late(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.echo"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for event in ({"query": "cats", "ts": T0}, {"query": "moon", "ts": -1}):
+        producer.produce(stream_name, json.dumps(event).encode())
+    producer.flush()
+
+    running = start_processor_app(
+        spark, workspace, failing_echo(stream_name, output, "stop"), available_now=True
+    )
+    running.await_termination()
+
+    assert [record.value["query"] for record in read(workspace, output)] == ["cats"]
+    [letter] = read(workspace, dead_letter_stream(stream_name))
+    assert (letter.value["offset"], letter.value["error"]) == (1, OLD_REASON)
+    assert (running.dead_letters, running.late) == (1, 0)
+
+
+OLD_REASON = (
+    "event time 1969-12-31T23:59:59.000Z is before 1970-01-01, which Spark cannot place in "
+    "event time"
+)

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from millrace.bus.records import (
     ID_HEADER,
+    before_1970_reason,
     encode_event,
     event_time_ms,
     future_dated_reason,
@@ -36,7 +37,8 @@ class Publisher:
     Each event gets a unique `id` header (or the id you pass). Its time field
     (`events.time_field`, default `time`) must hold an ISO-8601 time or an epoch number when
     present; readers take the event time from it, and from the arrival time when it is absent.
-    An event dated further ahead of the wall clock than `events.max_future` is refused.
+    An event dated further ahead of the wall clock than `events.max_future`, or before
+    1970-01-01 (which Spark cannot place in event time), is refused.
     With `track_ids`, a `DeliveryError` names the record ids of the events the bus did not
     store, so that they can be sent again under the same ids (at about 1 us per event).
     Use it as a context manager so that it flushes on exit.
@@ -105,15 +107,22 @@ class Publisher:
         `bucket` sends it to that bucket of the stream rather than to its key's (or, without
         a key, to any).
 
-        Raises `PublishError` for an event that is not a JSON object, has a bad time or is
-        dated more than `events.max_future` ahead of the wall clock; and `DeliveryError` for
-        earlier events that the bus refused, so failures surface at the next call (this event
-        is then not queued).
+        Raises `PublishError` for an event that is not a JSON object, has a bad time, is dated
+        before 1970 or more than `events.max_future` ahead of the wall clock; and
+        `DeliveryError` for earlier events that the bus refused, so failures surface at the
+        next call (this event is then not queued).
         """
         self._raise_failures()
         value = encode_event(event)
         time_ms = event_time_ms(event, self.time_field)  # a time no reader could read is refused
         if time_ms is not None:
+            reason = before_1970_reason(time_ms)
+            if reason is not None:
+                raise PublishError(
+                    reason,
+                    hint="readers would send it to the dead-letter stream: check its time field; "
+                    "events must be dated 1970-01-01 or later",
+                )
             reason = future_dated_reason(time_ms, int(time.time() * 1000), self.max_future_ms)
             if reason is not None:
                 raise PublishError(

@@ -154,6 +154,26 @@ def future_dated_reason(time_ms: int, arrival_ms: int, max_future_ms: int) -> st
     )
 
 
+def before_1970_reason(time_ms: int) -> str | None:
+    """Why a record dated `time_ms` cannot be placed in event time, or None.
+
+    Spark's watermark starts at 1970-01-01 and never goes back, so a record dated before it
+    would be dropped as late even in a stream's first micro-batch: readers send it to the
+    dead-letter stream with this reason instead, and publishers refuse it. The words are the
+    same in every reader.
+
+    Example:
+        >>> before_1970_reason(-1)[:60]
+        'event time 1969-12-31T23:59:59.999Z is before 1970-01-01, wh'
+    """
+    if time_ms >= 0:
+        return None
+    return (
+        f"event time {format_time_ms(time_ms)} is before 1970-01-01, which Spark cannot place "
+        "in event time"
+    )
+
+
 def format_time_ms(time_ms: int) -> str:
     """Epoch milliseconds as an ISO-8601 UTC time with milliseconds.
 
@@ -161,8 +181,12 @@ def format_time_ms(time_ms: int) -> str:
         >>> format_time_ms(1_767_225_600_000)
         '2026-01-01T00:00:00.000Z'
     """
-    moment = datetime.fromtimestamp(time_ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{time_ms % 1000:03d}Z"
+    try:
+        moment = datetime.fromtimestamp(time_ms / 1000, tz=UTC)
+    except (ValueError, OverflowError):
+        # Outside years 1 to 9999, which a datetime holds and a TIMESTAMP goes beyond.
+        return f"{time_ms} ms from 1970-01-01T00:00:00.000Z"
+    return f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S.") + f"{time_ms % 1000:03d}Z"
 
 
 def decode_message(message: Message, time_field: str) -> Record:

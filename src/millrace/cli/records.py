@@ -65,12 +65,12 @@ def publish(
 ) -> None:
     """Publish JSON Lines from SOURCE (a file, or - for stdin) to STREAM.
 
-    Each line must be one JSON object, dated no more than events.max_future ahead of now. A
-    line that is not is reported with its number and not sent; the other lines still go, and
-    the exit status is 1. So are lines the bus did not store (a broker failure): their
-    numbers go to the --failed-lines file, and `--lines FILE` sends just those again. With
-    --ids line, the default for a file, a line sent again keeps its record id, so that
-    readers drop a copy of one that was stored after all.
+    Each line must be one JSON object, dated from 1970 on and no more than events.max_future
+    ahead of now. A line that is not is reported with its number and not sent; the other
+    lines still go, and the exit status is 1. So are lines the bus did not store (a broker
+    failure): their numbers go to the --failed-lines file, and `--lines FILE` sends just
+    those again. With --ids line, the default for a file, a line sent again keeps its record
+    id, so that readers drop a copy of one that was stored after all.
     """
     workspace = _workspace()
     stderr = Console(stderr=True)

@@ -2,9 +2,10 @@
 
 `read_stream` turns a stream into a streaming DataFrame of typed columns, the event time as a
 TIMESTAMP column, and the record's id, key, bucket and offset. Every record that is not a JSON
-object, does not fit the declared schema, or holds an unreadable time goes to `<stream>.dlq`
-with the reason, and is counted: the queries reading the DataFrame count them, and a
-`DeadLetterRouter` writes them after each micro-batch that had any.
+object, does not fit the declared schema, or holds an unreadable time or one that cannot be
+placed (before 1970, or too far ahead of its arrival) goes to `<stream>.dlq` with the reason,
+and is counted: the queries reading the DataFrame count them, and a `DeadLetterRouter` writes
+them after each micro-batch that had any.
 `read_batch` reads the records of an event-time range into a DataFrame that is not streaming,
 with the same columns, and routes the bad records the same way, at once; it reads them from
 the bus, or from the stream's archive in the warehouse with the same decoding.
@@ -230,7 +231,7 @@ def _time_of(value: dict, arrival_ms: int, *, time: str, max_future_ms: int) -> 
         return None
     if time_ms is None:
         return arrival_ms
-    return None if time_ms - arrival_ms > max_future_ms else time_ms
+    return None if time_ms < 0 or time_ms - arrival_ms > max_future_ms else time_ms
 
 
 def read_batch(
@@ -468,10 +469,10 @@ def _decode(
     Each record is parsed once into `_parsed`, in Spark's PERMISSIVE mode, which keeps the
     whole text of a value that is not a JSON object or has a field that does not fit its type.
     A record is bad when it has no value, when its text was kept so, when its time cannot
-    be read, or when its time is more than `max_future_ms` ahead of its arrival (then its
-    `_event_time` is NULL, so that it moves no watermark). Why it is bad is worked out only
-    for the bad ones, for their dead letters (`_error_reason`): the good records pass
-    without it.
+    be read, when it is before 1970-01-01 (`_time_given` holds it, `_time_read` is NULL), or
+    when its time is more than `max_future_ms` ahead of its arrival (then its `_event_time`
+    is NULL, so that it moves no watermark). Why it is bad is worked out only for the bad
+    ones, for their dead letters (`_error_reason`): the good records pass without it.
     """
     # The time field is parsed as a STRING, which Spark fills with the JSON text of any value
     # (a number's digits, a string's characters), so one JSON parse serves every column.
@@ -500,7 +501,10 @@ def _decode(
         F.col("timestamp").alias("_kafka_time"),
     ).withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
     with_parts = with_parts.withColumn(
-        "_time_read", event_time_column(F.col("_time_raw"), F.col("_kafka_time"))
+        "_time_given", event_time_column(F.col("_time_raw"), F.col("_kafka_time"))
+    )
+    with_parts = with_parts.withColumn(
+        "_time_read", F.when(_from_1970(F.col("_time_given")), F.col("_time_given"))
     )
     ahead_ms = F.unix_millis("_time_read") - F.unix_millis("_kafka_time")
     with_parts = with_parts.withColumn(
@@ -515,6 +519,11 @@ def _decode(
 def _valid_utf8() -> Column:
     """Whether a record's value is UTF-8, as JSON is: Spark would read other bytes as U+FFFD."""
     return F.col("_bytes").isNull() | F.expr("is_valid_utf8(CAST(_bytes AS STRING))")
+
+
+def _from_1970(time: Column) -> Column:
+    """Whether `time` is 1970-01-01 or later: Spark's watermark starts there, never goes back."""
+    return time >= F.timestamp_millis(F.lit(0))
 
 
 def _unparsed() -> Column:
@@ -598,6 +607,14 @@ def _error_reason(fields: list[StructField], time: str, max_future_ms: int) -> C
             F.concat(
                 F.lit("value does not fit the schema: "),
                 F.coalesce(F.nullif(mismatches, F.lit("")), F.lit("a field has the wrong type")),
+            ),
+        )
+        .when(
+            ~_from_1970(F.col("_time_given")),
+            F.concat(
+                F.lit("event time "),
+                F.date_format("_time_given", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+                F.lit(" is before 1970-01-01, which Spark cannot place in event time"),
             ),
         )
         .when(

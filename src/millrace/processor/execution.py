@@ -7,9 +7,10 @@ is no global state and no Spark here, so an executor can run it on one key or on
 
 One micro-batch, `run_batch`:
 
-1. Each record gets its key and event time from its `Input`. A record whose event time is
-   behind the micro-batch's watermark (`time_ms < watermark_ms`) is late: it is not processed
-   and is returned in `BatchOutcome.late`.
+1. Each record gets its key and event time from its `Input`. A record dated before 1970,
+   which Spark's watermark cannot place, is a dead letter, whatever `on_error` says. A record
+   whose event time is behind the micro-batch's watermark (`time_ms < watermark_ms`) is late:
+   it is not processed and is returned in `BatchOutcome.late`.
 2. The other records are grouped by key, in arrival order. Each key with records, then each
    key whose stored timers hold a due one (or whose remembered ids have expired), runs
    `run_key` once.
@@ -46,7 +47,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from millrace.bus.records import Record
+from millrace.bus.records import Record, before_1970_reason
 from millrace.errors import ProcessorError
 from millrace.processor.context import Context, Production
 from millrace.processor.processor import AGGREGATE_STATE, Processor
@@ -157,6 +158,11 @@ def run_batch(
                 )
         except Exception as error:
             dead_letters.append(_failed_record(processor, None, record, error))
+            continue
+        unplaced = before_1970_reason(time_ms)
+        if unplaced is not None:
+            # Bad input, not a failure of the processor: a dead letter whatever `on_error`.
+            dead_letters.append(DeadLetter(processor_class.name, key, unplaced, record=record))
             continue
         place = (record.stream, record.bucket)
         max_event_time_ms[place] = max(max_event_time_ms.get(place, time_ms), time_ms)

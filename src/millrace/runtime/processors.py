@@ -341,24 +341,28 @@ def _time_of(value: dict, arrival_ms: int, *, source: Input, max_future_ms: int)
         time_ms = source.time_of(value)
     except Exception:
         return None
-    return None if time_ms - arrival_ms > max_future_ms else time_ms
+    return None if time_ms < 0 or time_ms - arrival_ms > max_future_ms else time_ms
 
 
 def _placed(raw: DataFrame, source: Input, buckets: int, max_future_ms: int) -> DataFrame:
     """Kafka records of `source` (streaming or not) as the bucket runner's input rows.
 
     A record dated more than `max_future_ms` ahead of its arrival keeps no time (so it moves
-    no watermark), and its `fault` says why: the bucket runner makes it a dead letter.
+    no watermark), and its `fault` says why: the bucket runner makes it a dead letter. A
+    record dated before 1970 keeps no time either, and the execution core, reading it again,
+    makes it a dead letter.
     """
     placement = _placement(source, buckets)(F.col("value"))
     ids = F.filter("headers", lambda header: header.getField("key") == F.lit(ID_HEADER))
-    read_time = F.timestamp_millis(placement.getField("time_ms"))
+    # Spark's watermark starts at 1970 and never goes back: an earlier time would be late.
+    read_ms = F.when(placement.getField("time_ms") >= 0, placement.getField("time_ms"))
+    read_time = F.timestamp_millis(read_ms)
     fault = future_dated_reason(read_time, F.col("timestamp"), max_future_ms)
     placed = raw.select(
         F.lit(source.stream).alias("stream"),
         placement.getField("bucket").alias("bucket"),
         read_time.alias("_read_time"),
-        placement.getField("time_ms").alias("_read_ms"),
+        read_ms.alias("_read_ms"),
         F.col("value"),
         F.col("key").cast("string").alias("record_key"),
         F.try_element_at(ids, F.lit(1)).getField("value").cast("string").alias("record_id"),
