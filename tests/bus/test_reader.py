@@ -88,3 +88,15 @@ def test_undecodable_records_go_to_the_dead_letter_stream_and_are_counted(
     assert "not an object" in letters[1].value["error"]
     assert letters[2].value["original_base64"] == "//4="
     assert letters[0].id == f"dlq:{stream_name}:0:1"
+
+
+def test_an_empty_id_header_is_no_id(settings: Settings, stream_name: str) -> None:
+    create_stream(settings, stream_name)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    for n in (1, 2):
+        producer.produce(stream_name, b'{"n": %d}' % n, headers=[("id", b"")])
+    producer.flush()
+
+    records = list(tail(stream_name, TailStart(from_beginning=True), settings=settings))
+
+    assert [(record.value["n"], record.id) for record in records] == [(1, None), (2, None)]

@@ -389,6 +389,28 @@ def test_a_record_dated_before_1970_goes_to_the_dead_letters_rather_than_being_l
     assert (running.dead_letters, running.late) == (1, 0)
 
 
+def test_records_with_an_empty_id_header_are_known_by_their_place_not_dropped_as_copies(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.echo"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for query in ("cats", "cats", "dogs"):
+        event = json.dumps({"query": query, "ts": T0}).encode()
+        producer.produce(stream_name, event, headers=[("id", b"")])
+    producer.flush()
+
+    running = start_processor_app(
+        spark, workspace, failing_echo(stream_name, output, "stop"), available_now=True
+    )
+    running.await_termination()
+
+    echoed = sorted(record.value["query"] for record in read(workspace, output))
+    assert echoed == ["cats", "cats", "dogs"]
+    assert running.duplicates == 0
+
+
 OLD_REASON = (
     "event time 1969-12-31T23:59:59.000Z is before 1970-01-01, which Spark cannot place in "
     "event time"

@@ -236,10 +236,11 @@ def decode_value(raw: bytes) -> dict[str, Any]:
 
 
 def header(message: Message, name: str) -> str | None:
-    """The first value of header `name` of `message` as text, or None."""
+    """The first value of header `name` of `message` as text; None when absent or empty."""
     for key, value in message.headers() or ():
         if key == name and value is not None:
-            return value.decode("utf-8", errors="replace")
+            # Another producer's empty header is no value: as an id it would be every record's.
+            return value.decode("utf-8", errors="replace") or None
     return None
 
 

@@ -365,7 +365,11 @@ def _placed(raw: DataFrame, source: Input, buckets: int, max_future_ms: int) -> 
         read_ms.alias("_read_ms"),
         F.col("value"),
         F.col("key").cast("string").alias("record_key"),
-        F.try_element_at(ids, F.lit(1)).getField("value").cast("string").alias("record_id"),
+        # Another producer's empty id is no id: the record is known by its place, not dropped
+        # as a copy of every other record with an empty id.
+        F.nullif(F.try_element_at(ids, F.lit(1)).getField("value").cast("string"), F.lit("")).alias(
+            "record_id"
+        ),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
         fault.alias("fault"),
