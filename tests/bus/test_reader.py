@@ -87,6 +87,7 @@ def test_undecodable_records_go_to_the_dead_letter_stream_and_are_counted(
     assert "not valid JSON" in letters[0].value["error"]
     assert "not an object" in letters[1].value["error"]
     assert letters[2].value["original_base64"] == "//4="
+    assert letters[2].value["error"] == "value is not valid UTF-8"
     assert letters[0].id == f"dlq:{stream_name}:0:1"
 
 

@@ -331,7 +331,7 @@ def test_a_failing_callback_stops_the_app_or_goes_to_the_dead_letters(
     assert running.dead_letters == 1
 
 
-def test_values_that_are_not_json_objects_or_have_no_time_go_to_the_dead_letters(
+def test_values_not_utf8_json_objects_or_without_a_time_go_to_the_dead_letters(
     spark: SparkSession, workspace: Workspace, stream_name: str
 ) -> None:
     output = f"{stream_name}.echo"
@@ -345,6 +345,7 @@ def test_values_that_are_not_json_objects_or_have_no_time_go_to_the_dead_letters
         b"[1, 2]",
         json.dumps({"query": "dogs"}).encode(),
         json.dumps({"query": "fish", "ts": T0 + 1}).encode(),
+        b'{"query": "caf\xe9", "ts": %d}' % T0,
     ]
     for value in raw:
         producer.produce(stream_name, value)
@@ -358,13 +359,14 @@ def test_values_that_are_not_json_objects_or_have_no_time_go_to_the_dead_letters
         letter.value["offset"]: letter.value
         for letter in read(workspace, dead_letter_stream(stream_name))
     }
-    assert sorted(letters) == [1, 2, 3]
+    assert sorted(letters) == [1, 2, 3, 5]
     assert letters[1]["error"].startswith("value is not valid JSON")
     assert letters[1]["original"] == "not json"
     assert letters[2]["error"] == "value is JSON but not an object: list"
     assert letters[3]["processor"] == processor.name
     assert "ts" in letters[3]["error"]
-    assert running.dead_letters == 3
+    assert letters[5]["error"] == "value is not valid UTF-8"
+    assert running.dead_letters == 4
 
 
 def test_a_record_dated_before_1970_goes_to_the_dead_letters_rather_than_being_late(

@@ -224,8 +224,12 @@ def decode_value(raw: bytes) -> dict[str, Any]:
         {'page': 'home'}
     """
     try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecordDecodeError("value is not valid UTF-8") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
         raise RecordDecodeError(f"value is not valid JSON: {error}") from None
     except (RecursionError, ValueError) as error:
         reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
