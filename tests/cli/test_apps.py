@@ -154,6 +154,8 @@ def test_a_processor_runs_from_the_command_line_over_live_streams(workspace: Wor
 
     assert ran.returncode == 0, ran.stderr
     assert "processor 'zeitgeist' running" in ran.stdout
+    # PySpark's worker prints at the query's start stay off the terminal.
+    assert "TransformWithStateInPandas" not in ran.stdout + ran.stderr
     expected: dict[tuple[str, int], int] = {}
     for event in events[:-1]:
         second = event["time"] // 1000 * 1000
@@ -325,3 +327,5 @@ def test_a_run_that_fills_the_disk_says_which_folder_and_what_to_do(
     assert f"checkpoint folder {folder} is full" in ran.stderr
     assert "hint: free space on that disk" in ran.stderr
     assert "Traceback" not in ran.stderr and "Logical Plan" not in ran.stderr
+    # Spark's own report of it still reaches the terminal.
+    assert "ERROR MicroBatchExecution" in ran.stderr

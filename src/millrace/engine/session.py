@@ -34,6 +34,7 @@ from pyspark.sql.streaming.listener import (
 
 from millrace.config.jvm import jars
 from millrace.config.settings import Settings
+from millrace.engine.jvm_stderr import relayed_stderr
 from millrace.errors import EngineError
 
 _ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -93,11 +94,14 @@ def _start_jvm(conf: SparkConf) -> None:
     reaches the JVM too, whose shutdown hook would stop the SparkContext under the running
     queries. Ignored there, the signal reaches only the Python driver, which stops its
     queries gracefully as on Ctrl-C (the JVM ignores SIGINT from PySpark's start); the JVM
-    still ends with the driver, when the pipe on its stdin closes.
+    still ends with the driver, when the pipe on its stdin closes. Its stderr is relayed
+    (`jvm_stderr`), without the lines PySpark's TransformWithStateInPandas worker prints.
     """
     # The same start PySpark makes for a SparkContext (spark-submit with `conf`), done first
     # so that the JVM ignores SIGTERM before Spark starts inside it.
-    SparkContext._ensure_initialized(conf=conf)
+    if SparkContext._gateway is None:
+        with relayed_stderr():
+            SparkContext._ensure_initialized(conf=conf)
     jvm = SparkContext._jvm
     signals = jvm.sun.misc
     signals.Signal.handle(signals.Signal("TERM"), signals.SignalHandler.SIG_IGN)
