@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import signal
@@ -5,7 +6,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -286,21 +287,29 @@ def test_check_run_and_deploy_refuse_a_distinct_count_at_its_place_before_spark(
 
 
 @pytest.fixture
-def full_checkpoint_disk(workspace: Workspace) -> Iterator[str]:
-    """An app name whose checkpoint folder is a 16 KB disk of its own (a tmpfs), soon full."""
+def small_disk() -> Iterator[Callable[[Path], None]]:
+    """Mounts a 16 KB disk of its own (a tmpfs) on a folder, soon full; unmounted after."""
+    mounted: list[Path] = []
+
+    def mount(folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        command = ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(folder)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a small disk here: {done.stderr.strip()}")
+        mounted.append(folder)
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.fixture
+def full_checkpoint_disk(workspace: Workspace, small_disk: Callable[[Path], None]) -> str:
+    """An app name whose checkpoint folder is a small disk of its own."""
     app = f"full_{uuid.uuid4().hex[:8]}"
-    folder = workspace.checkpoints_dir / app
-    folder.mkdir(parents=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(folder)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small disk here: {mounted.stderr.strip()}")
-    yield app
-    subprocess.run(["umount", str(folder)], check=True)
+    small_disk(workspace.checkpoints_dir / app)
+    return app
 
 
 def test_a_run_that_fills_the_disk_says_which_folder_and_what_to_do(
@@ -329,3 +338,24 @@ def test_a_run_that_fills_the_disk_says_which_folder_and_what_to_do(
     assert "Traceback" not in ran.stderr and "Logical Plan" not in ran.stderr
     # Spark's own report of it still reaches the terminal.
     assert "ERROR MicroBatchExecution" in ran.stderr
+
+
+def test_a_full_disk_under_the_workspace_is_named_before_spark_starts(
+    fresh_workspace: Workspace, tmp_path: Path, small_disk: Callable[[Path], None]
+) -> None:
+    apps = fresh_workspace.root / "apps"
+    small_disk(apps)
+    with (apps / "filler").open("wb") as filler, contextlib.suppress(OSError):
+        filler.write(bytes(1 << 20))
+    app = tmp_path / "app.sql"
+    app.write_text(
+        "CREATE APPLICATION cramped;\n"
+        "CREATE INPUT TABLE t (ts TIMESTAMP, x INT) FROM STREAM('s') TIME ts;\n"
+        "INSERT INTO STREAM('s.copy') SELECT x FROM t;\n"
+    )
+
+    ran = millrace("run", str(app), environment={"MILLRACE_HOME": str(fresh_workspace.root)})
+
+    assert ran.returncode == 1
+    assert f"error[disk-full]: the disk holding {apps} is full (0 bytes free)" in ran.stderr
+    assert "Traceback" not in ran.stderr

@@ -12,6 +12,8 @@ import sys
 import click
 
 from millrace.cli import apps, infra, lifecycle, monitor, records, streams, tables, warehouse
+from millrace.config.workspace import Workspace
+from millrace.engine.disk_full import disk_full_on_write
 from millrace.errors import MillraceError
 
 
@@ -71,6 +73,12 @@ def main() -> None:
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except OSError as error:
+        full = disk_full_on_write(error, Workspace.locate())
+        if full is None:
+            raise
+        click.echo(full.render(), err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
