@@ -359,3 +359,31 @@ def test_a_full_disk_under_the_workspace_is_named_before_spark_starts(
     assert ran.returncode == 1
     assert f"error[disk-full]: the disk holding {apps} is full (0 bytes free)" in ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+def test_a_processor_run_that_fills_the_disk_says_which_folder(
+    workspace: Workspace, tmp_path: Path, stream_name: str, full_checkpoint_disk: str
+) -> None:
+    create_stream(workspace.settings, stream_name, exist_ok=True)
+    events = [{"key": f"k{n % 5}", "time": 1_767_225_600_000 + n} for n in range(100)]
+    millrace("publish", stream_name, "-", stdin="\n".join(json.dumps(e) for e in events))
+    source = tmp_path / "counts.py"
+    source.write_text(
+        "from millrace import Input, Processor, ValueState\n"
+        "class Counts(Processor):\n"
+        f"    name = {full_checkpoint_disk!r}\n"
+        f"    inputs = [Input({stream_name!r}, key='key', time='time')]\n"
+        "    seen = ValueState(int)\n"
+        "    def on_record(self, key, record, ctx):\n"
+        "        self.seen.set(self.seen.get(0) + 1)\n"
+    )
+
+    ran = millrace("run", f"{source}:Counts", "--available-now")
+
+    assert ran.returncode == 1
+    folder = workspace.checkpoints_dir / full_checkpoint_disk
+    assert f"error[disk-full]: app {full_checkpoint_disk!r} stopped: the disk holding its " in (
+        ran.stderr
+    )
+    assert f"checkpoint folder {folder} is full" in ran.stderr
+    assert "Traceback" not in ran.stderr and "Logical Plan" not in ran.stderr
