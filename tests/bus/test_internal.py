@@ -27,7 +27,7 @@ def test_a_stream_watch_sees_each_new_record_over_the_one_connection(
     try:
         assert watch.end_offsets() == {0: 3, 1: 0}
         first = watch.last_records(watch.end_offsets(), count=2)
-        assert [value["time"] for value, _ in first[0]] == [1002, 1001]
+        assert [value["time"] for value, _, _ in first[0]] == [1002, 1001]
         assert 1 not in first
 
         # The second look reads the bucket from where it ends now, not where the first stopped.
@@ -35,7 +35,26 @@ def test_a_stream_watch_sees_each_new_record_over_the_one_connection(
         _send(workspace, stream_name, [7000], bucket=1)
         assert watch.end_offsets() == {0: 4, 1: 1}
         second = watch.last_records(watch.end_offsets(), count=2)
-        assert [value["time"] for value, _ in second[0]] == [5000, 1002]
-        assert [value["time"] for value, _ in second[1]] == [7000]
+        assert [value["time"] for value, _, _ in second[0]] == [5000, 1002]
+        assert [value["time"] for value, _, _ in second[1]] == [7000]
+    finally:
+        watch.close()
+
+
+def test_a_stream_watch_gives_the_event_time_a_record_carries_in_its_time_header(
+    workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=1)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer.produce(stream_name, b'{"n": 1}', partition=0, headers=[("time", b"1767225600000")])
+    producer.produce(stream_name, b'{"n": 2}', partition=0)
+    producer.flush()
+    watch = StreamWatch(workspace.settings, stream_name)
+    try:
+        found = watch.last_records(watch.end_offsets())
+        assert [(value["n"], carried) for value, _, carried in found[0]] == [
+            (2, None),
+            (1, 1_767_225_600_000),
+        ]
     finally:
         watch.close()

@@ -1,3 +1,5 @@
+import dataclasses
+
 from confluent_kafka import Producer
 
 from millrace.bus.publisher import Publisher
@@ -101,3 +103,37 @@ def test_an_empty_id_header_is_no_id(settings: Settings, stream_name: str) -> No
     records = list(tail(stream_name, TailStart(from_beginning=True), settings=settings))
 
     assert [(record.value["n"], record.id) for record in records] == [(1, None), (2, None)]
+
+
+def test_a_record_is_dated_by_its_time_field_else_its_time_header_else_its_arrival(
+    settings: Settings, stream_name: str
+) -> None:
+    create_stream(settings, stream_name)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    carried = [("time", b"1767225600000")]  # 2026-01-01T00:00:00Z, as millrace's writers carry it
+    producer.produce(stream_name, b'{"n": 1, "time": "2026-01-01T00:05:00Z"}', headers=carried)
+    producer.produce(stream_name, b'{"n": 2}', headers=carried)
+    producer.produce(stream_name, b'{"n": 3}')
+    producer.flush()
+
+    with Reader(stream_name, "dating", settings=settings, follow=False) as reader:
+        records = list(reader)
+    tailed = list(tail(stream_name, TailStart(from_beginning=True), settings=settings))
+
+    for found in (records, tailed):
+        by_n = {record.value["n"]: record.time_ms for record in found}
+        assert by_n[1] == 1_767_225_900_000  # the field wins over the header
+        assert by_n[2] == 1_767_225_600_000
+        assert by_n[3] > 1_767_225_900_000  # its arrival, today
+
+
+def test_published_events_carry_their_time_for_readers_of_another_time_field(
+    settings: Settings, stream_name: str
+) -> None:
+    create_stream(settings, stream_name)
+    with Publisher(stream_name, settings=settings) as publisher:
+        publisher.send({"time": "2026-01-01T00:00:00Z", "n": 1})
+
+    other_field = dataclasses.replace(settings, events_time_field="ts")
+    with Reader(stream_name, "other-field", settings=other_field, follow=False) as reader:
+        assert [record.time_ms for record in reader] == [1_767_225_600_000]

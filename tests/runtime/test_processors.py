@@ -21,6 +21,8 @@ from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import ProcessorError
 from millrace.runtime.processors import RunningProcessor, start_processor_app
+from millrace.runtime.sql_apps import query_result_table, start_sql_app
+from millrace.sql.parser import parse_app
 from millrace.testing import ProcessorTester
 
 T0 = 1_767_225_600_000
@@ -417,3 +419,37 @@ OLD_REASON = (
     "event time 1969-12-31T23:59:59.000Z is before 1970-01-01, which Spark cannot place in "
     "event time"
 )
+
+
+def test_productions_carry_their_time_ms_to_tail_and_to_a_sql_app_windowing_them(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output, processor = counting_app(workspace, stream_name)
+    events = queries(0, 300)
+    publish(workspace, stream_name, [*events, closing(events)])
+    run_to_the_end(spark, workspace, processor)
+
+    produced = read(workspace, output)
+    # The counts hold no time field: each record still has its production's time_ms.
+    assert "time" not in produced[0].value
+    assert [record.time_ms for record in produced] == [r.value["bucket"] for r in produced]
+
+    app = parse_app(
+        f"CREATE APPLICATION sums_{uuid.uuid4().hex[:8]};\n"
+        "CREATE INPUT TABLE counts (query, count BIGINT)\n"
+        f"  FROM STREAM('{output}') TIME time LATENESS '0 seconds';\n"
+        "CREATE TABLE per_5s AS\n"
+        "SELECT query, SUM(count) AS n FROM counts [5 seconds] GROUP BY query;\n"
+    )
+    start_sql_app(spark, workspace, app, available_now=True).await_termination()
+
+    summed = {
+        (row["query"], int(row["window_start"].timestamp() * 1000)): row["n"]
+        for row in query_result_table(spark, workspace, app.name, "per_5s")
+    }
+    closed = max(event["ts"] for event in events) // 5000 * 5000  # the watermark's window
+    expected: Counter = Counter()
+    for event in events:
+        if event["ts"] // 5000 * 5000 < closed:
+            expected[(event["query"], event["ts"] // 5000 * 5000)] += 1
+    assert summed == dict(expected)

@@ -1,11 +1,19 @@
+import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
+from millrace.bus.reader import TailStart, tail
+from millrace.bus.records import Record
+from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
+from millrace.runtime.sql_apps import query_result_table, start_sql_app
+from millrace.sql.parser import parse_app
 from millrace.testing import SqlAppTester
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "top_events.sql"
@@ -98,3 +106,59 @@ def test_an_updates_table_merges_each_change_and_emits_it(
         ("music", 1),
         ("sports", 2),
     ]
+
+
+def test_records_are_dated_by_their_time_field_else_their_time_header_and_outputs_carry_theirs(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    source, copies, sums = (f"test.dated-{part}.{run}" for part in ("in", "copies", "sums"))
+    for stream in (source, copies, sums):
+        create_stream(workspace.settings, stream, buckets=1)
+    t0 = int(START.timestamp() * 1000)
+    # (value, time header): a processor's productions carry their time in the header only.
+    records = [
+        ({"kind": "a", "n": 1}, t0 + 1000),
+        ({"kind": "b", "n": 2, "time": t0 + 7000}, t0 + 2000),  # the field wins
+        ({"kind": "a", "n": 3}, t0 + 3000),
+        ({"kind": "z", "n": 0, "time": t0 + 60_000}, None),  # closes the windows before it
+    ]
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for value, carried in records:
+        headers = [] if carried is None else [("time", str(carried).encode())]
+        producer.produce(source, json.dumps(value).encode(), headers=headers)
+    producer.flush()
+    app = parse_app(
+        f"CREATE APPLICATION dated_{run};\n"
+        f"CREATE INPUT TABLE src (kind, n INT) FROM STREAM('{source}') TIME time\n"
+        "  LATENESS '0 seconds';\n"
+        f"INSERT INTO STREAM('{copies}') SELECT kind, n FROM src;\n"
+        f"CREATE TABLE per_5s WITH (emit = '{sums}') AS\n"
+        "SELECT kind, SUM(n) AS total FROM src [5 seconds] GROUP BY kind;\n"
+    )
+    start_sql_app(spark, workspace, app, available_now=True).await_termination()
+
+    times = {"a": {1: t0 + 1000, 3: t0 + 3000}, "b": {2: t0 + 7000}, "z": {0: t0 + 60_000}}
+    expected: dict = {}
+    for kind, by_n in times.items():
+        for n, time_ms in by_n.items():
+            window = (kind, time_ms // 5000 * 5000)
+            if window[1] + 5000 <= t0 + 60_000:
+                expected[window] = expected.get(window, 0) + n
+    result = query_result_table(spark, workspace, app.name, "per_5s")
+    assert {
+        (row["kind"], int(row["window_start"].timestamp() * 1000)): row["total"] for row in result
+    } == expected
+    copied = _tail(workspace, copies)
+    assert {record.value["n"]: record.time_ms for record in copied} == {
+        n: time_ms for by_n in times.values() for n, time_ms in by_n.items()
+    }
+    assert all("time" not in record.value for record in copied)
+    # An emitted window is dated by its last millisecond: in the same window downstream.
+    assert {(r.value["kind"], r.time_ms) for r in _tail(workspace, sums)} == {
+        (kind, start + 4999) for kind, start in expected
+    }
+
+
+def _tail(workspace: Workspace, stream: str) -> list[Record]:
+    return list(tail(stream, TailStart(from_beginning=True), settings=workspace.settings))

@@ -27,7 +27,13 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import NewTopic
 
-from millrace.bus.records import Record, RecordDecodeError, decode_message, decode_value
+from millrace.bus.records import (
+    Record,
+    RecordDecodeError,
+    carried_time_ms,
+    decode_message,
+    decode_value,
+)
 from millrace.bus.streams import _admin, _bus_error, _wait_for_leaders, describe_stream
 from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
@@ -168,10 +174,11 @@ def append_times_at(settings: Settings, stream: str, offsets: dict[int, int]) ->
 
 def last_records(
     settings: Settings, stream: str, ends: dict[int, int], *, count: int = 20
-) -> dict[int, list[tuple[dict, int]]]:
+) -> dict[int, list[tuple[dict, int, int | None]]]:
     """The last `count` records before `ends[bucket]` of each bucket, newest first.
 
-    Each is its JSON object value and its append time (epoch ms); a value that is not a JSON
+    Each is its JSON object value, its append time (epoch ms) and the event time its `time`
+    header carries (None without one); a value that is not a JSON
     object, or a record without an append time, is left out. A bucket with no record left
     before its end is left out.
     """
@@ -222,9 +229,9 @@ class StreamWatch:
 
     def last_records(
         self, ends: dict[int, int], *, count: int = 20
-    ) -> dict[int, list[tuple[dict, int]]]:
+    ) -> dict[int, list[tuple[dict, int, int | None]]]:
         """As the module's `last_records`, over this watch's connection."""
-        found: dict[int, list[tuple[dict, int]]] = {}
+        found: dict[int, list[tuple[dict, int, int | None]]] = {}
         consumer = self._consumer
         try:
             starts = {}
@@ -256,7 +263,8 @@ class StreamWatch:
                 except RecordDecodeError:
                     continue
                 if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
-                    found.setdefault(bucket, []).insert(0, (value, timestamp))
+                    carried = carried_time_ms(message)
+                    found.setdefault(bucket, []).insert(0, (value, timestamp, carried))
             # The next look assigns offsets of its own; librdkafka would keep the pauses.
             consumer.resume([TopicPartition(self.stream, bucket) for bucket in starts])
             consumer.unassign()

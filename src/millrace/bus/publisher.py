@@ -21,6 +21,7 @@ from millrace.bus.records import (
     event_time_ms,
     future_dated_reason,
     new_record_id,
+    time_header,
 )
 from millrace.bus.streams import require_stream
 from millrace.config.settings import Settings
@@ -133,6 +134,9 @@ class Publisher:
                 )
         record_id = record_id or new_record_id()
         headers = [(ID_HEADER, record_id.encode())]
+        if time_ms is not None:
+            # Readers whose time field is named otherwise still find the event's time.
+            headers.append(time_header(time_ms))
         while True:
             try:
                 placed = {} if bucket is None else {"partition": bucket}

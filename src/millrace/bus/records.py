@@ -1,7 +1,10 @@
 """The record format of every stream, and encoding and decoding records.
 
-A record is a JSON object value holding the event time in its time field, a routing key, and
-an `id` header. The Kafka timestamp is the arrival time.
+A record is a JSON object value holding the event time in its time field, a routing key, an
+`id` header and, from millrace's writers, a `time` header: the record's event time as epoch
+milliseconds in decimal text. The Kafka timestamp is the arrival time. A reader takes a
+record's event time from its value's time field when it has one, else from its `time`
+header, else it is the arrival time (`record_time_ms`).
 
 This module encodes events for publishing and decodes consumed messages into `Record`s.
 """
@@ -22,6 +25,8 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 from millrace.errors import PublishError
 
 ID_HEADER = "id"
+TIME_HEADER = "time"
+"""The header in which millrace's writers carry a record's event time, as epoch ms text."""
 EPOCH_MS_THRESHOLD = 100_000_000_000
 """Epoch times at or above this are milliseconds: as seconds they would be after year 5000."""
 LARGEST_EPOCH_MS = 2**63 // 1000
@@ -192,18 +197,17 @@ def format_time_ms(time_ms: int) -> str:
 def decode_message(message: Message, time_field: str) -> Record:
     """Turn a consumed Kafka message into a `Record`.
 
-    The event time comes from the value's `time_field`, else from the Kafka timestamp, the
-    record's arrival time. Raises
-    `RecordDecodeError` when the value is not a JSON object or its time cannot be read.
+    The event time is `record_time_ms`'s: the value's `time_field`, else the `time` header,
+    else the Kafka timestamp, the record's arrival time. Raises `RecordDecodeError` when the
+    value is not a JSON object or its time cannot be read.
     """
     value = decode_value(message.value() or b"")
+    timestamp_type, timestamp = message.timestamp()
+    arrival_ms = None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp
     try:
-        time_ms = event_time_ms(value, time_field)
+        time_ms = record_time_ms(value, time_field, carried_time_ms(message), arrival_ms)
     except PublishError as error:
         raise RecordDecodeError(error.message) from None
-    if time_ms is None:
-        timestamp_type, timestamp = message.timestamp()
-        time_ms = None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp
     key = message.key()
     return Record(
         stream=message.topic(),
@@ -214,6 +218,44 @@ def decode_message(message: Message, time_field: str) -> Record:
         time_ms=time_ms,
         value=value,
     )
+
+
+def record_time_ms(
+    value: Mapping[str, Any], time_field: str, carried_ms: int | None, arrival_ms: int | None
+) -> int | None:
+    """A record's event time: its `time_field`, else the time it carries, else its arrival.
+
+    `carried_ms` is the record's `time` header (`carried_time_ms`), which millrace's writers
+    set, so a record keeps its event time whatever its value holds. Raises `PublishError`
+    when the field holds no time.
+
+    Example:
+        >>> record_time_ms({"n": 1}, "time", 1_767_225_600_000, 1_767_225_660_000)
+        1767225600000
+    """
+    time_ms = event_time_ms(value, time_field)
+    if time_ms is not None:
+        return time_ms
+    return carried_ms if carried_ms is not None else arrival_ms
+
+
+def carried_time_ms(message: Message) -> int | None:
+    """The event time `message` carries in its `time` header; None without a readable one."""
+    text = header(message, TIME_HEADER)
+    if text is None or not text.isascii() or not text.lstrip("-").isdigit():
+        return None
+    time_ms = int(text)
+    return time_ms if abs(time_ms) < LARGEST_EPOCH_MS else None
+
+
+def time_header(time_ms: int) -> tuple[str, bytes]:
+    """The `time` header carrying event time `time_ms`, as a producer takes headers.
+
+    Example:
+        >>> time_header(1_767_225_600_000)
+        ('time', b'1767225600000')
+    """
+    return TIME_HEADER, str(time_ms).encode()
 
 
 def decode_value(raw: bytes) -> dict[str, Any]:

@@ -42,7 +42,8 @@ def start_archive(
     `available_now` it stops once it has archived what the stream holds when it starts.
     `time_field` names the value's field that holds the event time (by default the
     `events.time_field` setting, which the publisher uses too): its UTC date is the record's
-    `event_date`, or the date it reached the bus when it holds no readable time.
+    `event_date`; without the field, the date of the time its `time` header carries, else of
+    its arrival; the date it reached the bus when it holds no readable time.
     `max_records_per_batch` caps the records of each micro-batch. A record the bus dropped
     (its retention passed) before the job archived it stops the query with Spark's data-loss
     error, rather than leaving a silent gap in the archive.
@@ -63,11 +64,13 @@ def start_archive(
     if max_records_per_batch is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
     # Imported here: `streams` reads archives through this module.
-    from millrace.engine.streams import event_time_column
+    from millrace.engine.streams import carried_time, event_time_column
 
     time_field = time_field or workspace.settings.events_time_field
     raw_time = F.get_json_object(F.col("value").cast("string"), f"$.{time_field}")
-    event_time = event_time_column(raw_time, F.col("timestamp"))
+    event_time = event_time_column(
+        raw_time, F.coalesce(carried_time(F.col("headers")), F.col("timestamp"))
+    )
     records = reader.load().select(
         *ARCHIVE_COLUMNS[:-1],
         F.to_date(F.coalesce(event_time, F.col("timestamp"))).alias(EVENT_DATE),

@@ -253,13 +253,14 @@ class IdleTicker:
     """Ticks the idle buckets of `stream` for the queries of app `app` (see the module).
 
     `run` is the run whose ticks the queries read (`Ticks.run`). `time_of` reads a record's
-    event time (epoch ms, or None when it has none that counts).
+    event time from its value, its arrival time and the time its `time` header carries (epoch
+    ms, or None when it has none that counts).
     The ticker runs on a thread of its own until `close`.
 
     Example:
         >>> ticker = IdleTicker(spark, workspace, "demo", "clicks",  # doctest: +SKIP
         ...                     run=ticks.run,
-        ...                     time_of=lambda value, arrival_ms: value.get("ms"),
+        ...                     time_of=lambda value, arrival_ms, carried_ms: value.get("ms"),
         ...                     idle_timeout_ms=10_000)
         >>> ticker.close()  # doctest: +SKIP
     """
@@ -272,7 +273,7 @@ class IdleTicker:
         stream: str,
         *,
         run: str,
-        time_of: Callable[[dict, int], int | None],
+        time_of: Callable[[dict, int, int | None], int | None],
         idle_timeout_ms: int,
         every_s: float = TICK_EVERY_S,
     ) -> None:
@@ -380,8 +381,8 @@ class IdleTicker:
                 self._last[bucket] = next(
                     (
                         (time_ms, arrival_ms)
-                        for value, arrival_ms in found.get(bucket, [])
-                        if (time_ms := self._time_of(value, arrival_ms)) is not None
+                        for value, arrival_ms, carried_ms in found.get(bucket, [])
+                        if (time_ms := self._time_of(value, arrival_ms, carried_ms)) is not None
                     ),
                     None,
                 )

@@ -11,6 +11,8 @@ with the same columns, and routes the bad records the same way, at once; it read
 the bus, or from the stream's archive in the warehouse with the same decoding.
 `write_stream` writes a DataFrame to a stream, or to a stream named per row. A record without
 a key goes to a bucket chosen by its id (`bucket_by_id`), unless its stream is named per row.
+Each record written carries its event time in its `time` header (`written_time`), which a
+reader takes when the value has no time field of its name.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from millrace.bus.records import (
     EPOCH_MS_THRESHOLD,
     ID_HEADER,
     LARGEST_EPOCH_MS,
-    event_time_ms,
+    TIME_HEADER,
+    record_time_ms,
 )
 from millrace.bus.streams import (
     describe_stream,
@@ -58,6 +61,8 @@ from millrace.errors import PublishError, SchemaError
 
 RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
 """Columns `read_stream` adds beside the declared ones; `write_stream` leaves them out."""
+RECORD_TIME = "record_time"
+"""A column a writer takes as each record's event time, for its `time` header, not its value."""
 
 _CORRUPT = "_millrace_corrupt"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -223,15 +228,17 @@ def _max_future_ms(workspace: Workspace, max_future: str | None) -> int:
     return parse_duration_ms(max_future, what="max_future")
 
 
-def _time_of(value: dict, arrival_ms: int, *, time: str, max_future_ms: int) -> int | None:
+def _time_of(
+    value: dict, arrival_ms: int, carried_ms: int | None, *, time: str, max_future_ms: int
+) -> int | None:
     """A record's event time as a streaming read takes it; None where it would dead-letter it."""
     try:
-        time_ms = event_time_ms(value, time)
+        time_ms = record_time_ms(value, time, carried_ms, arrival_ms)
     except PublishError:
         return None
-    if time_ms is None:
-        return arrival_ms
-    return None if time_ms < 0 or time_ms - arrival_ms > max_future_ms else time_ms
+    if time_ms is None or time_ms < 0 or time_ms - arrival_ms > max_future_ms:
+        return None
+    return time_ms
 
 
 def read_batch(
@@ -326,7 +333,8 @@ def write_stream(
 
     `stream` is a stream name, or a column naming each row's stream (those streams must
     exist). `key` names the column used as the routing key. The value holds every column but
-    the `RECORD_COLUMNS`; the `id` header is the `record_id` column when there is one.
+    the `RECORD_COLUMNS` and `RECORD_TIME`; the `id` header is the `record_id` column when
+    there is one, and the `time` header the event time `written_time` gives each record.
     `trigger`, when given, sets when micro-batches run (`available_now` is its shorthand).
 
     Example:
@@ -384,7 +392,9 @@ def _as_kafka_records(
     record_id: Column | None,
     buckets: int | None,
 ) -> DataFrame:
-    """The columns Spark's Kafka sink writes: topic, key, JSON value, id header, and bucket.
+    """The columns Spark's Kafka sink writes: topic, key, JSON value, headers, and bucket.
+
+    The headers are the id and, when `written_time` finds one, the record's event time.
 
     The bucket is set for a record without a key when the stream's bucket count is known
     (`bucket_by_id`); a keyed record goes to its key's bucket. (A generated `uuid()` id is
@@ -394,18 +404,68 @@ def _as_kafka_records(
         record_id = F.col("record_id") if "record_id" in records.columns else F.expr("uuid()")
     if isinstance(key, str):
         key = F.col(key)
-    value_columns = [name for name in records.columns if name not in RECORD_COLUMNS]
+    value_columns = [name for name in records.columns if name not in (*RECORD_COLUMNS, RECORD_TIME)]
+    headers = F.array(
+        F.struct(F.lit(ID_HEADER).alias("key"), record_id.cast("binary").alias("value"))
+    )
+    time = written_time(records)
+    if time is not None:
+        time_text = F.unix_millis(time).cast("string").cast("binary")
+        timed = F.array_append(
+            headers, F.struct(F.lit(TIME_HEADER).alias("key"), time_text.alias("value"))
+        )
+        headers = F.when(time.isNull(), headers).otherwise(timed)
     columns = [
         stream.alias("topic"),
         (key.cast("string") if key is not None else F.lit(None).cast("string")).alias("key"),
         F.to_json(F.struct(*value_columns)).alias("value"),
-        F.array(
-            F.struct(F.lit(ID_HEADER).alias("key"), record_id.cast("binary").alias("value"))
-        ).alias("headers"),
+        headers.alias("headers"),
     ]
     if buckets is not None:
         columns.append(bucket_by_id(record_id, key, F.lit(buckets)).alias("partition"))
     return records.select(*columns)
+
+
+def written_time(records: DataFrame) -> Column | None:
+    """Each record's event time as a writer carries it: `RECORD_TIME`, else its window's.
+
+    A windowed result's time is its window's last millisecond (`window_end` minus 1 ms, as
+    in Beam and Flink): it falls in the same window downstream, and is not before the
+    watermark that closed the window. None when `records` has neither column, and the
+    records are then known by their arrival time.
+
+    Example:
+        >>> written_time(spark.sql("SELECT now() AS record_time"))  # doctest: +SKIP
+        Column<'record_time'>
+    """
+    types = dict(records.dtypes)
+    if types.get(RECORD_TIME) == "timestamp":
+        return F.col(RECORD_TIME)
+    if types.get("window_end") == "timestamp":
+        return F.timestamp_millis(F.unix_millis("window_end") - 1)
+    return None
+
+
+def carried_time(headers: Column) -> Column:
+    """The event time a Kafka record carries in its `time` header, as a TIMESTAMP; else NULL.
+
+    Example:
+        >>> raw.select(carried_time(F.col("headers")).alias("time"))  # doctest: +SKIP
+    """
+    return F.timestamp_millis(carried_millis(headers))
+
+
+def carried_millis(headers: Column) -> Column:
+    """The event time a Kafka record carries in its `time` header, as epoch ms; else NULL.
+
+    `headers` is the record's headers column, as Kafka's reader gives it.
+
+    Example:
+        >>> raw.select(carried_millis(F.col("headers")).alias("time_ms"))  # doctest: +SKIP
+    """
+    timed = F.filter(headers, lambda header: header.getField("key") == F.lit(TIME_HEADER))
+    time_ms = F.try_element_at(timed, F.lit(1)).getField("value").cast("string").try_cast("long")
+    return F.when(F.abs(time_ms) < LARGEST_EPOCH_MS, time_ms)
 
 
 def bucket_by_id(record_id: Column, key: Column | None, buckets: Column) -> Column:
@@ -469,7 +529,8 @@ def _decode(
     Each record is parsed once into `_parsed`, in Spark's PERMISSIVE mode, which keeps the
     whole text of a value that is not a JSON object or has a field that does not fit its type.
     A record is bad when it has no value, when its text was kept so, when its time cannot
-    be read, when it is before 1970-01-01 (`_time_given` holds it, `_time_read` is NULL), or
+    be read (a record without the field takes the time its `time` header carries, else its
+    arrival time), when it is before 1970-01-01 (`_time_given` holds it, `_time_read` is NULL), or
     when its time is more than `max_future_ms` ahead of its arrival (then its `_event_time`
     is NULL, so that it moves no watermark). Why it is bad is worked out only for the bad
     ones, for their dead letters (`_error_reason`): the good records pass without it.
@@ -499,9 +560,14 @@ def _decode(
         # it pushes no filter through a nondeterministic column, so `_parsed` is made one.
         F.when(F.spark_partition_id() >= 0, parsed).alias("_parsed"),
         F.col("timestamp").alias("_kafka_time"),
+        F.col("headers").alias("_headers"),
     ).withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
+    # The header is read only for a record without the field: most carry their time in both.
     with_parts = with_parts.withColumn(
-        "_time_given", event_time_column(F.col("_time_raw"), F.col("_kafka_time"))
+        "_time_given",
+        event_time_column(
+            F.col("_time_raw"), F.coalesce(carried_time(F.col("_headers")), F.col("_kafka_time"))
+        ),
     )
     with_parts = with_parts.withColumn(
         "_time_read", F.when(_from_1970(F.col("_time_given")), F.col("_time_given"))

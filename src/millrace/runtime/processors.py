@@ -61,7 +61,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
-from millrace.bus.records import ID_HEADER, Record, RecordDecodeError, decode_value
+from millrace.bus.records import ID_HEADER, TIME_HEADER, Record, RecordDecodeError, decode_value
 from millrace.bus.streams import dead_letter_stream, require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
@@ -80,7 +80,7 @@ from millrace.engine.low_watermark import (
 from millrace.engine.metrics import observe_outputs
 from millrace.engine.serving_sink import write_table
 from millrace.engine.session import state_store
-from millrace.engine.streams import bucket_by_id
+from millrace.engine.streams import bucket_by_id, carried_millis
 from millrace.engine.triggers import Trigger
 from millrace.errors import ProcessorError, ServingError, StreamNotFoundError
 from millrace.processor import lookups
@@ -93,7 +93,7 @@ from millrace.serving.tables import describe_table
 DEFAULT_BUCKETS = 64
 """Hash buckets a processor's keys are spread over; each is one group of Spark's operator."""
 
-_OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING"
+_OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING, time STRING"
 _PRODUCTION, _DEAD_LETTER = "production", "dead_letter"
 _LATE, _DUPLICATE = "late", "duplicate"
 # A bucket's earliest processing-time timer, for the driver's `ProcessorClock`.
@@ -335,24 +335,38 @@ def _max_future_ms(workspace: Workspace, source: Input) -> int:
     return parse_duration_ms(source.max_future, what="max_future")
 
 
-def _time_of(value: dict, arrival_ms: int, *, source: Input, max_future_ms: int) -> int | None:
+def _time_of(
+    value: dict, arrival_ms: int, carried_ms: int | None, *, source: Input, max_future_ms: int
+) -> int | None:
     """A record's event time as the runtime takes it; None where it dead-letters the record."""
     try:
-        time_ms = source.time_of(value)
+        time_ms = _time_in(source, value, carried_ms)
     except Exception:
         return None
     return None if time_ms < 0 or time_ms - arrival_ms > max_future_ms else time_ms
 
 
+def _time_in(source: Input, record: dict, carried_ms: int | None) -> int:
+    """A record's event time: its Input's time field, else the time its `time` header carries.
+
+    Raises `ProcessorError` when the field holds no time, or is missing and nothing is carried.
+    """
+    if carried_ms is not None and record.get(source.time) is None:
+        return carried_ms
+    return source.time_of(record)
+
+
 def _placed(raw: DataFrame, source: Input, buckets: int, max_future_ms: int) -> DataFrame:
     """Kafka records of `source` (streaming or not) as the bucket runner's input rows.
+
+    A record's event time is its Input's time field, else the time its `time` header carries.
 
     A record dated more than `max_future_ms` ahead of its arrival keeps no time (so it moves
     no watermark), and its `fault` says why: the bucket runner makes it a dead letter. A
     record dated before 1970 keeps no time either, and the execution core, reading it again,
     makes it a dead letter.
     """
-    placement = _placement(source, buckets)(F.col("value"))
+    placement = _placement(source, buckets)(F.col("value"), carried_millis(F.col("headers")))
     ids = F.filter("headers", lambda header: header.getField("key") == F.lit(ID_HEADER))
     # Spark's watermark starts at 1970 and never goes back: an earlier time would be late.
     read_ms = F.when(placement.getField("time_ms") >= 0, placement.getField("time_ms"))
@@ -415,12 +429,14 @@ def _semantics_writer(
 def _placement(source: Input, buckets: int) -> Callable[..., Any]:
     """A vectorised UDF: each raw value's key bucket and event time (null when unreadable)."""
 
-    def place(value: bytes | None, known: dict[Any, int]) -> tuple[int, int | None]:
+    def place(
+        value: bytes | None, carried_ms: int | None, known: dict[Any, int]
+    ) -> tuple[int, int | None]:
         try:
             record = json.loads(value) if value is not None else None
             if not isinstance(record, dict):
                 return 0, None
-            time_ms = source.time_of(record)
+            time_ms = _time_in(source, record, carried_ms)
             key = source.key_of(record)
             bucket = known.get(key)
             if bucket is None:
@@ -431,11 +447,14 @@ def _placement(source: Input, buckets: int) -> Callable[..., Any]:
             return 0, None
 
     @F.pandas_udf("bucket INT, time_ms LONG")  # type: ignore[call-overload]
-    def placement(values: pd.Series) -> pd.DataFrame:
+    def placement(values: pd.Series, carried: pd.Series) -> pd.DataFrame:
         # The buckets of the keys seen in this Arrow batch: a key's bucket is hashed once.
         known: dict[Any, int] = {}
+        # A LONG column with nulls arrives as floats; Int64 turns it back into ints and NA.
+        carried_ms = [None if ms is pd.NA else ms for ms in carried.astype("Int64").tolist()]
         return pd.DataFrame(
-            [place(value, known) for value in values], columns=["bucket", "time_ms"]
+            [place(value, ms, known) for value, ms in zip(values, carried_ms, strict=True)],
+            columns=["bucket", "time_ms"],
         ).astype({"bucket": "int32", "time_ms": "Int64"})
 
     return placement
@@ -545,6 +564,7 @@ def _outputs_of(name: str, outcome: BatchOutcome) -> list[_Output]:
             _routing_key(production.key),
             json.dumps(production.value, separators=(",", ":"), ensure_ascii=False),
             production.id,
+            _text_or_none(production.time_ms),
         )
         for production in outcome.productions
     ]
@@ -574,13 +594,17 @@ class _InputRow(NamedTuple):
 
 
 class _Output(NamedTuple):
-    """One row of the operator's output, in the order of `_OUTPUT_SCHEMA`."""
+    """One row of the operator's output, in the order of `_OUTPUT_SCHEMA`.
+
+    `time` is a production's event time as epoch ms text, for its `time` header.
+    """
 
     kind: str
     stream: str
     key: str | None
     value: str | None
     id: str
+    time: str | None = None
 
 
 def _input_rows(frame: pd.DataFrame) -> Iterator[_InputRow]:
@@ -739,11 +763,7 @@ def _write_output_rows(
                     F.col("stream").alias("topic"),
                     "key",
                     "value",
-                    F.array(
-                        F.struct(
-                            F.lit(ID_HEADER).alias("key"), F.col("id").cast("binary").alias("value")
-                        )
-                    ).alias("headers"),
+                    _headers().alias("headers"),
                     bucket_by_id(F.col("id"), F.col("key"), buckets).alias("partition"),
                 )
                 .write.format("kafka")
@@ -756,6 +776,17 @@ def _write_output_rows(
         return totals
     finally:
         batch.unpersist()
+
+
+def _headers() -> Column:
+    """An output row's headers: its id and, for a production, its event time."""
+    id_header = F.struct(F.lit(ID_HEADER).alias("key"), F.col("id").cast("binary").alias("value"))
+    time_header = F.struct(
+        F.lit(TIME_HEADER).alias("key"), F.col("time").cast("binary").alias("value")
+    )
+    return F.when(F.col("time").isNull(), F.array(id_header)).otherwise(
+        F.array(id_header, time_header)
+    )
 
 
 def _int_or_none(text: str | None) -> int | None:

@@ -28,7 +28,7 @@ from sqlglot import exp
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.serving_sink import lookup_column
-from millrace.engine.streams import StreamInput, read_batch, read_stream
+from millrace.engine.streams import RECORD_TIME, StreamInput, read_batch, read_stream
 from millrace.engine.user_code import ship_with_tasks
 from millrace.errors import ServingError, SqlError, StreamNotFoundError, import_failure
 from millrace.serving.tables import describe_table
@@ -156,7 +156,10 @@ def compile_app(
         for table in app.tables
     }
     inserts = {
-        insert.stream: compiler.dataframe(compiler.keeping_record_id(insert.query), insert.position)
+        insert.stream: compiler.dataframe(
+            compiler.keeping_record_time(compiler.keeping_record_id(insert.query), insert.position),
+            insert.position,
+        )
         for insert in app.inserts
     }
     return CompiledApp(app, inputs, tables, inserts, compiler.plans)
@@ -346,6 +349,40 @@ class _QueryCompiler:
             return query
         tree = select.copy()
         tree.select(exp.column("record_id", table=table.alias_or_name), copy=False)
+        return dataclasses.replace(query, tree=tree)
+
+    def keeping_record_time(self, query: Query, position: Position) -> Query:
+        """`query` selecting its input's event time as `record_time` too, when it reads one table.
+
+        An insert's records carry their input's event time that way, in their `time` header,
+        whether or not they select the time column (`millrace.engine.streams.written_time`).
+        A query that joins, aggregates, selects DISTINCT rows or names a `record_time` of its
+        own is left as it is.
+        """
+        select = query.tree
+        source = select.args.get("from_") if isinstance(select, exp.Select) else None
+        if (
+            not isinstance(select, exp.Select)
+            or source is None
+            or not isinstance(source.this, exp.Table)
+            or select.args.get("joins")
+            or select.args.get("distinct")
+            or query.is_aggregation
+            or any(expression.alias_or_name == RECORD_TIME for expression in select.expressions)
+        ):
+            return query
+        table = source.this
+        try:
+            time = self._time_column(table.name, position)
+            columns = self.spark.table(table.name).columns
+        except (SqlError, AnalysisException):
+            return query  # no time to keep, or an unknown table that the query's analysis names
+        if time not in columns or RECORD_TIME in columns:
+            return query
+        tree = select.copy()
+        tree.select(
+            exp.alias_(exp.column(time, table=table.alias_or_name), RECORD_TIME), copy=False
+        )
         return dataclasses.replace(query, tree=tree)
 
     def _run(self, sql: str, query: Query, position: Position) -> DataFrame:
