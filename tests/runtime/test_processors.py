@@ -453,3 +453,30 @@ def test_productions_carry_their_time_ms_to_tail_and_to_a_sql_app_windowing_them
         if event["ts"] // 5000 * 5000 < closed:
             expected[(event["query"], event["ts"] // 5000 * 5000)] += 1
     assert summed == dict(expected)
+
+
+def test_a_record_without_its_time_field_is_dated_by_the_time_it_carries_in_its_header(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.echo"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    sent = [
+        ({"query": "cats"}, T0 + 5),  # as another app's production arrives
+        ({"query": "dogs", "ts": T0 + 9}, T0 + 1),  # the field wins over the header
+        ({"query": "fish"}, None),  # no time at all: a dead letter
+    ]
+    for value, carried in sent:
+        headers = [] if carried is None else [("time", str(carried).encode())]
+        producer.produce(stream_name, json.dumps(value).encode(), headers=headers)
+    producer.flush()
+
+    running = start_processor_app(
+        spark, workspace, failing_echo(stream_name, output, "dlq"), available_now=True
+    )
+    running.await_termination()
+
+    echoed = {record.value["query"]: record.time_ms for record in read(workspace, output)}
+    assert echoed == {"cats": T0 + 5, "dogs": T0 + 9}
+    assert running.dead_letters == 1
