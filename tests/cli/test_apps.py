@@ -55,7 +55,7 @@ def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
     assert summary.endswith(
         " read 4 records: 1 written, 0 dead-lettered, 0 late, 0 duplicates dropped"
     ), ran.stdout
-    assert "input events: 0 bad records routed to events_stream.dlq" in lines
+    assert "input events_score: 0 bad records routed to events_stream.dlq" in lines
 
     queried = millrace("query", "top_events.top_events_5min", "--where", "category=movies")
     assert queried.returncode == 0, queried.stderr
