@@ -10,12 +10,12 @@ from pathlib import Path
 import click
 
 from millrace.bus.records import format_time_ms
-from millrace.cli.apps import _epoch_ms  # the same time parsing as `run --batch`
+from millrace.cli.times import epoch_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import CheckpointError, MillraceError
 from millrace.monitor.service import Monitor
-from millrace.runtime import checkpoints, lifecycle, registry
+from millrace.runtime import checkpoints, registry
 from millrace.runtime.registry import AppRecord
 
 _FOLLOW_POLL_S = 0.5
@@ -48,6 +48,8 @@ def deploy(app: str, trigger: str | None, master: str | None, force: bool, fresh
     Refused while the app runs (deployed, or in a terminal with `millrace run`), and when
     queries of it that ran before have lost their checkpoints (--fresh starts over).
     """
+    from millrace.runtime import lifecycle
+
     record = lifecycle.deploy(
         _workspace(), app, trigger=_trigger(trigger), master=master, force=force, fresh=fresh
     )
@@ -125,12 +127,14 @@ def logs(app: str, follow: bool, lines: int) -> None:
 @click.option(
     "--timeout",
     type=float,
-    default=lifecycle.STOP_TIMEOUT_S,
+    default=registry.STOP_TIMEOUT_S,
     show_default=True,
     help="Seconds to wait for the running micro-batch before killing the app.",
 )
 def stop(app: str, timeout: float) -> None:
     """Stop deployed app APP gracefully: its running micro-batch finishes first."""
+    from millrace.runtime import lifecycle
+
     record = lifecycle.stop(_workspace(), app, timeout_s=timeout)
     click.echo(f"app {record.name!r} {record.status}")
 
@@ -161,11 +165,13 @@ def restart(
     With --fresh, the checkpoint (offsets and state) is moved under
     <workspace>/apps/APP/backups/ and the app starts over, reading its inputs from --from.
     """
+    from millrace.runtime import lifecycle
+
     if start_from is not None and not fresh:
         raise click.UsageError("--from goes with --fresh")
     where: str | int = start_from or "earliest"
     if where not in ("earliest", "latest"):
-        where = _epoch_ms("--from", str(where))
+        where = epoch_ms("--from", str(where))
     workspace = _workspace()
     before = registry.load(workspace, app)
     record = lifecycle.restart(
@@ -216,11 +222,13 @@ def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool
     """
     if (to_batch is None) == (to_time is None):
         raise click.UsageError("give --to-batch N or --to-time TIME")
+    from millrace.runtime import lifecycle
+
     done = lifecycle.rollback(
         _workspace(),
         app,
         to_batch=to_batch,
-        to_time_ms=_epoch_ms("--to-time", to_time) if to_time is not None else None,
+        to_time_ms=epoch_ms("--to-time", to_time) if to_time is not None else None,
         start=not no_start,
     )
     for query, batch_id in sorted(done.rollback.to_batch.items()):
@@ -248,7 +256,7 @@ def _ps_row(
         problems.append(error)
         last = {}
     newest = max(last.values(), key=lambda batch: batch.started_ms or 0, default=None)
-    uptime = lifecycle.uptime_s(record)
+    uptime = registry.uptime_s(record)
     return {
         "app": record.name,
         "kind": record.kind,

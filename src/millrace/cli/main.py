@@ -11,6 +11,10 @@ import sys
 
 import click
 
+# Every verb's module is imported to list it in --help, so the modules import at their top
+# only what is cheap: a verb that needs Spark, Delta, pandas or the SQL compiler imports them
+# when it runs (in its function, or through `millrace.cli.foreground`), and `--help`, `status`,
+# `tail`, `publish` and `ps` answer without loading them.
 from millrace.cli import apps, infra, lifecycle, monitor, records, streams, tables, warehouse
 from millrace.config.workspace import Workspace
 from millrace.engine.disk_full import disk_full_on_write

@@ -17,6 +17,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.internal import is_internal_stream
+from millrace.cli.rows import count
 from millrace.engine.metrics import InputProgress, metrics_record
 
 
@@ -137,14 +138,3 @@ def _fates(written: int | None, dead_lettered: int, late: int, duplicates: int) 
         f"{count(duplicates, 'duplicate')} dropped",
     ]
     return ", ".join(parts)
-
-
-def count(number: int, noun: str) -> str:
-    """`number` and `noun`, plural but for 1.
-
-    Example:
-        >>> count(2, "micro-batch"), count(1, "record")
-        ('2 micro-batches', '1 record')
-    """
-    plural = noun + ("es" if noun.endswith("ch") else "s")
-    return f"{number} {noun if number == 1 else plural}"

@@ -9,9 +9,7 @@ import click
 
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.engine.session import spark_session, stop_spark_session
 from millrace.errors import TableSpecError
-from millrace.runtime.tables import create_stream_table, delete_stream_table, start_table_feed
 from millrace.serving.tables import (
     SIMPLE_TYPES,
     TableSpec,
@@ -67,6 +65,9 @@ def create(
     Example: millrace table create classifications --from-stream dimension_updates
     --key dimension_id --value topic --ttl 7d
     """
+    from millrace.engine.session import spark_session, stop_spark_session
+    from millrace.runtime.tables import create_stream_table, start_table_feed
+
     workspace = Workspace.locate().require_initialized()
     key_columns = [parse_column(text, what="--key") for text in keys]
     value_columns = [parse_column(text, what="--value") for text in values]
@@ -133,6 +134,8 @@ def get(name: str, key: tuple[str, ...]) -> None:
 @click.argument("name")
 def delete(name: str) -> None:
     """Delete serving table NAME: its rows, its spec and its feed's checkpoint."""
+    from millrace.runtime.tables import delete_stream_table
+
     removed = delete_stream_table(Workspace.locate(), name)
     click.echo(f"deleted serving table {name!r} ({removed} rows)")
 

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from millrace.cli.apps import _echo_dead_letters, _echo_progress, _epoch_ms, _iso
-from millrace.cli.progress_lines import ProgressLines, count
-from millrace.cli.rows import cell, json_line
+from millrace.cli.rows import cell, count, json_line
+from millrace.cli.times import epoch_ms, iso
 from millrace.config.workspace import Workspace
-from millrace.engine.archive import ARCHIVE_APP, read_archive, start_archive
-from millrace.engine.session import spark_session, stop_spark_session
-from millrace.runtime.adhoc_sql import QueryResult, run_query
-from millrace.runtime.backfill import backfill as run_backfill
-from millrace.runtime.processor_batch import ProcessorBatchRun
-from millrace.sql.parser import load_app
 from millrace.warehouse.layout import archive_path, streams_marked_for_archive
+
+if TYPE_CHECKING:
+    from millrace.runtime.adhoc_sql import QueryResult
 
 _PROGRESS_EVERY_S = 2.0
 
@@ -42,6 +39,11 @@ def archive(
     <workspace>/warehouse/<stream>, partitioned by event date. A job that is stopped and
     started again goes on from where it stopped, writing no record twice.
     """
+    from millrace.cli.foreground import echo_progress
+    from millrace.cli.progress_lines import ProgressLines
+    from millrace.engine.archive import ARCHIVE_APP, read_archive, start_archive
+    from millrace.engine.session import spark_session, stop_spark_session
+
     workspace = Workspace.locate().require_initialized()
     names = list(dict.fromkeys([*streams, *(streams_marked_for_archive(workspace) * all_marked)]))
     if not names:
@@ -57,11 +59,11 @@ def archive(
         click.echo(f"archiving {', '.join(names)} (Ctrl-C stops)")
         lines = ProgressLines(ARCHIVE_APP)
         while any(query.isActive for query in queries):
-            _echo_progress(queries, lines)
+            echo_progress(queries, lines)
             time.sleep(_PROGRESS_EVERY_S)
         for query in queries:
             query.awaitTermination()
-        _echo_progress(queries, lines)
+        echo_progress(queries, lines)
         for name in names:
             records = read_archive(spark, workspace, name).count()
             path = archive_path(workspace, name)
@@ -91,7 +93,12 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
     of its streaming run; the outputs named by --into get the same final results as the
     streaming run, merged by key, so running a backfill again changes nothing.
     """
-    start_ms, end_ms = _epoch_ms("--from", start), _epoch_ms("--to", end)
+    from millrace.cli.foreground import echo_dead_letters
+    from millrace.engine.session import spark_session, stop_spark_session
+    from millrace.runtime.backfill import backfill as run_backfill
+    from millrace.runtime.processor_batch import ProcessorBatchRun
+
+    start_ms, end_ms = epoch_ms("--from", start), epoch_ms("--to", end)
     if start_ms >= end_ms:
         raise click.UsageError(f"--to ({end}) must come after --from ({start})")
     workspace = Workspace.locate().require_initialized()
@@ -108,20 +115,20 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
         stop_spark_session()
     if isinstance(result, ProcessorBatchRun):
         click.echo(
-            f"processor {result.processor.name!r} backfilled over {_iso(start_ms)} to "
-            f"{_iso(end_ms)} from the warehouse: {count(result.productions, 'production')}, "
+            f"processor {result.processor.name!r} backfilled over {iso(start_ms)} to "
+            f"{iso(end_ms)} from the warehouse: {count(result.productions, 'production')}, "
             f"{count(result.dead_letters, 'dead letter')}"
         )
         return
     click.echo(
-        f"app {result.app.name!r} backfilled over {_iso(start_ms)} to {_iso(end_ms)} "
+        f"app {result.app.name!r} backfilled over {iso(start_ms)} to {iso(end_ms)} "
         "from the warehouse"
     )
     for table, rows in result.tables.items():
         click.echo(f"table {table}: {count(rows, 'row')} merged")
     for stream, records in result.streams.items():
         click.echo(f"stream {stream}: {count(records, 'record')} written")
-    _echo_dead_letters(result.app, result.dead_letters)
+    echo_dead_letters(result.app, result.dead_letters)
 
 
 @click.command()
@@ -141,6 +148,10 @@ def sql(query: str, as_json: bool, app_files: tuple[Path, ...], limit: int) -> N
     Tables: warehouse__<stream> for each archived stream (value as JSON text) and
     <app>__<table> for each result table; a '.' or '-' in a name becomes '_'.
     """
+    from millrace.engine.session import spark_session, stop_spark_session
+    from millrace.runtime.adhoc_sql import run_query
+    from millrace.sql.parser import load_app
+
     apps = [load_app(path) for path in app_files]
     workspace = Workspace.locate().require_initialized()
     try:

@@ -18,12 +18,13 @@ Four triggers, written as `--trigger` takes them:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-from pyspark.sql.streaming import DataStreamWriter
+from typing import TYPE_CHECKING, Literal
 
 from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError, EngineError
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import DataStreamWriter
 
 TriggerKind = Literal["micro-batch", "interval", "available-now", "real-time"]
 _DEFAULT_REAL_TIME = "5m"

@@ -46,7 +46,7 @@ from millrace.processor.loading import is_processor_target, load_processor
 from millrace.processor.processor import Processor
 from millrace.runtime import checkpoints, drivers, registry
 from millrace.runtime.drivers import DriverLock
-from millrace.runtime.registry import AppRecord
+from millrace.runtime.registry import STOP_TIMEOUT_S, AppRecord
 from millrace.runtime.state_schema import (
     Fingerprint,
     check_state,
@@ -55,9 +55,6 @@ from millrace.runtime.state_schema import (
 )
 from millrace.sql.compiler import require_streaming_aggregates
 from millrace.sql.parser import SqlApp, load_app
-
-STOP_TIMEOUT_S = 120.0
-"""How long `stop` waits for the running micro-batches to finish before killing the app."""
 
 GRACE_S = 60.0
 """How long a stopping app waits for a query to be between micro-batches before stopping it."""
@@ -386,14 +383,6 @@ def stop_gracefully(queries: list[StreamingQuery], timeout_s: float = GRACE_S) -
                 break
             time.sleep(_IDLE_POLL_S)
         query.stop()
-
-
-def uptime_s(record: AppRecord) -> float | None:
-    """Seconds since a running app started, None for one that is not running."""
-    if record.status != "running" or record.started_at is None:
-        return None
-    started = datetime.fromisoformat(record.started_at.replace("Z", "+00:00"))
-    return max(0.0, (datetime.now(UTC) - started).total_seconds())
 
 
 def _require_no_other_driver(workspace: Workspace, record: AppRecord) -> None:

@@ -26,6 +26,9 @@ from millrace.errors import AppNotFoundError
 Status = Literal["running", "stopped", "finished", "crashed"]
 Kind = Literal["sql", "processor"]
 
+STOP_TIMEOUT_S = 120.0
+"""How long `millrace stop` waits for an app's running micro-batches before killing it."""
+
 DEPLOYED_APP_ENV = "MILLRACE_DEPLOYED_APP"
 """Set in a deployed app's environment to its name, so that its process records its exit."""
 
@@ -151,6 +154,14 @@ def process_start(pid: int) -> int | None:
     """The start time of process `pid` in clock ticks since boot, from /proc."""
     stat = _proc_stat(pid)
     return stat[1] if stat is not None else None
+
+
+def uptime_s(record: AppRecord) -> float | None:
+    """Seconds since a running app started, None for one that is not running."""
+    if record.status != "running" or record.started_at is None:
+        return None
+    started = datetime.fromisoformat(record.started_at.replace("Z", "+00:00"))
+    return max(0.0, (datetime.now(UTC) - started).total_seconds())
 
 
 def now_iso() -> str:
