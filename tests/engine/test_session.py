@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQueryListener
@@ -15,10 +16,12 @@ from millrace.config.settings import Settings
 from millrace.engine.session import (
     _JsonProgressBridge,
     add_listener,
+    checkpoint_state_store,
     connector_jars,
     remove_listener,
     spark_config,
 )
+from millrace.errors import CheckpointCorruptError
 
 
 def test_the_session_runs_in_utc_with_rocksdb_state_and_the_configured_partitions(
@@ -257,3 +260,16 @@ def test_stopping_a_query_during_its_micro_batch_prints_no_java_error() -> None:
     assert "stopped, exception: None" in finished.stdout
     assert "StackOverflowError" not in finished.stderr
     assert "Exception in thread" not in finished.stderr
+
+
+@pytest.mark.parametrize("entry", ["v1\n", 'v1\n{"batchWatermarkMs"\n', "v1\n[]\n"])
+def test_an_offset_log_entry_without_readable_metadata_is_a_corrupt_checkpoint(
+    tmp_path: Path, entry: str
+) -> None:
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    (offsets / "0").write_text('v1\n{"conf": {}}\n{}\n')
+    (offsets / "1").write_text(entry)
+    with pytest.raises(CheckpointCorruptError, match=r"offsets/1 cannot be read") as raised:
+        checkpoint_state_store(tmp_path)
+    assert "rollback" in raised.value.hint

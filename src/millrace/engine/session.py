@@ -35,7 +35,7 @@ from pyspark.sql.streaming.listener import (
 from millrace.config.jvm import jars
 from millrace.config.settings import Settings
 from millrace.engine.jvm_stderr import relayed_stderr
-from millrace.errors import EngineError
+from millrace.errors import CheckpointCorruptError, EngineError
 
 _ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _MEMORY_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -197,7 +197,8 @@ def checkpoint_state_store(checkpoint: Path) -> str | None:
     """The store (a key of `STATE_STORES`) a query's checkpoint keeps state in; None if new.
 
     Spark records the session's store in each micro-batch's entry of the offset log, and a
-    restarted query goes on with the recorded one, whatever the session says now.
+    restarted query goes on with the recorded one, whatever the session says now. Raises
+    `CheckpointCorruptError` when the latest entry has no readable metadata.
 
     Example:
         >>> checkpoint_state_store(workspace.checkpoint("top_events", "table.t"))  # doctest: +SKIP
@@ -208,8 +209,16 @@ def checkpoint_state_store(checkpoint: Path) -> str | None:
         return None
     latest = max(entries, key=lambda entry: int(entry.name))
     # An entry is a version line, a JSON line of batch metadata with `conf`, then offsets.
-    lines = latest.read_text().splitlines()
-    provider = json.loads(lines[1]).get("conf", {}).get(_PROVIDER_CLASS)
+    try:
+        metadata = json.loads(latest.read_text().splitlines()[1])
+        provider = metadata.get("conf", {}).get(_PROVIDER_CLASS)
+    except (IndexError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        raise CheckpointCorruptError(
+            f"checkpoint file {latest} cannot be read: its second line is not the batch's "
+            "metadata as JSON",
+            hint="`millrace history APP` lists the batches that can be read; `millrace "
+            "rollback APP --to-batch N` moves the app back to the last of them",
+        ) from None
     names = {provider_class: name for name, provider_class in STATE_STORES.items()}
     return names.get(provider, provider)
 
