@@ -189,6 +189,14 @@ class ResultTableNotFoundError(SqlError):
     code = "result-table-not-found"
 
 
+class AlreadyDeployedError(LifecycleError):
+    """An app deployed and running already was deployed again; `app` names it."""
+
+    def __init__(self, message: str, *, app: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.app = app
+
+
 class AppRunningError(LifecycleError):
     """Another driver runs the app already: a second one on its checkpoint is refused."""
 

@@ -6,6 +6,7 @@ V.zip` snapshots named by state version (batch + 1), shared `SSTs/`, and `_metad
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -17,8 +18,8 @@ import pytest
 from millrace import Input, Processor, ValueState
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
-from millrace.errors import ConfigError, LifecycleError, StateSchemaError
-from millrace.runtime import checkpoints, registry
+from millrace.errors import AlreadyDeployedError, ConfigError, LifecycleError, StateSchemaError
+from millrace.runtime import checkpoints, lifecycle, registry
 from millrace.runtime.registry import AppRecord
 from millrace.runtime.state_schema import (
     check_state,
@@ -94,8 +95,6 @@ def test_history_reads_each_batch_and_rollback_moves_later_batches_and_state_asi
 
 def test_batch_at_picks_the_last_batch_committed_by_a_time(fresh_workspace: Workspace) -> None:
     root = _checkpoint(fresh_workspace, "app", "table.t")
-    import os
-
     for batch in range(BATCHES):
         os.utime(root / "commits" / str(batch), (100 + batch, 100 + batch))
     batches = checkpoints.history(fresh_workspace, "app")
@@ -259,3 +258,32 @@ def test_stream_offsets_at_the_start_the_end_and_a_time(
     assert stream_offsets(workspace.settings, stream_name, "latest") == {0: 5}
     assert stream_offsets(workspace.settings, stream_name, between_ms) == {0: 2}
     assert stream_offsets(workspace.settings, stream_name, between_ms + 3_600_000) == {0: 5}
+
+
+def test_deploying_an_app_that_runs_deployed_already_names_it_in_the_error(
+    fresh_workspace: Workspace, tmp_path: Path
+) -> None:
+    source = tmp_path / "twice.sql"
+    source.write_text(
+        "CREATE APPLICATION twice;\n"
+        "CREATE INPUT TABLE events (page STRING) FROM STREAM('clicks') TIME time;\n"
+        "INSERT INTO STREAM('pages') SELECT page FROM events;\n"
+    )
+    here = os.getpid()
+    running = AppRecord(
+        "twice",
+        "sql",
+        str(source),
+        "",
+        checkpoint="/c",
+        log="/l",
+        pid=here,
+        proc_start=registry.process_start(here),
+        status="running",
+    )
+    registry.save(fresh_workspace, running)
+
+    # The demo stops a deployment left running by the app this error names, and deploys again.
+    with pytest.raises(AlreadyDeployedError, match="already runs") as raised:
+        lifecycle.deploy(fresh_workspace, str(source))
+    assert raised.value.app == "twice"

@@ -34,7 +34,12 @@ from millrace.bus.broker import start_broker
 from millrace.bus.streams import dead_letter_stream, describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
-from millrace.errors import AppNotFoundError, LifecycleError, MillraceError, SqlError
+from millrace.errors import (
+    AlreadyDeployedError,
+    AppNotFoundError,
+    MillraceError,
+    SqlError,
+)
 from millrace.monitor.service import Monitor
 from millrace.runtime import registry
 from millrace.runtime.lifecycle import deploy, stop
@@ -159,12 +164,9 @@ def run_demo(
 def _deploy(workspace: Workspace, source: str, trigger: str) -> registry.AppRecord:
     try:
         return deploy(workspace, source, trigger=Trigger.parse(trigger))
-    except LifecycleError as error:
-        if "already runs" not in error.message:
-            raise
+    except AlreadyDeployedError as error:
         # A demo left running (its terminal closed): stop it and start it again.
-        name = error.message.split("'")[1]
-        stop(workspace, name)
+        stop(workspace, error.app)
         return deploy(workspace, source, trigger=Trigger.parse(trigger))
 
 

@@ -41,7 +41,7 @@ from pyspark.sql.streaming import StreamingQuery
 from millrace.bus.offsets import stream_offsets
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
-from millrace.errors import AppNotFoundError, LifecycleError
+from millrace.errors import AlreadyDeployedError, AppNotFoundError, LifecycleError
 from millrace.processor.loading import is_processor_target, load_processor
 from millrace.processor.processor import Processor
 from millrace.runtime import checkpoints, drivers, registry
@@ -167,9 +167,9 @@ def deploy(
 ) -> AppRecord:
     """Start the app of `source` detached, as its own Spark application, and record it.
 
-    Raises `LifecycleError` when an app of that name already runs (`AppRunningError` when
-    its driver runs in a terminal), and what `check_start` raises. With `fresh`, the app
-    starts over (`start_over`).
+    Raises `AlreadyDeployedError` when an app of that name is deployed and runs already
+    (`AppRunningError` when its driver runs in a terminal), and what `check_start` raises.
+    With `fresh`, the app starts over (`start_over`).
 
     Example:
         >>> trigger = Trigger.parse("interval:10s")
@@ -182,8 +182,9 @@ def deploy(
     except AppNotFoundError:
         existing = None
     if existing is not None and existing.status == "running":
-        raise LifecycleError(
+        raise AlreadyDeployedError(
             f"app {described.name!r} already runs (pid {existing.pid}, from {existing.source})",
+            app=described.name,
             hint=f"`millrace restart {described.name}` starts it again with new code; "
             f"`millrace stop {described.name}` stops it",
         )
