@@ -8,10 +8,12 @@ group of its own, killed whole (Python and Spark's JVM) with SIGKILL and started
 filter is killed just after its micro-batch has started writing to the middle stream (its end
 offsets moved) and so, most of the time, before Spark has recorded the batch done: the re-run
 writes the batch again, which makes the copies a reader must drop. The aggregation is killed at
-random moments of its micro-batches. Then both apps are run to the end of their input with
-`--available-now`; only then do records far ahead of the others (the closing records) go
-through the filter, to move the aggregation's watermark past every minute. The answer is
-computed in plain Python from the events.
+random moments of its micro-batches, spread over the first seconds after a commit: kill k of n
+comes in the k-th n-th of them, so that a few kills reach early, middle and late moments
+alike. Then both apps are run to the end of their input with `--available-now`; only then are
+records far ahead of the others (the closing records) written to the middle stream, to move
+the aggregation's watermark past every minute. The answer is computed in plain Python from the
+events.
 
 Used by tests/runtime/test_exactly_once.py (a bounded run in CI, and a longer soak run).
 """
@@ -45,12 +47,14 @@ STEP_MS = 10
 MINUTE_MS = 60_000
 CATEGORIES = 7
 CLOSING_CATEGORY = "zz_closing"
-# The filter writes each record to a middle bucket chosen by a hash of its id: with 64
-# closing records, a middle bucket misses them in one run in 2**63.
+# Each closing record goes to a middle bucket chosen by a hash of its id: with 64 of them, a
+# middle bucket misses them in one run in 2**63.
 CLOSING_RECORDS = 64
 # The filter waits this long for its next write before it is killed anyway (at the end of
 # its input, no batch comes).
 _ARMED_TIMEOUT_S = 20.0
+# The aggregation is killed within this long of seeing its micro-batch committed.
+_AGG_KILL_SPAN_S = 3.0
 # The micro-batch size of the run to the end, after the kills.
 _FINISHING_BATCH = 100_000
 
@@ -340,7 +344,7 @@ def run_with_kills(
                             app.restart_to_batch_s.append(now - app.started_at)
                         app.armed_at = now
                         app.armed_offsets = middle_end()
-                        app.kill_delay_s = rng.uniform(0.0, 3.0)
+                        app.kill_delay_s = _AGG_KILL_SPAN_S * (app.kills + rng.random()) / kills
                     elif now - app.started_at > timeout_s:
                         raise AssertionError(
                             f"{role}: no new micro-batch within {timeout_s} s:\n{app.log_tail()}"
@@ -363,15 +367,16 @@ def run_with_kills(
         for app in apps.values():
             app.kill()
     # The end: each app processes what its input holds, in larger micro-batches, and stops.
-    # The closing records go through the filter after every event, so that they are the last
-    # records of their middle buckets. Had they come amid the events, the filter's two tasks
-    # writing to the middle stream at once could put them ahead of events not yet written,
-    # and the aggregation would set those aside as late once they had moved its watermark.
+    # The closing records are written to the middle stream once the filter has written every
+    # event, so that they are the last records of their middle buckets. Had they come amid the
+    # events, the filter's two tasks writing to the middle stream at once could put them ahead
+    # of events not yet written, and the aggregation would set those aside as late once they
+    # had moved its watermark. (The filter would pass them as they are: a run of it for them
+    # alone would cost one more Spark start and show nothing.)
     for role in files:
         write_app(role, _FINISHING_BATCH)
     apps["filter"].finish()
-    _publish(spark, workspace, source, range(events, events + CLOSING_RECORDS), events, run)
-    apps["filter"].finish()
+    _publish(spark, workspace, middle, range(events, events + CLOSING_RECORDS), events, run)
     apps["agg"].finish()
     if processor:
         produced = _results_of_stream(workspace, results)

@@ -1,8 +1,8 @@
 """Exactly-once across two apps connected by a stream, with their drivers killed by kill -9.
 
 A stateless filter app writes a derived stream; a windowed aggregation app reads it into a
-result table. Both are killed at least five times while they run and restarted each time
-(see `crash_pipeline`). Spark's Kafka sink writes a re-run micro-batch again, so the middle
+result table. Both are killed three times while they run and restarted each time (see
+`crash_pipeline`). Spark's Kafka sink writes a re-run micro-batch again, so the middle
 stream holds copies; with `exactly_once` (the default) the aggregation's reader drops them
 by record id and the result equals the answer computed in plain Python. With
 `at_least_once` the reader keeps them: the result counts each copy that was written. The
@@ -19,8 +19,11 @@ from millrace.config.workspace import Workspace
 from tests.runtime.crash_pipeline import Aggregator, CrashRun, known_answer, run_with_kills
 
 EVENTS = 200_000
-KILLS = 5
-# Each kill costs a Spark start; on a busy machine the run takes far longer than usual.
+# Each kill costs a Spark start, most of a test's time. Every round kills the filter just after
+# its micro-batch started writing (which makes the copies); three rounds kill the aggregation
+# early, midway and late in the seconds after a commit (`crash_pipeline`).
+KILLS = 3
+# On a busy machine the run takes far longer than usual.
 pytestmark = pytest.mark.timeout(3600)
 
 
