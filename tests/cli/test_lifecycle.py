@@ -109,12 +109,17 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
         assert f"app '{name}' running: 1 queries" in logged.stdout, logged.stdout
 
         # The batch that read the first records: the app is rolled back to it later, by the
-        # time it was committed.
-        with_first, with_first_committed_ms = max(
-            (batch.batch_id, batch.committed_ms)
-            for batch in checkpoints.history(workspace, name)
-            if batch.committed_ms is not None
-        )
+        # time it was committed. Spark writes a batch's commit after its results, so the
+        # results can be seen an instant before the batch counts as committed.
+        def committed() -> list[tuple[int, int]]:
+            return [
+                (batch.batch_id, batch.committed_ms)
+                for batch in checkpoints.history(workspace, name)
+                if batch.committed_ms is not None
+            ]
+
+        wait_for("the first batch's commit", lambda: bool(committed()), name, workspace)
+        with_first, with_first_committed_ms = max(committed())
         # `logs -f` prints what the app writes from now on: the batch of the second records.
         followed = tmp_path / "followed.log"
         with followed.open("w") as output:
