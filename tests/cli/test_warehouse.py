@@ -71,6 +71,7 @@ def test_backfill_says_what_it_wrote(archived: Archived) -> None:
         f"app '{archived.app}' backfilled over 2026-01-01T00:00:00Z to "
         "2026-01-01T00:10:00Z from the warehouse",
         f"table per_minute: {len(windows)} rows merged",
+        f"input events: 0 bad records routed to {archived.stream}.dlq",
     ]
 
 
