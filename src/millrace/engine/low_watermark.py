@@ -124,6 +124,31 @@ def read_buckets(
     return frames
 
 
+def read_control_stream(
+    spark: SparkSession, workspace: Workspace, topic: str, *, retention_ms: int
+) -> DataFrame:
+    """An app's internal control stream (idle ticks, processor wake-ups), from its end now.
+
+    The stream is created with `retention_ms` unless it exists. A new query starts after the
+    records there are; one restarted from its checkpoint reads on from there. A record the
+    retention removed before it was read is skipped: a tick or a wake-up is sent again when
+    still due.
+
+    Example:
+        >>> raw = read_control_stream(spark, workspace, tick_stream("demo"),  # doctest: +SKIP
+        ...                           retention_ms=86_400_000)
+    """
+    create_internal_stream(workspace.settings, topic, retention_ms=retention_ms)
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "latest")
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+
+
 @dataclass(frozen=True)
 class Ticks:
     """The idle ticks of one input of an app, as one run of the app reads them.
@@ -144,21 +169,10 @@ def read_ticks(spark: SparkSession, workspace: Workspace, app: str, stream: str)
         >>> ticks.frame.columns  # doctest: +SKIP
         ['bucket', 'time_ms']
     """
-    topic = tick_stream(app)
-    create_internal_stream(workspace.settings, topic, retention_ms=_TICK_RETENTION_MS)
-    raw = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("subscribe", topic)
-        # A new query starts after the ticks there are; one restarted from its checkpoint
-        # reads on from there, and its filter below leaves out the earlier runs' ticks.
-        .option("startingOffsets", "latest")
-        # The stream keeps a day of ticks; one gone before it was read is one tick less.
-        .option("failOnDataLoss", "false")
-        .load()
-    )
+    raw = read_control_stream(spark, workspace, tick_stream(app), retention_ms=_TICK_RETENTION_MS)
     tick = F.from_json(F.col("value").cast("string"), _TICK_SCHEMA)
     run = uuid.uuid4().hex
+    # Earlier runs' ticks, read again after a restart or a rollback, held for other offsets.
     frame = (
         raw.select(tick.alias("tick"))
         .where(

@@ -41,8 +41,9 @@ from collections.abc import Mapping
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
-from millrace.bus.internal import InternalWriter, create_internal_stream
+from millrace.bus.internal import InternalWriter
 from millrace.config.workspace import Workspace
+from millrace.engine.low_watermark import read_control_stream
 
 _RETRY_S = 1.0
 _WAKEUP_RETENTION_MS = 86_400_000
@@ -65,17 +66,8 @@ def read_wakeups(spark: SparkSession, workspace: Workspace, app: str) -> DataFra
     Example:
         >>> wakeups = read_wakeups(spark, workspace, "sessions")  # doctest: +SKIP
     """
-    topic = clock_stream(app)
-    create_internal_stream(workspace.settings, topic, retention_ms=_WAKEUP_RETENTION_MS)
-    raw = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("subscribe", topic)
-        # A new app has no timers to wake; a restarted one reads on from its checkpoint.
-        .option("startingOffsets", "latest")
-        # The stream keeps a day of wake-ups; one gone before it was read is sent again.
-        .option("failOnDataLoss", "false")
-        .load()
+    raw = read_control_stream(
+        spark, workspace, clock_stream(app), retention_ms=_WAKEUP_RETENTION_MS
     )
     bucket = F.from_json(F.col("value").cast("string"), "bucket INT").getField("bucket")
     return raw.select(bucket.alias("bucket")).where(F.col("bucket").isNotNull())
