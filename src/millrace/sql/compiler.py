@@ -327,20 +327,12 @@ class _QueryCompiler:
         An insert's records take their ids from the records they come from (see
         `millrace.runtime.sql_apps`); a query that selects `*` keeps the id already.
         """
-        select = query.tree
-        source = select.args.get("from_") if isinstance(select, exp.Select) else None
-        if (
-            not isinstance(select, exp.Select)
-            or source is None
-            or not isinstance(source.this, exp.Table)
-            or select.args.get("joins")
-            or any(
-                expression.is_star or expression.alias_or_name == "record_id"
-                for expression in select.expressions
-            )
+        select, table = query.tree, _single_table(query.tree)
+        if table is None or any(
+            expression.is_star or expression.alias_or_name == "record_id"
+            for expression in select.expressions
         ):
             return query
-        table = source.this
         try:
             columns = self.spark.table(table.name).columns
         except AnalysisException:
@@ -359,19 +351,14 @@ class _QueryCompiler:
         A query that joins, aggregates, selects DISTINCT rows or names a `record_time` of its
         own is left as it is.
         """
-        select = query.tree
-        source = select.args.get("from_") if isinstance(select, exp.Select) else None
+        select, table = query.tree, _single_table(query.tree)
         if (
-            not isinstance(select, exp.Select)
-            or source is None
-            or not isinstance(source.this, exp.Table)
-            or select.args.get("joins")
+            table is None
             or select.args.get("distinct")
             or query.is_aggregation
             or any(expression.alias_or_name == RECORD_TIME for expression in select.expressions)
         ):
             return query
-        table = source.this
         try:
             time = self._time_column(table.name, position)
             columns = self.spark.table(table.name).columns
@@ -589,6 +576,14 @@ class _TwoStagePlan:
             + f", combined into {_describe(window)}"
         )
         return cls(dataframe, description), None
+
+
+def _single_table(tree: exp.Expression) -> exp.Table | None:
+    """The one table a SELECT reads, with no join; None for any other query."""
+    source = tree.args.get("from_") if isinstance(tree, exp.Select) else None
+    if source is None or not isinstance(source.this, exp.Table) or tree.args.get("joins"):
+        return None
+    return source.this
 
 
 def _combinations(splits: list) -> list[exp.Expression]:
