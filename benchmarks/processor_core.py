@@ -56,8 +56,8 @@ def main() -> None:
 
 
 def _measure(processor_class: type, keys: int, options: argparse.Namespace) -> dict[str, float]:
-    from millrace.bus.records import Record, decode_value
     from millrace.processor.execution import run_batch
+    from millrace.records import Record, decode_value
     from millrace.runtime.bucket_store import BucketStore
 
     rng = random.Random(keys)

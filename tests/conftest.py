@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,25 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
 def stream_name() -> str:
     """A stream name no other test uses."""
     return f"test.{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def clients_loaded() -> Callable[[str], list[str]]:
+    """A function: which of Kafka's, Redis's and Spark's clients Python `code` loads.
+
+    It runs `code` in a fresh interpreter and names the top-level modules among
+    `confluent_kafka`, `redis` and `pyspark` that are then loaded, in that order.
+    """
+
+    def loaded(code: str) -> list[str]:
+        clients = ("confluent_kafka", "redis", "pyspark")
+        check = f"{code}\nimport sys; print(*[m for m in {clients!r} if m in sys.modules])"
+        ran = subprocess.run(
+            [sys.executable, "-c", check], capture_output=True, text=True, check=True
+        )
+        return ran.stdout.split()
+
+    return loaded
 
 
 @pytest.fixture

@@ -1,15 +1,31 @@
 """millrace: realtime data processing on Kafka and Spark, for Python teams.
 
+The bus's `Publisher`, `publish` and `Reader` are loaded on first use, so that importing
+the processor API (or `millrace.records`) does not load the Kafka client.
+
 Example:
     >>> from millrace import publish
     >>> publish("clicks", {"time": "2026-01-01T12:00:00Z", "page": "/"})  # doctest: +SKIP
 """
 
-from millrace.bus.publisher import Publisher, publish
-from millrace.bus.reader import Reader
-from millrace.bus.records import Record
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from millrace.errors import MillraceError
 from millrace.processor import Input, ListState, MapState, Processor, ValueState
+from millrace.records import Record
+
+if TYPE_CHECKING:
+    from millrace.bus.publisher import Publisher, publish
+    from millrace.bus.reader import Reader
+
+_ON_FIRST_USE = {
+    "Publisher": "millrace.bus.publisher",
+    "publish": "millrace.bus.publisher",
+    "Reader": "millrace.bus.reader",
+}
 
 __all__ = [
     "Input",
@@ -23,3 +39,12 @@ __all__ = [
     "ValueState",
     "publish",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'millrace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -31,18 +31,18 @@ from pyspark.sql import SparkSession
 
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import Record, event_time_ms, future_dated_reason
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.errors import ProcessorError
-from millrace.processor import lookups
 from millrace.processor.context import Production
 from millrace.processor.execution import BatchOutcome, DeadLetter, run_batch, watermark_after
+from millrace.processor.lookups import TABLE_PREFIX, MemoryTables
 from millrace.processor.processor import Processor
 from millrace.processor.state import KeyState, MapState, bind_key_state
 from millrace.processor.timers import KeyTimers, Timer
+from millrace.records import Record, event_time_ms, future_dated_reason
 from millrace.runtime.sql_apps import query_result_table, result_table_path, start_sql_app
 from millrace.sql.parser import SqlApp, load_app, parse_app
 
@@ -237,7 +237,7 @@ class ProcessorTester:
         """`tables` gives the serving tables `ctx.lookup` reads: table -> key -> row."""
         processor.validate()
         self.processor = processor
-        self.tables = lookups.MemoryTables(tables or {})
+        self.tables = MemoryTables(tables or {})
         self.clock_ms = clock_ms
         self.watermark_ms: int | None = None
         self.productions: dict[str, list[Production]] = {}
@@ -339,14 +339,14 @@ class ProcessorTester:
             []
         """
         records, self._pending = self._pending, []
-        with lookups.using(self.tables):
-            outcome = run_batch(
-                self._instance,
-                self._stored,
-                records,
-                watermark_ms=self.watermark_ms,
-                processing_time_ms=self.clock_ms,
-            )
+        outcome = run_batch(
+            self._instance,
+            self._stored,
+            records,
+            watermark_ms=self.watermark_ms,
+            processing_time_ms=self.clock_ms,
+            lookups=self.tables,
+        )
         for key, stored in outcome.states.items():
             if stored is None:
                 self._stored.pop(key, None)
@@ -446,7 +446,7 @@ class ProcessorTester:
             >>> tester.table_rows("user_totals")  # doctest: +SKIP
             [{'user': 'u1', 'total': 7}]
         """
-        return self.values(f"{lookups.TABLE_PREFIX}{table}")
+        return self.values(f"{TABLE_PREFIX}{table}")
 
     def _key_state(self, key: Any) -> KeyState:
         return KeyState(

@@ -14,10 +14,10 @@ from confluent_kafka.admin import (
 
 from millrace.bus.publisher import Publisher, publish
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import future_dated_reason
 from millrace.bus.streams import create_stream
 from millrace.config.settings import Settings
 from millrace.errors import DeliveryError, PublishError, StreamNotFoundError
+from millrace.records import future_dated_reason
 
 SET = AlterConfigOpType.SET
 JAN_1 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch milliseconds

@@ -22,10 +22,10 @@ from pyspark.sql import SparkSession
 
 from millrace.api.app import create_app
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import event_time_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.user_code import ship_with_tasks
 from millrace.processor.loading import load_processor
+from millrace.records import event_time_ms
 from millrace.runtime.processor_batch import run_processor_batch
 from millrace.runtime.sql_apps import query_result_table, run_sql_app_batch, start_sql_app
 from millrace.sql.parser import load_app

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from millrace import Input, Processor, ValueState
-from millrace.bus.records import Record
 from millrace.errors import ProcessorError
 from millrace.processor.execution import fold, run_batch, run_key, watermark_after
+from millrace.records import Record
 from millrace.testing import ProcessorTester
 
 T0 = 1_767_225_600_000

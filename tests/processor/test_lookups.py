@@ -4,6 +4,9 @@ import pytest
 
 from millrace import Input, Processor
 from millrace.errors import ProcessorError
+from millrace.processor.execution import run_batch
+from millrace.processor.lookups import MemoryTables
+from millrace.records import Record
 from millrace.testing import ProcessorTester
 
 
@@ -37,3 +40,20 @@ def test_ctx_lookup_of_a_table_the_tester_lacks_is_a_processor_error() -> None:
     tester.feed("events", [{"user": "u1", "dimension_id": "d1", "time": 1000}])
     with pytest.raises(ProcessorError, match="serving table 'classifications' does not exist"):
         tester.run_batch()
+
+
+def test_run_batch_reads_the_lookup_source_it_is_given_and_no_other() -> None:
+    record = Record("events", 0, 0, None, "r0", 1000, {"user": "u1", "dimension_id": "d1"})
+    cats = MemoryTables({"classifications": {"d1": {"topic": "cats"}}})
+    dogs = MemoryTables({"classifications": {"d1": {"topic": "dogs"}}})
+
+    def topics(source: MemoryTables | None) -> list[str | None]:
+        outcome = run_batch(
+            Enricher(), {}, [record], watermark_ms=None, processing_time_ms=0, lookups=source
+        )
+        return [p.value["topic"] for p in outcome.productions if p.stream == "enriched"]
+
+    assert topics(cats) == ["cats"]
+    assert topics(dogs) == ["dogs"]
+    with pytest.raises(ProcessorError, match="has no serving tables to read here"):
+        topics(None)

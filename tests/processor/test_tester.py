@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 from millrace import Input, MapState, Processor
-from millrace.bus.records import Record
 from millrace.errors import ProcessorError
 from millrace.processor.execution import record_id
+from millrace.records import Record
 from millrace.testing import ProcessorTester
 
 T0 = 1_767_225_600_000

@@ -36,10 +36,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import event_time_ms
 from millrace.bus.streams import create_stream, describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.streams import write_batch
+from millrace.records import event_time_ms
 from millrace.runtime.sql_apps import query_result_table
 
 START_MS = 1_767_225_600_000

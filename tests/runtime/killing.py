@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import Record
 from millrace.config.workspace import Workspace
+from millrace.records import Record
 
 
 def read(workspace: Workspace, stream: str) -> list[Record]:

@@ -6,9 +6,9 @@ import json
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
-from millrace.bus.records import Record
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
+from millrace.records import Record
 from millrace.runtime.processor_batch import run_processor_batch
 from millrace.runtime.processors import start_processor_app
 from millrace.testing import ProcessorTester

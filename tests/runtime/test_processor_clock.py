@@ -20,9 +20,9 @@ from pyspark.sql import SparkSession
 from millrace import Input, MapState, Processor, ValueState
 from millrace.bus.internal import create_internal_stream, read_after
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import Record
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+from millrace.records import Record
 from millrace.runtime.processor_clock import ProcessorClock, clock_stream
 from millrace.runtime.processors import start_processor_app
 from millrace.testing import ProcessorTester

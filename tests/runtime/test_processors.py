@@ -16,10 +16,10 @@ from pyspark.sql import SparkSession
 from millrace import Input, MapState, Processor
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import Record
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import ProcessorError
+from millrace.records import Record
 from millrace.runtime.processors import RunningProcessor, start_processor_app
 from millrace.runtime.sql_apps import query_result_table, start_sql_app
 from millrace.sql.parser import parse_app

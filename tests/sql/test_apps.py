@@ -8,10 +8,10 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.records import Record
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
+from millrace.records import Record
 from millrace.runtime.sql_apps import query_result_table, start_sql_app
 from millrace.sql.parser import parse_app
 from millrace.testing import SqlAppTester

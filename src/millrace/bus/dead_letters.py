@@ -15,10 +15,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from millrace.bus.records import ID_HEADER
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.settings import Settings
 from millrace.errors import PublishError
+from millrace.records import ID_HEADER
 
 DEAD_LETTER_FIELDS = ("error", "stream", "bucket", "offset", "original", "original_base64")
 DEAD_LETTER_RETENTION = "30d"

@@ -27,17 +27,12 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import NewTopic
 
-from millrace.bus.records import (
-    Record,
-    RecordDecodeError,
-    carried_time_ms,
-    decode_message,
-    decode_value,
-)
+from millrace.bus.messages import carried_time_ms, decode_message
 from millrace.bus.streams import _admin, _bus_error, _wait_for_leaders, describe_stream
 from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
 from millrace.errors import StreamNameError
+from millrace.records import Record, RecordDecodeError, decode_value
 
 METRICS_STREAM = "_millrace.metrics"
 """Where every app's query listener publishes the progress of each micro-batch."""

@@ -14,7 +14,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from millrace.bus.records import (
+from millrace.bus.streams import require_stream
+from millrace.config.settings import Settings
+from millrace.config.workspace import Workspace
+from millrace.errors import DeliveryError, PublishError
+from millrace.records import (
     ID_HEADER,
     before_1970_reason,
     encode_event,
@@ -23,10 +27,6 @@ from millrace.bus.records import (
     new_record_id,
     time_header,
 )
-from millrace.bus.streams import require_stream
-from millrace.config.settings import Settings
-from millrace.config.workspace import Workspace
-from millrace.errors import DeliveryError, PublishError
 
 _DELIVERY_TIMEOUT_MS = 60_000
 _MAX_REPORTED_FAILURES = 5

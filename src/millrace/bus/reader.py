@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from millrace.bus.dead_letters import DeadLetterWriter
-from millrace.bus.records import Record, RecordDecodeError, decode_message
+from millrace.bus.messages import decode_message
 from millrace.bus.streams import require_stream
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.errors import BusError
+from millrace.records import Record, RecordDecodeError
 
 _POLL_S = 0.5
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import click
 
-from millrace.bus.records import format_time_ms
 from millrace.cli.times import epoch_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import CheckpointError, MillraceError
 from millrace.monitor.service import Monitor
+from millrace.records import format_time_ms
 from millrace.runtime import checkpoints, registry
 from millrace.runtime.registry import AppRecord
 

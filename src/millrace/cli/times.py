@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import click
 
-from millrace.bus.records import event_time_ms
 from millrace.errors import PublishError
+from millrace.records import event_time_ms
 
 
 def epoch_ms(option: str, text: str) -> int:

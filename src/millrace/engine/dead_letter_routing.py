@@ -30,11 +30,11 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
-from millrace.bus.records import ID_HEADER
 from millrace.bus.streams import create_stream, dead_letter_stream, describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.low_watermark import bucket_metrics_name
 from millrace.engine.session import add_listener, remove_listener
+from millrace.records import ID_HEADER
 
 _log = logging.getLogger(__name__)
 # Spark hands events to listeners on a queue of its own, after the query has moved on; a

@@ -46,9 +46,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_stream
-from millrace.bus.records import format_time_ms
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
+from millrace.records import format_time_ms
 
 TICK_EVERY_S = 1.0
 """How often an `IdleTicker` looks at its stream, and so the most often it ticks a bucket."""
@@ -237,7 +237,7 @@ def union_buckets(frames: list[DataFrame]) -> DataFrame:
 
 
 def future_dated_reason(time: Column, arrival: Column, max_future_ms: int) -> Column:
-    """Spark's form of `millrace.bus.records.future_dated_reason`: the same words, or NULL.
+    """Spark's form of `millrace.records.future_dated_reason`: the same words, or NULL.
 
     `time` and `arrival` are TIMESTAMP columns.
 

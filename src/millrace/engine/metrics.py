@@ -29,11 +29,11 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from millrace.bus.internal import METRICS_STREAM, create_internal_stream
 from millrace.bus.publisher import Publisher
-from millrace.bus.records import format_time_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.low_watermark import BUCKET_METRICS_PREFIX
 from millrace.engine.session import add_listener
 from millrace.errors import MillraceError
+from millrace.records import format_time_ms
 
 _log = logging.getLogger(__name__)
 """Prefix of the observed metrics (with a `bad` field) of the dead-letter routers."""

@@ -27,13 +27,6 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from millrace.bus.records import (
-    EPOCH_MS_THRESHOLD,
-    ID_HEADER,
-    LARGEST_EPOCH_MS,
-    TIME_HEADER,
-    record_time_ms,
-)
 from millrace.bus.streams import (
     describe_stream,
     require_stream,
@@ -58,6 +51,13 @@ from millrace.engine.low_watermark import (
 )
 from millrace.engine.triggers import Trigger
 from millrace.errors import PublishError, SchemaError
+from millrace.records import (
+    EPOCH_MS_THRESHOLD,
+    ID_HEADER,
+    LARGEST_EPOCH_MS,
+    TIME_HEADER,
+    record_time_ms,
+)
 
 RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
 """Columns `read_stream` adds beside the declared ones; `write_stream` leaves them out."""

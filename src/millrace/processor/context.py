@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from millrace.bus.records import Record
 from millrace.errors import ProcessorError
-from millrace.processor import lookups
+from millrace.processor.lookups import TABLE_PREFIX, LookupSource, lookup
 from millrace.processor.timers import KeyTimers, Timer
+from millrace.records import Record
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ class Context:
         processing_time_ms: int,
         event_time_ms: int | None,
         record: Record | None = None,
+        lookups: LookupSource | None = None,
     ) -> None:
         self.key = key
         self.record = record
@@ -82,6 +83,7 @@ class Context:
         self._processor = processor
         self._cause = cause
         self._timers = timers
+        self._lookups = lookups
 
     def set_timer(
         self,
@@ -188,7 +190,7 @@ class Context:
             >>> ctx.lookup("classifications", record["dimension_id"])  # doctest: +SKIP
             {'dimension_id': 'd1', 'topic': 'cats'}
         """
-        return lookups.lookup(table, key)
+        return lookup(self._lookups, table, key)
 
     def produce_to_table(self, table: str, row: Mapping[str, Any]) -> Production:
         """Upsert `row` (its key and value columns) into serving table `table`.
@@ -204,7 +206,7 @@ class Context:
                 f"produce_to_table() got table {table!r}, which is not a table name",
                 hint="give the serving table's name as a string",
             )
-        return self.produce(f"{lookups.TABLE_PREFIX}{table}", row)
+        return self.produce(f"{TABLE_PREFIX}{table}", row)
 
 
 def production_id(processor: str, key: Any, cause: list[Any], index: int) -> str:

@@ -3,7 +3,8 @@
 This is the part every runtime shares. The in-memory `ProcessorTester` and the Spark runtime
 call the same functions: they hold the stored state of keys (plain JSON-able data), hand it in
 with the micro-batch's records, watermark and processing time, and keep what comes back. There
-is no global state and no Spark here, so an executor can run it on one key or one bucket.
+is no global state and no Spark here, so an executor can run it on one key or one bucket:
+the serving tables `ctx.lookup` reads come in as a `LookupSource` (`lookups=`).
 
 One micro-batch, `run_batch`:
 
@@ -11,9 +12,10 @@ One micro-batch, `run_batch`:
    which Spark's watermark cannot place, is a dead letter, whatever `on_error` says. A record
    whose event time is behind the micro-batch's watermark (`time_ms < watermark_ms`) is late:
    it is not processed and is returned in `BatchOutcome.late`.
-2. The other records are grouped by key, in arrival order. Each key with records, then each
-   key whose stored timers hold a due one (or whose remembered ids have expired), runs
-   `run_key` once.
+2. The other records are grouped by key, in arrival order, and the serving-table keys the
+   processor's `lookups` name are fetched from the lookup source, one round trip per table.
+   Each key with records, then each key whose stored timers hold a due one (or whose
+   remembered ids have expired), runs `run_key` once.
 3. Under `exactly_once`, `run_key` first drops the copies: a record whose id the key has
    already seen is returned in `BatchOutcome.duplicates`, not processed. A key remembers the
    ids of its records with their event times until the watermark passes them; a copy that
@@ -47,12 +49,13 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from millrace.bus.records import Record, before_1970_reason
 from millrace.errors import ProcessorError
 from millrace.processor.context import Context, Production
+from millrace.processor.lookups import LookupSource, prefetch
 from millrace.processor.processor import AGGREGATE_STATE, Processor
 from millrace.processor.state import KeyState, bind_key_state
 from millrace.processor.timers import KeyTimers, Timer, has_due_timer
+from millrace.records import Record, before_1970_reason
 
 MAX_TIMER_FIRINGS = 10_000
 """The most timers one key may fire in one micro-batch; more means a timer re-arms itself."""
@@ -125,6 +128,7 @@ def run_batch(
     watermark_ms: int | None,
     processing_time_ms: int,
     timer_keys: Iterable[Any] | None = None,
+    lookups: LookupSource | None = None,
 ) -> BatchOutcome:
     """Run one micro-batch of `processor` over `records`, given the stored state of its keys.
 
@@ -132,6 +136,7 @@ def run_batch(
     every key that has state (a bucket's keys, for a runtime that splits keys into buckets).
     Only its `get` is used when `timer_keys` is given: the keys that may have a due timer
     (a runtime that indexes its keys' timers), instead of looking through every key.
+    `lookups` is where `ctx.lookup` reads serving tables; without it, a lookup is an error.
 
     Example:
         >>> record = Record("queries", 0, 0, None, "r0", None, {"query": "cats", "ts": 1500})
@@ -188,6 +193,12 @@ def run_batch(
     states: dict[Any, dict[str, Any] | None] = {}
     productions: list[Production] = []
     duplicates: list[Record] = []
+    # The batch's lookup keys in one round trip, before the callbacks look them up.
+    prefetch(
+        lookups,
+        getattr(processor_class, "lookups", {}),
+        (record.value for key_records in by_key.values() for record in key_records),
+    )
     for key, key_records in by_key.items():
         outcome = run_key(
             processor,
@@ -196,6 +207,7 @@ def run_batch(
             key_records,
             watermark_ms=watermark_ms,
             processing_time_ms=processing_time_ms,
+            lookups=lookups,
         )
         states[key] = outcome.state
         productions.extend(outcome.productions)
@@ -212,12 +224,14 @@ def run_key(
     *,
     watermark_ms: int | None,
     processing_time_ms: int,
+    lookups: LookupSource | None = None,
 ) -> KeyOutcome:
     """Run one key's records of a micro-batch, then its due timers, from its stored state.
 
     `records` are the key's records that are not late, each with its event time set, in
     arrival order. Returns the key's new stored state: `{"state": {...}, "timers": {...},
     "seen": {record id: event time}}`, leaving out empty parts, or None when it has none.
+    `lookups` is where the callbacks' `ctx.lookup` reads serving tables.
 
     Example:
         >>> run_key(processor, "cats", None, [], watermark_ms=5000,  # doctest: +SKIP
@@ -225,7 +239,7 @@ def run_key(
         True
     """
     stored = stored or {}
-    run = _KeyRun(processor, key, stored, watermark_ms, processing_time_ms)
+    run = _KeyRun(processor, key, stored, watermark_ms, processing_time_ms, lookups)
     if type(processor).semantics == "exactly_once":
         records = run.first_copies(records)
     bind_key_state(processor, run.state)
@@ -314,8 +328,10 @@ class _KeyRun:
         stored: Mapping[str, Any],
         watermark_ms: int | None,
         processing_time_ms: int,
+        lookups: LookupSource | None,
     ) -> None:
         self.processor = processor
+        self.lookups = lookups
         self.key = key
         self.name = type(processor).name
         self.watermark_ms = watermark_ms
@@ -367,6 +383,7 @@ class _KeyRun:
             processing_time_ms=self.processing_time_ms,
             event_time_ms=event_time_ms,
             record=record,
+            lookups=self.lookups,
         )
         if self.undo_failures:
             state_before = self.state.snapshot()

@@ -1,8 +1,10 @@
 """Serving tables seen from processors: `ctx.lookup` and `ctx.produce_to_table`.
 
-`ctx.lookup(table, key)` reads a row of a serving table through the lookup source in force:
-on Spark, `ServingLookups` (Redis, with the executor's cache of bounded age); in
-`ProcessorTester`, `MemoryTables` (dicts you give). A missing key gives None.
+`ctx.lookup(table, key)` reads a row of a serving table through the `LookupSource` the
+runtime hands the execution core (`run_batch(..., lookups=...)`): on Spark,
+`millrace.runtime.processor_lookups.ServingLookups` (Redis, with the executor's cache of
+bounded age); in `ProcessorTester`, `MemoryTables` (dicts you give). A missing key gives None.
+There is no process-wide source: a micro-batch run without one has no tables to read.
 
 A processor that names the record field each table is looked up by, in its class attribute
 `lookups = {"classifications": "dimension_id"}`, gets the keys of a whole bucket's
@@ -23,13 +25,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from millrace.config.settings import Settings
-from millrace.errors import ProcessorError, ServingError
-from millrace.serving.tables import TableSpec, describe_table, lookup_rows
+from millrace.errors import ProcessorError
 
 TABLE_PREFIX = "table:"
 """The stream name prefix of productions to serving tables: `table:<name>`."""
@@ -72,89 +71,38 @@ class MemoryTables:
             raise _unknown(table, sorted(self.tables))
 
 
-class ServingLookups:
-    """Serving tables in Redis at `url`, through each executor's cache of age `max_age_s`.
+def lookup(source: LookupSource | None, table: str, key: Any) -> dict[str, Any] | None:
+    """The row of serving table `table` with key `key` from `source`, or None.
 
     Example:
-        >>> ServingLookups(settings.redis, 10.0).get("classifications", "d1")  # doctest: +SKIP
-        {'dimension_id': 'd1', 'topic': 'cats'}
+        >>> lookup(MemoryTables({"cls": {"d1": {"topic": "cats"}}}), "cls", "d9") is None
+        True
     """
-
-    def __init__(self, url: str, max_age_s: float) -> None:
-        self.url = url
-        self.max_age_s = max_age_s
-        self._specs: dict[str, TableSpec] = {}
-
-    def get(self, table: str, key: Any) -> dict[str, Any] | None:
-        """The row of `table` with key `key`, or None."""
-        return lookup_rows(self.url, self._spec(table), [key], max_age_s=self.max_age_s)[0]
-
-    def prefetch(self, table: str, keys: Iterable[Any]) -> None:
-        """Read the rows of `keys` not in the cache, in one MGET."""
-        lookup_rows(self.url, self._spec(table), list(keys), max_age_s=self.max_age_s)
-
-    def _spec(self, table: str) -> TableSpec:
-        spec = self._specs.get(table)
-        if spec is None:
-            spec = self._specs[table] = _described(self.url, table)
-        return spec
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "max_age_s": self.max_age_s, "_specs": {}}
-
-
-_source: LookupSource | None = None
-
-
-@contextmanager
-def using(source: LookupSource | None) -> Iterator[None]:
-    """Make `source` the lookup source of the callbacks run inside the block."""
-    global _source
-    previous, _source = _source, source
-    try:
-        yield
-    finally:
-        _source = previous
-
-
-def use(source: LookupSource | None) -> None:
-    """Make `source` the lookup source of this process from now on (a Spark worker's)."""
-    global _source
-    _source = source
-
-
-def lookup(table: str, key: Any) -> dict[str, Any] | None:
-    """The row of serving table `table` with key `key` from the source in force, or None."""
-    if _source is None:
+    if source is None:
         raise ProcessorError(
             f"ctx.lookup({table!r}, ...) has no serving tables to read here",
             hint="on Spark the runtime provides them; in ProcessorTester pass tables={...}",
         )
-    return _source.get(table, key)
+    return source.get(table, key)
 
 
-def prefetch(lookups: Mapping[str, str], values: Iterable[Mapping[str, Any]]) -> None:
-    """Fetch, per table of `lookups` (table -> record field), the keys the records hold."""
-    if _source is None or not lookups:
+def prefetch(
+    source: LookupSource | None,
+    lookups: Mapping[str, str],
+    values: Iterable[Mapping[str, Any]],
+) -> None:
+    """Fetch from `source`, per table of `lookups` (table -> record field), the keys `values` hold.
+
+    Example:
+        >>> prefetch(MemoryTables({"cls": {}}), {"cls": "dimension_id"}, [{"dimension_id": "d1"}])
+    """
+    if source is None or not lookups:
         return
     records = list(values)
     for table, field in lookups.items():
         keys = {record.get(field) for record in records} - {None}
         if keys:
-            _source.prefetch(table, keys)
-
-
-def require_tables(url: str, tables: Iterable[str]) -> None:
-    """`ProcessorError` unless every table exists in the Redis at `url` (checked at start)."""
-    for table in tables:
-        _described(url, table)
-
-
-def _described(url: str, table: str) -> TableSpec:
-    try:
-        return describe_table(Settings(redis_url=url), table)
-    except ServingError as error:
-        raise ProcessorError(error.message, hint=error.hint) from None
+            source.prefetch(table, keys)
 
 
 def _unknown(table: str, known: list[str]) -> ProcessorError:

@@ -33,10 +33,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
-from millrace.bus.records import event_time_ms
 from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError, ProcessorError, PublishError
 from millrace.processor.state import StateDeclaration, ValueState
+from millrace.records import event_time_ms
 
 if TYPE_CHECKING:
     from millrace.processor.context import Context

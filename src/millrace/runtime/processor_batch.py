@@ -47,7 +47,6 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
-from millrace.bus.records import RecordDecodeError
 from millrace.bus.streams import describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.archive import read_archive
@@ -55,6 +54,7 @@ from millrace.engine.dead_letter_routing import create_dead_letter_stream
 from millrace.errors import ProcessorError
 from millrace.processor.execution import run_batch
 from millrace.processor.processor import Input, Processor
+from millrace.records import RecordDecodeError
 from millrace.runtime.processors import (
     _DEAD_LETTER,
     _LATE,

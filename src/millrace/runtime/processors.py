@@ -61,7 +61,6 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
-from millrace.bus.records import ID_HEADER, TIME_HEADER, Record, RecordDecodeError, decode_value
 from millrace.bus.streams import dead_letter_stream, require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
@@ -83,11 +82,13 @@ from millrace.engine.session import state_store
 from millrace.engine.streams import bucket_by_id, carried_millis
 from millrace.engine.triggers import Trigger
 from millrace.errors import ProcessorError, ServingError, StreamNotFoundError
-from millrace.processor import lookups
 from millrace.processor.execution import BatchOutcome, DeadLetter, run_batch
+from millrace.processor.lookups import TABLE_PREFIX, LookupSource
 from millrace.processor.processor import Input, Processor
+from millrace.records import ID_HEADER, TIME_HEADER, Record, RecordDecodeError, decode_value
 from millrace.runtime.bucket_store import BucketStore, canonical_key, canonical_text
 from millrace.runtime.processor_clock import ProcessorClock, clock_stream, read_wakeups
+from millrace.runtime.processor_lookups import ServingLookups, require_tables
 from millrace.serving.tables import describe_table
 
 DEFAULT_BUCKETS = 64
@@ -196,7 +197,7 @@ def start_processor_app(
         create_dead_letter_stream(workspace, source.stream)
     if processor_class.on_error == "dlq":
         create_dead_letter_stream(workspace, processor_class.name)
-    lookups.require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
+    require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
     if max_records_per_batch is None:
         max_records_per_batch = processor_class.max_records_per_batch
     idle_ticks = not available_now and (trigger is None or trigger.kind != "available-now")
@@ -214,9 +215,7 @@ def start_processor_app(
     outputs = records.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=_BucketRunner(
             processor_class,
-            lookups.ServingLookups(
-                workspace.settings.redis, workspace.settings.redis_lookup_cache_s
-            ),
+            ServingLookups(workspace.settings.redis, workspace.settings.redis_lookup_cache_s),
         ),
         outputStructType=_OUTPUT_SCHEMA,
         outputMode="Append",
@@ -464,14 +463,13 @@ class _BucketRunner(StatefulProcessor):
     """Spark's stateful processor for one bucket: runs the execution core over bucket state."""
 
     def __init__(
-        self, processor_class: type[Processor], lookup_source: lookups.LookupSource | None = None
+        self, processor_class: type[Processor], lookup_source: LookupSource | None = None
     ) -> None:
         self.processor_class = processor_class
         self.lookup_source = lookup_source
         self.clock_stream = clock_stream(processor_class.name)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        lookups.use(self.lookup_source)
         self.handle = handle
         self.bucket_state = handle.getValueState("bucket", _BUCKET_STATE_SCHEMA)
         self.processor = self.processor_class()
@@ -517,10 +515,6 @@ class _BucketRunner(StatefulProcessor):
         # The batch's timestamp, the same when a micro-batch runs again after a crash.
         processing_time_ms = timer_values.getCurrentProcessingTimeInMs()
         try:
-            # The bucket's lookup keys in one round trip, before the callbacks look them up.
-            lookups.prefetch(
-                getattr(self.processor_class, "lookups", {}), (r.value for r in records)
-            )
             outcome = run_batch(
                 self.processor,
                 store,
@@ -528,6 +522,7 @@ class _BucketRunner(StatefulProcessor):
                 watermark_ms=watermark_ms,
                 processing_time_ms=processing_time_ms,
                 timer_keys=store.due_keys(watermark_ms, processing_time_ms=processing_time_ms),
+                lookups=self.lookup_source,
             )
             store.update(outcome.states, processor=name)
         except ProcessorError as error:
@@ -800,11 +795,11 @@ def _write_table_productions(
     tables = {
         row["stream"]
         for row in counts
-        if row["kind"] == _PRODUCTION and row["stream"].startswith(lookups.TABLE_PREFIX)
+        if row["kind"] == _PRODUCTION and row["stream"].startswith(TABLE_PREFIX)
     }
     for stream in sorted(tables):
         try:
-            spec = describe_table(workspace.settings, stream.removeprefix(lookups.TABLE_PREFIX))
+            spec = describe_table(workspace.settings, stream.removeprefix(TABLE_PREFIX))
         except ServingError as error:
             failure = ProcessorError(
                 f"processor {name!r} produced to {error.message}",

@@ -1,12 +1,19 @@
-"""The record format of every stream, and encoding and decoding records.
+"""The record every layer shares: its value, its event time and its id.
 
 A record is a JSON object value holding the event time in its time field, a routing key, an
 `id` header and, from millrace's writers, a `time` header: the record's event time as epoch
-milliseconds in decimal text. The Kafka timestamp is the arrival time. A reader takes a
+milliseconds in decimal text. The bus's timestamp is the arrival time. A reader takes a
 record's event time from its value's time field when it has one, else from its `time`
 header, else it is the arrival time (`record_time_ms`).
 
-This module encodes events for publishing and decodes consumed messages into `Record`s.
+This module owns `Record`, reading and checking event times, fresh record ids, and encoding
+and decoding record values. It sits below every package and loads no Kafka, Redis or Spark:
+the processor core and its tester use it without them, and `millrace.bus.messages` turns
+consumed Kafka messages into `Record`s.
+
+Example:
+    >>> Record("clicks", 0, 41, "u7", new_record_id(), 1_767_225_600_000, {"page": "/"}).bucket
+    0
 """
 
 from __future__ import annotations
@@ -19,8 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
-
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
 from millrace.errors import PublishError
 
@@ -194,38 +199,12 @@ def format_time_ms(time_ms: int) -> str:
     return f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S.") + f"{time_ms % 1000:03d}Z"
 
 
-def decode_message(message: Message, time_field: str) -> Record:
-    """Turn a consumed Kafka message into a `Record`.
-
-    The event time is `record_time_ms`'s: the value's `time_field`, else the `time` header,
-    else the Kafka timestamp, the record's arrival time. Raises `RecordDecodeError` when the
-    value is not a JSON object or its time cannot be read.
-    """
-    value = decode_value(message.value() or b"")
-    timestamp_type, timestamp = message.timestamp()
-    arrival_ms = None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp
-    try:
-        time_ms = record_time_ms(value, time_field, carried_time_ms(message), arrival_ms)
-    except PublishError as error:
-        raise RecordDecodeError(error.message) from None
-    key = message.key()
-    return Record(
-        stream=message.topic(),
-        bucket=message.partition(),
-        offset=message.offset(),
-        key=key.decode("utf-8", errors="replace") if key is not None else None,
-        id=header(message, ID_HEADER),
-        time_ms=time_ms,
-        value=value,
-    )
-
-
 def record_time_ms(
     value: Mapping[str, Any], time_field: str, carried_ms: int | None, arrival_ms: int | None
 ) -> int | None:
     """A record's event time: its `time_field`, else the time it carries, else its arrival.
 
-    `carried_ms` is the record's `time` header (`carried_time_ms`), which millrace's writers
+    `carried_ms` is the time the record's `time` header carries, which millrace's writers
     set, so a record keeps its event time whatever its value holds. Raises `PublishError`
     when the field holds no time.
 
@@ -237,15 +216,6 @@ def record_time_ms(
     if time_ms is not None:
         return time_ms
     return carried_ms if carried_ms is not None else arrival_ms
-
-
-def carried_time_ms(message: Message) -> int | None:
-    """The event time `message` carries in its `time` header; None without a readable one."""
-    text = header(message, TIME_HEADER)
-    if text is None or not text.isascii() or not text.lstrip("-").isdigit():
-        return None
-    time_ms = int(text)
-    return time_ms if abs(time_ms) < LARGEST_EPOCH_MS else None
 
 
 def time_header(time_ms: int) -> tuple[str, bytes]:
@@ -279,15 +249,6 @@ def decode_value(raw: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RecordDecodeError(f"value is JSON but not an object: {type(value).__name__}")
     return value
-
-
-def header(message: Message, name: str) -> str | None:
-    """The first value of header `name` of `message` as text; None when absent or empty."""
-    for key, value in message.headers() or ():
-        if key == name and value is not None:
-            # Another producer's empty header is no value: as an id it would be every record's.
-            return value.decode("utf-8", errors="replace") or None
-    return None
 
 
 def _json_default(value: Any) -> str:

@@ -1,0 +1,64 @@
+"""Consumed Kafka messages as records: a message's value, event time, key and id headers.
+
+The record itself (`millrace.records`) knows nothing of Kafka; this module reads a consumed
+`confluent_kafka.Message` into one, for every Python reader of the bus.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+
+from millrace.errors import PublishError
+from millrace.records import (
+    ID_HEADER,
+    LARGEST_EPOCH_MS,
+    TIME_HEADER,
+    Record,
+    RecordDecodeError,
+    decode_value,
+    record_time_ms,
+)
+
+
+def decode_message(message: Message, time_field: str) -> Record:
+    """Turn a consumed Kafka message into a `Record`.
+
+    The event time is `record_time_ms`'s: the value's `time_field`, else the `time` header,
+    else the Kafka timestamp, the record's arrival time. Raises `RecordDecodeError` when the
+    value is not a JSON object or its time cannot be read.
+    """
+    value = decode_value(message.value() or b"")
+    timestamp_type, timestamp = message.timestamp()
+    arrival_ms = None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp
+    try:
+        time_ms = record_time_ms(value, time_field, carried_time_ms(message), arrival_ms)
+    except PublishError as error:
+        raise RecordDecodeError(error.message) from None
+    key = message.key()
+    return Record(
+        stream=message.topic(),
+        bucket=message.partition(),
+        offset=message.offset(),
+        key=key.decode("utf-8", errors="replace") if key is not None else None,
+        id=header(message, ID_HEADER),
+        time_ms=time_ms,
+        value=value,
+    )
+
+
+def carried_time_ms(message: Message) -> int | None:
+    """The event time `message` carries in its `time` header; None without a readable one."""
+    text = header(message, TIME_HEADER)
+    if text is None or not text.isascii() or not text.lstrip("-").isdigit():
+        return None
+    time_ms = int(text)
+    return time_ms if abs(time_ms) < LARGEST_EPOCH_MS else None
+
+
+def header(message: Message, name: str) -> str | None:
+    """The first value of header `name` of `message` as text; None when absent or empty."""
+    for key, value in message.headers() or ():
+        if key == name and value is not None:
+            # Another producer's empty header is no value: as an id it would be every record's.
+            return value.decode("utf-8", errors="replace") or None
+    return None
