@@ -72,7 +72,9 @@ def create_app(
         # The document declares the bearer scheme only when the service requires it.
         dependencies=guarded,
         # FastAPI serves these without dependencies: with a token, the routes below do.
-        **({"openapi_url": None, "docs_url": None, "redoc_url": None} if token else {}),
+        openapi_url=None if token else "/openapi.json",
+        docs_url=None if token else "/docs",
+        redoc_url=None if token else "/redoc",
     )
     app.state.workspace = workspace
     app.state.monitor = monitor

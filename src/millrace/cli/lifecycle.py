@@ -89,8 +89,8 @@ def _print_ps(rows: list[dict], as_json: bool) -> None:
     if not rows:
         click.echo("no deployed apps; start one with `millrace deploy APP`")
         return
-    columns = ("app", "status", "pid", "uptime", "trigger", "last_batch", "last_batch_at")
-    columns += ("input_rate", "processing_lag", "watermark_lag")
+    columns: tuple[str, ...] = ("app", "status", "pid", "uptime", "trigger", "last_batch")
+    columns += ("last_batch_at", "input_rate", "processing_lag", "watermark_lag")
     table = [[_cell(row.get(column)) for column in columns] for row in rows]
     widths = [
         max(len(column), *(len(line[i]) for line in table)) for i, column in enumerate(columns)

@@ -39,7 +39,7 @@ def parse_duration_ms(text: str, *, what: str = "duration") -> int:
     unit = match.group(2) if match else ""
     if unit not in _UNIT_MS and unit.endswith("s"):
         unit = unit[:-1]
-    if unit not in _UNIT_MS:
+    if match is None or unit not in _UNIT_MS:
         raise ConfigError(
             f"{what} {text!r} is not a duration",
             hint="write a number and a unit, such as 500ms, 30s, 10m, 2h, 3d or '30 seconds'",

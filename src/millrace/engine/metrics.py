@@ -200,7 +200,7 @@ class InputProgress:
             unread = sorted(buckets - set(progress), key=int)
             read["progress_ms"] = dict(sorted(progress.items(), key=lambda item: int(item[0])))
             read["held_back_by"] = (
-                unread[0] if unread else min(progress, key=progress.get, default=None)
+                unread[0] if unread else min(progress, key=progress.__getitem__, default=None)
             )
 
 

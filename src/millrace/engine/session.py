@@ -103,6 +103,7 @@ def _start_jvm(conf: SparkConf) -> None:
         with relayed_stderr():
             SparkContext._ensure_initialized(conf=conf)
     jvm = SparkContext._jvm
+    assert jvm is not None, "SparkContext._ensure_initialized starts the JVM gateway"
     signals = jvm.sun.misc
     signals.Signal.handle(signals.Signal("TERM"), signals.SignalHandler.SIG_IGN)
 
@@ -133,6 +134,7 @@ def add_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:
         >>> add_listener(spark, listener)  # doctest: +SKIP
     """
     gateway = spark.sparkContext._gateway
+    assert gateway is not None, "a running SparkSession has its JVM gateway"
     ensure_callback_server_started(gateway)
     # PySpark's `addListener` registers whatever `_jlistener` gives, and that is this object
     # once set: the JVM's own wrapper around a bridge that reads the JSON.
@@ -190,7 +192,10 @@ def state_store(spark: SparkSession, name: str) -> Iterator[None]:
         try:
             yield
         finally:
-            spark.conf.set(_PROVIDER_CLASS, before)
+            if before is None:
+                spark.conf.unset(_PROVIDER_CLASS)
+            else:
+                spark.conf.set(_PROVIDER_CLASS, before)
 
 
 def checkpoint_state_store(checkpoint: Path) -> str | None:

@@ -95,4 +95,5 @@ class Trigger:
         if self.kind == "interval":
             return writer.trigger(processingTime=milliseconds)
         # Real-time mode runs in update mode only; a stateless query's rows are the same in it.
-        return writer.outputMode("update").trigger(realTime=milliseconds)
+        # PySpark 4.2's overloads of trigger() leave out realTime, which its implementation takes.
+        return writer.outputMode("update").trigger(realTime=milliseconds)  # type: ignore[call-overload]

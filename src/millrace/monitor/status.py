@@ -150,12 +150,12 @@ def app_status(
                 )
         for stream, offsets in reached.items():
             committed.setdefault(stream, []).append(offsets)
-    inputs = [
+    lags = [
         _input_lag(workspace, stream, offsets)
         for stream, offsets in sorted(committed.items())
         if not is_internal_stream(stream)
     ]
-    inputs = [lag for lag in inputs if lag is not None]
+    inputs = [lag for lag in lags if lag is not None]
     recent = metrics.batches(app)
     last = max(recent, key=lambda batch: (batch.time_ms, batch.batch_id), default=None)
     last_ms = max(

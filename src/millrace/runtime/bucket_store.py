@@ -41,7 +41,7 @@ from typing import Any
 
 from millrace.errors import ProcessorError
 
-_encode_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_encode_str = json.encoder.encode_basestring_ascii
 
 
 class BucketStore(Mapping[Any, Mapping[str, Any]]):
@@ -132,8 +132,8 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
                 self._clock.pop(key_text, None)
                 continue
             self._texts[key_text] = _text_of(key_stored, processor)
-            times = []
-            clock_times = []
+            times: list[int] = []
+            clock_times: list[int] = []
             for domain, time_ms in key_stored.get("timers", {}).values():
                 (times if domain == "event_time" else clock_times).append(time_ms)
             seen = key_stored.get("seen")
@@ -212,7 +212,7 @@ def _set_or_drop(index: dict[str, int], key_text: str, time_ms: int | None) -> N
 def _lines(text: str | None) -> dict[str, str]:
     if not text:
         return {}
-    return dict(line.split("\t", 1) for line in text.split("\n"))  # type: ignore[misc]
+    return dict(line.split("\t", 1) for line in text.split("\n"))
 
 
 def _text_of(data: Any, processor: str) -> str:

@@ -314,6 +314,10 @@ def _load(path: Path) -> ModuleType:
     name = f"millrace_trending_{path.stem}"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise MillraceError(
+                f"{path} is not a Python module", hint="reinstall millrace with its examples"
+            )
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)

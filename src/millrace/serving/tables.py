@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
@@ -221,7 +221,9 @@ def describe_table(settings: Settings, name: str) -> TableSpec:
     with _errors(settings.redis):
         text = client.hget(SPECS_KEY, name)
         if text is None:
-            known = sorted(raw.decode() for raw in client.hkeys(SPECS_KEY))
+            known = sorted(
+                raw.decode() if isinstance(raw, bytes) else raw for raw in client.hkeys(SPECS_KEY)
+            )
     if text is None:
         raise TableNotFoundError(
             f"serving table {name!r} does not exist",
@@ -491,7 +493,7 @@ class _errors:  # noqa: N801 - used as a `with` block, like contextlib's lowerca
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type | None, error: BaseException | None, _: Any) -> bool:
+    def __exit__(self, kind: type | None, error: BaseException | None, _: Any) -> Literal[False]:
         if isinstance(error, redis.ConnectionError | redis.TimeoutError):
             raise ServingError(
                 f"cannot reach Redis at {self.url}: {error}",

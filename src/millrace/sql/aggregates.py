@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlglot
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
-from pyspark.sql.udf import UserDefinedFunction
 from sqlglot import exp
 
 from millrace.errors import SqlError
+
+if TYPE_CHECKING:
+    from pyspark.sql._typing import UserDefinedFunctionLike
 
 TOPK_FINISH = "millrace_topk"
 """The SQL function that sums `{item, weight}` entries per item and keeps the heaviest `k`."""
@@ -38,16 +41,16 @@ class Split:
     `combine` receives the columns holding the partials, in the order of `partials`.
     """
 
-    partials: tuple[exp.Expression, ...]
-    combine: Callable[[list[exp.Expression]], exp.Expression]
+    partials: tuple[exp.Expr, ...]
+    combine: Callable[[list[exp.Expr]], exp.Expr]
 
 
-def is_aggregate(node: exp.Expression) -> bool:
+def is_aggregate(node: exp.Expr) -> bool:
     """True for an aggregate call, Spark's or millrace's."""
     return isinstance(node, exp.AggFunc) or is_topk(node)
 
 
-def distinct_aggregates(tree: exp.Expression) -> list[exp.Expression]:
+def distinct_aggregates(tree: exp.Expr) -> list[exp.Expr]:
     """The aggregate calls in `tree` over DISTINCT values, such as `COUNT(DISTINCT user)`.
 
     Spark runs none of them on a stream: it would have to keep every value seen in its state.
@@ -62,12 +65,12 @@ def distinct_aggregates(tree: exp.Expression) -> list[exp.Expression]:
     ]
 
 
-def is_topk(node: exp.Expression) -> bool:
+def is_topk(node: exp.Expr) -> bool:
     """True for a `TOPK(...)` call."""
     return isinstance(node, exp.Anonymous) and node.name.upper() == "TOPK"
 
 
-def topk_arguments(node: exp.Expression, where: str) -> tuple[exp.Expression, exp.Expression, int]:
+def topk_arguments(node: exp.Expr, where: str) -> tuple[exp.Expr, exp.Expr, int]:
     """The item, the weight and `k` of a `TOPK` call; `where` prefixes the error message."""
     arguments = node.expressions
     k = arguments[2] if len(arguments) == 3 else None
@@ -80,7 +83,7 @@ def topk_arguments(node: exp.Expression, where: str) -> tuple[exp.Expression, ex
     return arguments[0], arguments[1], int(k.name)
 
 
-def single_stage(node: exp.Expression, where: str) -> exp.Expression | None:
+def single_stage(node: exp.Expr, where: str) -> exp.Expr | None:
     """What millrace runs for aggregate `node` in a one-stage plan, or None to keep it as is."""
     if is_topk(node):
         item, weight, k = topk_arguments(node, where)
@@ -96,7 +99,7 @@ def single_stage(node: exp.Expression, where: str) -> exp.Expression | None:
 
 
 def split(
-    node: exp.Expression, where: str, topk_item: str | None, *, one_pane_per_window: bool
+    node: exp.Expr, where: str, topk_item: str | None, *, one_pane_per_window: bool
 ) -> Split | None:
     """How aggregate `node` splits over panes, or None when it does not.
 
@@ -149,13 +152,13 @@ def split(
     return None
 
 
-def topk_item(node: exp.Expression, where: str) -> exp.Expression:
+def topk_item(node: exp.Expr, where: str) -> exp.Expr:
     """The item of a TOPK call, as the string the pane rows are grouped by."""
     item, _, _ = topk_arguments(node, where)
     return exp.cast(item.copy(), "string")
 
 
-def topk_finish() -> UserDefinedFunction:
+def topk_finish() -> UserDefinedFunctionLike:
     """The Spark function behind `TOPK_FINISH`, to register in the session."""
     return F.udf(_topk, TOPK_TYPE, useArrow=True)
 
@@ -169,7 +172,7 @@ def _topk(entries: list | None, k: int) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))[:k]
 
 
-def _ranked_unique_items(item: exp.Expression, weight: exp.Expression, k: int) -> exp.Expression:
+def _ranked_unique_items(item: exp.Expr, weight: exp.Expr, k: int) -> exp.Expr:
     # Sorting (-weight, item) ascending ranks heaviest first, ties by item, as `_topk` does.
     template = sqlglot.parse_one(
         "transform(slice(sort_array(collect_list(IF(_topk_item IS NULL OR _topk_weight IS NULL, "
@@ -187,7 +190,7 @@ def _ranked_unique_items(item: exp.Expression, weight: exp.Expression, k: int) -
     )
 
 
-def _topk_entry(item: exp.Expression, weight: exp.Expression) -> list[exp.Expression]:
+def _topk_entry(item: exp.Expr, weight: exp.Expr) -> list[exp.Expr]:
     return [
         exp.Literal.string("item"),
         exp.cast(item.copy(), "string"),
@@ -196,14 +199,14 @@ def _topk_entry(item: exp.Expression, weight: exp.Expression) -> list[exp.Expres
     ]
 
 
-def _as_double(value: exp.Expression) -> exp.Expression:
+def _as_double(value: exp.Expr) -> exp.Expr:
     return exp.cast(value.copy(), "double")
 
 
-def _hll_input(value: exp.Expression) -> exp.Expression:
+def _hll_input(value: exp.Expr) -> exp.Expr:
     # The sketch takes strings, integers and bytes; one type keeps every plan's hashes equal.
     return exp.cast(value.copy(), "string")
 
 
-def _hll_estimate(sketch: exp.Expression) -> exp.Expression:
+def _hll_estimate(sketch: exp.Expr) -> exp.Expr:
     return exp.func("hll_sketch_estimate", sketch, dialect="spark")

@@ -17,6 +17,7 @@ import inspect
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlglot
 from pyspark.errors import AnalysisException
@@ -34,6 +35,7 @@ from millrace.errors import ServingError, SqlError, StreamNotFoundError, import_
 from millrace.serving.tables import describe_table
 from millrace.sql.aggregates import (
     TOPK_FINISH,
+    Split,
     distinct_aggregates,
     is_aggregate,
     is_topk,
@@ -43,6 +45,9 @@ from millrace.sql.aggregates import (
     topk_item,
 )
 from millrace.sql.parser import Function, Lookup, Position, Query, SqlApp, Window
+
+if TYPE_CHECKING:
+    from pyspark.sql._typing import UserDefinedFunctionLike
 
 WINDOW_COLUMN = "_window"
 _PYTHON_TO_SPARK = {"float": "double", "int": "bigint", "str": "string", "bool": "boolean"}
@@ -239,6 +244,7 @@ class _QueryCompiler:
         if not _gains_from_panes(query):
             self.plans[table] = _one_stage_description(query, None)
             return one_stage
+        reason: str | None
         if not self.panes:
             reason = "panes are turned off"
         elif mode == "updates":
@@ -379,10 +385,12 @@ class _QueryCompiler:
             raise self._analysis_error(error, query, position) from None
 
     def _with_own_aggregates(self, tree: exp.Query, position: Position) -> exp.Query:
-        def rewrite(node: exp.Expression) -> exp.Expression:
+        def rewrite(node: exp.Expr) -> exp.Expr:
             return single_stage(node, str(position)) or node
 
-        return tree.transform(rewrite, copy=False)
+        rewritten = tree.transform(rewrite, copy=False)
+        assert isinstance(rewritten, exp.Query), "only aggregate calls are rewritten, not the query"
+        return rewritten
 
     def _windowed(
         self, tree: exp.Query, windows: dict[str, Window], position: Position
@@ -493,7 +501,7 @@ class _TwoStagePlan:
         items = [topk_item(node, str(position)) for node in aggregates if is_topk(node)]
         if len({item.sql(dialect="spark") for item in items}) > 1:
             return None, "its TOPK calls rank different items"
-        splits = [
+        maybe_splits = [
             split(
                 node,
                 str(position),
@@ -502,8 +510,9 @@ class _TwoStagePlan:
             )
             for node in aggregates
         ]
-        if any(piece is None for piece in splits):
-            pairs = zip(aggregates, splits, strict=True)
+        splits = [piece for piece in maybe_splits if piece is not None]
+        if len(splits) < len(maybe_splits):
+            pairs = zip(aggregates, maybe_splits, strict=True)
             names = sorted(
                 {node.sql(dialect="spark").partition("(")[0] for node, piece in pairs if not piece}
             )
@@ -537,7 +546,7 @@ class _TwoStagePlan:
         combined = iter(_combinations(splits))
         key_columns = {key.sql(dialect="spark"): f"_k{index}" for index, key in enumerate(keys)}
 
-        def stage_two(output: exp.Expression) -> exp.Expression:
+        def stage_two(output: exp.Expr) -> exp.Expr:
             rewritten = output.copy()
             for node in _outermost_aggregates(rewritten):
                 replacement = next(combined)
@@ -578,7 +587,7 @@ class _TwoStagePlan:
         return cls(dataframe, description), None
 
 
-def _single_table(tree: exp.Expression) -> exp.Table | None:
+def _single_table(tree: exp.Expr) -> exp.Table | None:
     """The one table a SELECT reads, with no join; None for any other query."""
     source = tree.args.get("from_") if isinstance(tree, exp.Select) else None
     if source is None or not isinstance(source.this, exp.Table) or tree.args.get("joins"):
@@ -586,27 +595,29 @@ def _single_table(tree: exp.Expression) -> exp.Table | None:
     return source.this
 
 
-def _combinations(splits: list) -> list[exp.Expression]:
+def _combinations(splits: list[Split]) -> list[exp.Expr]:
     """Each aggregate's combination over the pane columns `_p0`, `_p1`, ... in order."""
     combinations, index = [], 0
     for piece in splits:
-        columns = [exp.column(f"_p{index + offset}") for offset in range(len(piece.partials))]
+        columns: list[exp.Expr] = [
+            exp.column(f"_p{index + offset}") for offset in range(len(piece.partials))
+        ]
         combinations.append(piece.combine(columns))
         index += len(piece.partials)
     return combinations
 
 
-def _outermost_aggregates(node: exp.Expression) -> list[exp.Expression]:
+def _outermost_aggregates(node: exp.Expr) -> list[exp.Expr]:
     if is_aggregate(node):
         return [node]
     return [found for child in node.iter_expressions() for found in _outermost_aggregates(child)]
 
 
-def _unaliased(expression: exp.Expression) -> exp.Expression:
+def _unaliased(expression: exp.Expr) -> exp.Expr:
     return expression.this if isinstance(expression, exp.Alias) else expression
 
 
-def _window_bounds() -> list[exp.Expression]:
+def _window_bounds() -> list[exp.Expr]:
     window_column = exp.column(WINDOW_COLUMN)
     return [
         exp.alias_(exp.Dot.build([window_column.copy(), exp.to_identifier(bound)]), name)
@@ -627,7 +638,7 @@ def _gains_from_panes(query: Query) -> bool:
     )
 
 
-def _replace_keys(node: exp.Expression, key_columns: dict[str, str]) -> exp.Expression:
+def _replace_keys(node: exp.Expr, key_columns: dict[str, str]) -> exp.Expr:
     """`node` as its stage-one key column when it is a group key, else as it is."""
     column = key_columns.get(node.sql(dialect="spark"))
     return exp.column(column) if column is not None else node
@@ -642,7 +653,7 @@ def _one_stage_description(query: Query, reason: str | None) -> str:
     return f"one stage, Spark's own {_describe(window)} ({reason})"
 
 
-def _load_function(function: Function) -> UserDefinedFunction:
+def _load_function(function: Function) -> UserDefinedFunctionLike:
     module_name, _, attribute = function.target.rpartition(".")
     try:
         module = importlib.import_module(module_name)

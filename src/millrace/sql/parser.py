@@ -670,8 +670,8 @@ def _condition_end(text: str, start: int) -> int:
 
 
 def _equalities(
-    condition: exp.Expression | None,
-) -> list[tuple[exp.Expression, exp.Expression]] | None:
+    condition: exp.Expr | None,
+) -> list[tuple[exp.Expr, exp.Expr]] | None:
     """The sides of each `a = b` of a condition made of equalities joined by AND, else None."""
     if isinstance(condition, exp.EQ):
         return [(condition.this, condition.expression)]
