@@ -27,7 +27,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import NewTopic
 
-from millrace.bus.messages import carried_time_ms, decode_message
+from millrace.bus.messages import carried_time_ms, decode_message, origin
 from millrace.bus.streams import _admin, _bus_error, _wait_for_leaders, describe_stream
 from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
@@ -105,7 +105,7 @@ class InternalWriter:
         offsets: list[int] = []
 
         def delivered(error: KafkaError | None, message: Message) -> None:
-            offsets.append(-1 if error is not None else message.offset())
+            offsets.append(-1 if error is not None else origin(message)[2])
 
         for value in values:
             self._producer.produce(self.stream, value, on_delivery=delivered)
@@ -153,8 +153,8 @@ def append_times_at(settings: Settings, stream: str, offsets: dict[int, int]) ->
             message = consumer.poll(_POLL_S)
             if message is None or message.error() is not None:
                 continue
-            bucket = message.partition()
-            if bucket in pending and message.offset() >= wanted[bucket]:
+            _, bucket, offset = origin(message)
+            if bucket in pending and offset >= wanted[bucket]:
                 timestamp_type, timestamp = message.timestamp()
                 if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
                     found[bucket] = timestamp
@@ -244,13 +244,13 @@ class StreamWatch:
                 message = consumer.poll(_POLL_S)
                 if message is None or message.error() is not None:
                     continue
-                bucket = message.partition()
+                _, bucket, offset = origin(message)
                 if bucket not in pending:
                     continue
-                if message.offset() >= ends[bucket] - 1:
+                if offset >= ends[bucket] - 1:
                     pending.discard(bucket)
                     consumer.pause([TopicPartition(self.stream, bucket)])
-                if message.offset() >= ends[bucket]:
+                if offset >= ends[bucket]:
                     continue
                 timestamp_type, timestamp = message.timestamp()
                 try:
@@ -317,10 +317,10 @@ def read_after(
             message = consumer.poll(_POLL_S)
             if message is None or message.error() is not None:
                 continue
-            bucket = message.partition()
+            _, bucket, offset = origin(message)
             if bucket not in unfinished:
                 continue
-            after[bucket] = message.offset() + 1
+            after[bucket] = offset + 1
             if after[bucket] >= ends[bucket]:
                 unfinished.discard(bucket)
             try:

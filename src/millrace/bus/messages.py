@@ -6,9 +6,11 @@ The record itself (`millrace.records`) knows nothing of Kafka; this module reads
 
 from __future__ import annotations
 
+from typing import cast
+
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
-from millrace.errors import PublishError
+from millrace.errors import BusError, PublishError
 from millrace.records import (
     ID_HEADER,
     LARGEST_EPOCH_MS,
@@ -35,15 +37,32 @@ def decode_message(message: Message, time_field: str) -> Record:
     except PublishError as error:
         raise RecordDecodeError(error.message) from None
     key = message.key()
+    stream, bucket, offset = origin(message)
     return Record(
-        stream=message.topic(),
-        bucket=message.partition(),
-        offset=message.offset(),
+        stream=stream,
+        bucket=bucket,
+        offset=offset,
         key=key.decode("utf-8", errors="replace") if key is not None else None,
         id=header(message, ID_HEADER),
         time_ms=time_ms,
         value=value,
     )
+
+
+def origin(message: Message) -> tuple[str, int, int]:
+    """The stream, bucket and offset of `message`, set on each message a consumer returns.
+
+    Example:
+        >>> origin(Message(topic="clicks", partition=2, offset=41))
+        ('clicks', 2, 41)
+    """
+    stream, bucket, offset = message.topic(), message.partition(), message.offset()
+    if stream is None or bucket is None or offset is None:
+        raise BusError(
+            f"a message came without its place: stream {stream}, bucket {bucket}, offset {offset}",
+            hint="only a message that a consumer returned has a place in a stream",
+        )
+    return stream, bucket, offset
 
 
 def carried_time_ms(message: Message) -> int | None:
@@ -57,7 +76,10 @@ def carried_time_ms(message: Message) -> int | None:
 
 def header(message: Message, name: str) -> str | None:
     """The first value of header `name` of `message` as text; None when absent or empty."""
-    for key, value in message.headers() or ():
+    # A consumed message's headers are (key, bytes) pairs; the stubs' type, shared with the
+    # producer's argument, also allows a dict and str values.
+    headers = cast("list[tuple[str, bytes | None]]", message.headers() or [])
+    for key, value in headers:
         if key == name and value is not None:
             # Another producer's empty header is no value: as an id it would be every record's.
             return value.decode("utf-8", errors="replace") or None

@@ -133,24 +133,27 @@ class Publisher:
                     "(MILLRACE_MAX_FUTURE) sets how far ahead it may be",
                 )
         record_id = record_id or new_record_id()
-        headers = [(ID_HEADER, record_id.encode())]
+        headers: list[tuple[str, str | bytes | None]] = [(ID_HEADER, record_id.encode())]
         if time_ms is not None:
             # Readers whose time field is named otherwise still find the event's time.
             headers.append(time_header(time_ms))
+        # Kafka's -1 is no partition: the producer's partitioner places the event by its key.
+        partition = -1 if bucket is None else bucket
         while True:
             try:
-                placed = {} if bucket is None else {"partition": bucket}
                 if self._track_ids:
                     self._producer.produce(
                         self.stream,
                         value,
                         key=key,
                         headers=headers,
+                        partition=partition,
                         on_delivery=functools.partial(self._on_tracked_delivery, record_id),
-                        **placed,
                     )
                 else:
-                    self._producer.produce(self.stream, value, key=key, headers=headers, **placed)
+                    self._producer.produce(
+                        self.stream, value, key=key, partition=partition, headers=headers
+                    )
                 break
             except BufferError:
                 # The local queue is full: let deliveries drain it, then try again.

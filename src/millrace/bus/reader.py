@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from millrace.bus.dead_letters import DeadLetterWriter
-from millrace.bus.messages import decode_message
+from millrace.bus.messages import decode_message, origin
 from millrace.bus.streams import require_stream
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
@@ -104,29 +104,30 @@ class Reader:
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             message = self._consumer.poll(_POLL_S)
-            at_bucket_end = message is not None and (
-                message.error() is not None and message.error().code() == KafkaError._PARTITION_EOF
-            )
+            failure = message.error() if message is not None else None
+            at_bucket_end = failure is not None and failure.code() == KafkaError._PARTITION_EOF
             if message is None or at_bucket_end:
                 # Only when nothing came or a bucket ran out can the end have been reached.
-                if at_bucket_end:
-                    self._positions[message.partition()] = message.offset()
+                if message is not None:
+                    _, bucket, offset = origin(message)
+                    self._positions[bucket] = offset
                 if not self.follow and self._at_end():
                     return None
                 continue
-            if message.error() is not None:
+            if failure is not None:
                 raise BusError(
-                    f"reading stream {self.stream!r} failed: {message.error().str()}",
+                    f"reading stream {self.stream!r} failed: {failure.str()}",
                     hint="check the bus with `millrace status`",
                 )
-            self._positions[message.partition()] = message.offset() + 1
+            _, bucket, offset = origin(message)
+            self._positions[bucket] = offset + 1
             try:
                 record = decode_message(message, self.settings.events_time_field)
             except RecordDecodeError as error:
                 self._dead_letters.write(
                     str(error),
-                    message.partition(),
-                    message.offset(),
+                    bucket,
+                    offset,
                     message.value() or b"",
                     message.key(),
                 )
@@ -174,7 +175,8 @@ class Reader:
         message, self._in_hand = self._in_hand, None
         if message is None:
             return
-        self._pending[message.partition()] = message.offset() + 1
+        _, bucket, offset = origin(message)
+        self._pending[bucket] = offset + 1
         self._records_since_checkpoint += 1
         self._bytes_since_checkpoint += len(message.value() or b"")
         if (
@@ -251,8 +253,9 @@ def tail(
             message = consumer.poll(_POLL_S)
             if message is None or message.error() is not None:
                 continue
-            if message.offset() + 1 >= ends[message.partition()]:
-                unfinished.discard(message.partition())
+            _, bucket, offset = origin(message)
+            if offset + 1 >= ends[bucket]:
+                unfinished.discard(bucket)
             try:
                 yield decode_message(message, settings.events_time_field)
             except RecordDecodeError:

@@ -25,7 +25,7 @@ from typing import Any
 
 from millrace.errors import ProcessorError
 from millrace.processor.lookups import TABLE_PREFIX, LookupSource, lookup
-from millrace.processor.timers import KeyTimers, Timer
+from millrace.processor.timers import KeyTimers, TimeDomain, Timer
 from millrace.records import Record
 
 
@@ -118,7 +118,7 @@ class Context:
                 f"set_timer({tag!r}) got time {time_ms!r}, which is not epoch milliseconds",
                 hint="give the time as an int of epoch milliseconds",
             )
-        domain = "event_time" if event_time_ms is not None else "processing_time"
+        domain: TimeDomain = "event_time" if event_time_ms is not None else "processing_time"
         self._timers.set(Timer(tag, time_ms, domain))
 
     def delete_timer(self, tag: str) -> None:

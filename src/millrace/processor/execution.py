@@ -43,11 +43,12 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, cast
 
 from millrace.errors import ProcessorError
 from millrace.processor.context import Context, Production
@@ -247,11 +248,10 @@ def run_key(
         if type(processor).kind() == "monoid":
             run.aggregate(records)
         else:
+            on_record = cast(_RecordCallback, processor).on_record
             for record in records:
                 run.callback(
-                    lambda ctx, record=record: processor.on_record(  # type: ignore[attr-defined]
-                        key, record.value, ctx
-                    ),
+                    functools.partial(on_record, key, record.value),
                     cause=["record", record_id(record)],
                     event_time_ms=record.time_ms,
                     record=record,
@@ -426,8 +426,8 @@ class _KeyRun:
 
         def apply(ctx: Context) -> None:
             handle = getattr(processor, AGGREGATE_STATE)
-            stored = handle.get(_fresh_zero(processor))  # type: ignore[attr-defined]
-            combined = processor.combine(stored, partial)  # type: ignore[attr-defined]
+            stored = handle.get(_fresh_zero(processor))
+            combined = cast(_Monoid, processor).combine(stored, partial)
             handle.set(combined)
             on_aggregate = getattr(processor, "on_aggregate", None)
             if on_aggregate is not None:
@@ -449,7 +449,7 @@ class _KeyRun:
             if timer is None:
                 return
             self.callback(
-                lambda ctx, timer=timer: self.processor.on_timer(self.key, timer, ctx),
+                functools.partial(self.processor.on_timer, self.key, timer),
                 cause=["timer", timer.domain, timer.tag, timer.time_ms],
                 event_time_ms=timer.time_ms,
                 timer=timer,
@@ -474,9 +474,25 @@ def _has_expired_ids(stored: Mapping[str, Any] | None, watermark_ms: int | None)
     return any(time_ms < watermark_ms for time_ms in stored.get("seen", {}).values())
 
 
+class _RecordCallback(Protocol):
+    """What a processor of any kind but a monoid defines: its callback for each record."""
+
+    def on_record(self, key: Any, record: dict[str, Any], ctx: Context) -> None: ...
+
+
+class _Monoid(Protocol):
+    """What a monoid processor defines (`Processor.kind` tells it by these names)."""
+
+    zero: Any
+
+    def lift(self, record: dict[str, Any]) -> Any: ...
+
+    def combine(self, a: Any, b: Any) -> Any: ...
+
+
 def _fresh_zero(processor: Processor) -> Any:
     """A monoid's `zero` that callers may change: a copy, unless it cannot be changed."""
-    zero = processor.zero  # type: ignore[attr-defined]
+    zero = cast(_Monoid, processor).zero
     if zero is None or type(zero) in (int, float, str, bool):
         return zero
     return copy.deepcopy(zero)
@@ -489,7 +505,8 @@ def fold_step(processor: Processor, partial: Any, value: dict[str, Any]) -> Any:
         >>> fold_step(QueryCounts(), 2, {"query": "cats"})  # doctest: +SKIP
         3
     """
-    return processor.combine(partial, processor.lift(value))  # type: ignore[attr-defined]
+    monoid = cast(_Monoid, processor)
+    return monoid.combine(partial, monoid.lift(value))
 
 
 def _failed_record(processor: Processor, key: Any, record: Record, error: Exception) -> DeadLetter:

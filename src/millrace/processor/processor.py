@@ -194,7 +194,7 @@ class Processor:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if _is_monoid(cls) and not hasattr(cls, AGGREGATE_STATE):
-            aggregate = ValueState(Any)
+            aggregate: ValueState[Any] = ValueState(Any)
             aggregate.__set_name__(cls, AGGREGATE_STATE)
             setattr(cls, AGGREGATE_STATE, aggregate)
         _check_options(cls)

@@ -213,14 +213,14 @@ def _bucket_function(
                 processor, {}, records, watermark_ms=None, processing_time_ms=processing_time_ms
             )
             stored = {key: state for key, state in first.states.items() if state is not None}
-            for key, key_stored in stored.items():
-                _require_no_clock(name, key, key_stored)
+            for key, first_stored in stored.items():
+                _require_no_clock(name, key, first_stored)
             last = run_batch(
                 processor, stored, [], watermark_ms=end_ms, processing_time_ms=processing_time_ms
             )
-            for key, key_stored in last.states.items():
-                if key_stored is not None:
-                    _require_no_clock(name, key, key_stored)
+            for key, last_stored in last.states.items():
+                if last_stored is not None:
+                    _require_no_clock(name, key, last_stored)
         except ProcessorError as error:
             raise RuntimeError(_worker_error_text(error)) from error
         outputs.extend(_outputs_of(name, first))

@@ -146,7 +146,7 @@ class SqlAppTester:
             ]
             for original in outputs
         }
-        inputs = zip(self.app.inputs, app.inputs, strict=True)
+        input_pairs = zip(self.app.inputs, app.inputs, strict=True)
         dead_letters = {
             original.name: sum(
                 1
@@ -156,7 +156,7 @@ class SqlAppTester:
                     settings=settings,
                 )
             )
-            for original, source in inputs
+            for original, source in input_pairs
         }
         return SqlAppResult(tables, streams, dead_letters, running.late_rows(), app)
 
