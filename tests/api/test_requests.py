@@ -3,11 +3,11 @@ down, names that do not exist, times written another way, and methods no route t
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
 
 from millrace.api.app import create_app
@@ -17,21 +17,16 @@ WINDOWS = [datetime(2026, 1, 1, 12, 0, second, tzinfo=UTC) for second in (0, 10,
 
 
 def write_result_table(workspace: Workspace, app: str, table: str) -> None:
-    """A result table as a SQL app leaves it: one Delta commit adding one Parquet file."""
-    folder = workspace.tables_dir / app / table
-    (folder / "_delta_log").mkdir(parents=True)
+    """A result table as a SQL app in mode 'final' leaves it: one Delta commit per window."""
     utc = pa.timestamp("us", tz="UTC")
-    rows = pa.table(
-        {
-            "window_start": pa.array(WINDOWS, type=utc),
-            "window_end": pa.array([w.replace(second=w.second + 10) for w in WINDOWS], type=utc),
-            "topic": ["sports", "music", "sports"],
-            "n": [3, 4, 5],
+    for start, topic, n in zip(WINDOWS, ["sports", "music", "sports"], [3, 4, 5], strict=True):
+        window = {
+            "window_start": pa.array([start], type=utc),
+            "window_end": pa.array([start + timedelta(seconds=10)], type=utc),
+            "topic": [topic],
+            "n": [n],
         }
-    )
-    pq.write_table(rows, folder / "part-0.parquet")
-    commit = {"add": {"path": "part-0.parquet", "size": 1, "dataChange": True}}
-    (folder / "_delta_log" / f"{0:020d}.json").write_text(json.dumps(commit) + "\n")
+        write_deltalake(workspace.tables_dir / app / table, pa.table(window), mode="append")
 
 
 def test_the_openapi_document_and_its_pages_require_the_token_when_the_service_has_one(
@@ -126,6 +121,28 @@ def test_time_filters_go_with_the_other_filters_and_last(fresh_workspace: Worksp
     )
     unknown = client.get(route, params={"nope": "2026-01-01T12:00:20Z"})
     assert unknown.status_code == 400 and "no column 'nope'" in unknown.json()["error"]["message"]
+
+
+def test_filters_and_last_are_answered_from_the_files_that_hold_those_rows(
+    fresh_workspace: Workspace,
+) -> None:
+    write_result_table(fresh_workspace, "ranker", "top")
+    client = TestClient(create_app(fresh_workspace))
+    route = "/apps/ranker/tables/top"
+    # The first window's file gone from disk: a request that reads every file fails on it.
+    folder = fresh_workspace.tables_dir / "ranker" / "top"
+    (folder / _file_of(DeltaTable(str(folder)), WINDOWS[0])).unlink()
+    assert [row["n"] for row in client.get(route, params={"last": 2}).json()] == [4, 5]
+    assert [row["n"] for row in client.get(route, params={"topic": "music"}).json()] == [4]
+    assert [row["n"] for row in client.get(route, params={"n": "5"}).json()] == [5]
+    assert client.get(route, params={"n": "five"}).json() == []
+
+
+def _file_of(table: DeltaTable, window_start: datetime) -> str:
+    """The data file of `table` that holds the window starting at `window_start`."""
+    files = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    [path] = [file["path"] for file in files if file["min.window_start"] == window_start]
+    return path
 
 
 def test_a_method_no_route_takes_gets_405_with_the_allowed_methods(

@@ -4,13 +4,13 @@
 latest windows. Column filters are compared as values (never pasted into a query); a time
 column matches every ISO-8601 form of its instant (`2026-01-01T00:00:00Z`, `...+00:00`,
 `...T01:00:00+01:00`; UTC without an offset). A column the table does not have is a 400, a
-table that does not exist (yet) a 404. The rows are read from the table's Delta files
-(`millrace.runtime.result_files`), so the service needs no Spark.
+table that does not exist (yet) a 404. The rows are read from the table's Delta files by
+`millrace.runtime.result_files`, with the filters and `last` applied in the scan, so the
+service needs no Spark and reads only the rows it returns.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -44,41 +44,4 @@ def result_rows(
     where = {
         column: value for column, value in request.query_params.items() if column not in _RESERVED
     }
-    instants = {column: moment for column, value in where.items() if (moment := _instant(value))}
-    if not instants:
-        return read_result_rows(workspace, app, table, where=where, last=last)
-    # Values that read as times are compared here, as instants with the table's times.
-    plain = {column: value for column, value in where.items() if column not in instants}
-    rows = read_result_rows(workspace, app, table, where=plain)
-    if not rows or any(column not in rows[0] for column in instants):
-        read_result_rows(workspace, app, table, where=where, last=0)  # names a missing column
-        return []
-    rows = [
-        row
-        for row in rows
-        if all(_matches(row[column], where[column], moment) for column, moment in instants.items())
-    ]
-    if last is None or not rows:
-        return rows
-    if "window_start" not in rows[0]:
-        return rows[-last:]
-    kept = set(sorted({row["window_start"] for row in rows})[-last:])
-    return [row for row in rows if row["window_start"] in kept]
-
-
-def _instant(value: str) -> datetime | None:
-    """The UTC instant `value` writes in ISO-8601 (UTC without an offset), or None."""
-    if not any(separator in value for separator in "T "):
-        return None  # a date alone, or a number that fromisoformat reads as one
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
-
-
-def _matches(stored: Any, value: str, moment: datetime) -> bool:
-    """Whether a row's `stored` value is the filter's: the same instant, or the same text."""
-    if isinstance(stored, datetime):
-        return (stored if stored.tzinfo else stored.replace(tzinfo=UTC)) == moment
-    return str(stored) == value
+    return read_result_rows(workspace, app, table, where=where, last=last)

@@ -1,28 +1,27 @@
-"""Reading a SQL app's result table from its Delta files, without Spark.
+"""Reading a SQL app's result table outside Spark (`millrace query`, HTTP, the demo's view).
 
-`millrace query` reads result tables with Spark; a process that must stay light (the HTTP
-service, the demo's live view) reads the same Delta table here: the commits of its
-`_delta_log` give the live data files (added and not removed since), which pyarrow reads.
-Tables whose rows were deleted through deletion vectors are refused (the tables millrace
-writes do not use them).
+The table is read through `millrace.warehouse.delta`, with the filters and the `last`
+windows asked for pushed into the scan, so only the matching rows are read and turned into
+Python values. Filter values are compared as values of the column's type, never pasted into
+a query; a time column matches every ISO-8601 form of its instant (`2026-01-01T00:00:00Z`,
+`...+00:00`, `...T01:00:00+01:00`, `2026-01-01 00:00:00`; UTC without an offset).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from millrace.config.workspace import Workspace
 from millrace.errors import ResultTableNotFoundError, SqlError
+from millrace.warehouse.delta import DeltaSnapshot, open_delta_table
 
-_COMMIT = re.compile(r"^(\d{20})\.json$")
+_NOTHING = ds.scalar(False)
+_ORDER = ("window_start", "window_end")
 
 
 def read_result_rows(
@@ -33,88 +32,115 @@ def read_result_rows(
     where: dict[str, str] | None = None,
     last: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows of result table `app.table`, filtered by column equality, from its `last` windows.
+    """Rows of result table `app.table` whose columns equal `where`, from its `last` windows.
 
-    Filter values are compared with each row's value as text (`str`, or ISO-8601 for times),
-    never pasted into a query. Rows come ordered by window, then by the other columns as
-    stored. Raises `ResultTableNotFoundError` for a table that has no files yet and
-    `SqlError` for an unknown column.
+    Rows come ordered by window (start, then end); `last` keeps every matching row of a
+    table without windows (no column `window_start`). Times are UTC datetimes. Raises
+    `ResultTableNotFoundError` for a table that has no commit yet and `SqlError` for an
+    unknown column.
 
     Example:
         >>> read_result_rows(workspace, "trending_ranker", "top_events",  # doctest: +SKIP
         ...                  where={"topic": "sports"}, last=3)
     """
     path = workspace.tables_dir / app / table
-    files = _live_files(path, f"{app}.{table}")
-    frames = [pq.read_table(path / name) for name in files]
-    rows: list[dict[str, Any]] = [
-        {column: _plain(value) for column, value in row.items()}
-        for row in (
-            pa.concat_tables(frames, promote_options="default").to_pylist() if frames else []
-        )
-    ]
-    columns = set(frames[0].column_names) if frames else set()
-    for column, value in (where or {}).items():
-        if column not in columns:
-            raise SqlError(
-                f"result table {app}.{table} has no column {column!r}",
-                hint=f"its columns: {', '.join(sorted(columns))}",
-            )
-        rows = [row for row in rows if _text(row[column]) == value]
-    if "window_start" in columns:
-        rows.sort(key=lambda row: row["window_start"])
-        if last is not None:
-            kept = sorted({row["window_start"] for row in rows})[-last:] if last > 0 else []
-            rows = [row for row in rows if row["window_start"] in set(kept)]
-    elif last is not None:
-        rows = rows[-last:] if last > 0 else []
-    return rows
-
-
-def _live_files(path: Path, name: str) -> list[str]:
-    """The data files of the Delta table at `path` in its latest version, oldest first."""
-    log = path / "_delta_log"
-    commits = (
-        sorted(entry.name for entry in log.iterdir() if _COMMIT.match(entry.name))
-        if log.is_dir()
-        else []
-    )
-    if not commits:
+    snapshot = open_delta_table(path)
+    if snapshot is None:
         raise ResultTableNotFoundError(
-            f"no result table {name} (nothing at {path})",
+            f"no result table {app}.{table} (nothing at {path})",
             hint="check the names; the table appears once the app has written its first results",
         )
-    if int(_COMMIT.match(commits[0])[1]) != 0:
+    schema = snapshot.schema
+    matches = _matches(schema, where or {}, f"{app}.{table}")
+    if last is not None and last <= 0 and "window_start" in schema.names:
+        return []
+    if last is not None and "window_start" in schema.names:
+        rows = _latest_windows(snapshot, matches, last)
+    else:
+        rows = snapshot.scan(matches)
+    order = [column for column in _ORDER if column in schema.names]
+    if order:
+        rows = rows.sort_by([(column, "ascending") for column in order])
+    return [{column: _plain(value) for column, value in row.items()} for row in rows.to_pylist()]
+
+
+def _latest_windows(snapshot: DeltaSnapshot, matches: ds.Expression, last: int) -> pa.Table:
+    """The rows that `matches` of the `last` (at least 1) latest windows, from few files.
+
+    The `last`-th greatest window start in the log's statistics is a guess of where those
+    windows begin: when the matching rows from there on hold `last` windows, no older row can
+    be among them, and the files older than the guess are not read. Otherwise every matching
+    row is read.
+    """
+    maxima = sorted(set(snapshot.file_maxima("window_start")), reverse=True)
+    if len(maxima) >= last:
+        kind = snapshot.schema.field("window_start").type
+        guess = ds.field("window_start") >= pa.scalar(maxima[last - 1], type=kind)
+        rows, windows = _keep_latest(snapshot.scan(matches & guess), last)
+        if windows >= last:
+            return rows
+    return _keep_latest(snapshot.scan(matches), last)[0]
+
+
+def _keep_latest(rows: pa.Table, last: int) -> tuple[pa.Table, int]:
+    """The rows of the `last` latest windows among `rows`, and how many windows `rows` hold."""
+    windows = pc.drop_null(pc.unique(rows.column("window_start"))).sort(order="descending")
+    if len(windows) == 0:
+        return rows.slice(0, 0), 0
+    oldest_kept = windows[min(last, len(windows)) - 1]
+    return rows.filter(pc.field("window_start") >= oldest_kept), len(windows)
+
+
+def _matches(schema: pa.Schema, where: dict[str, str], name: str) -> ds.Expression:
+    """The scan filter of column equalities `where`; `SqlError` for a column not in `schema`."""
+    condition = ds.scalar(True)
+    for column, value in where.items():
+        if column not in schema.names:
+            raise SqlError(
+                f"result table {name} has no column {column!r}",
+                hint=f"its columns: {', '.join(schema.names)}",
+            )
+        condition = condition & _equals(schema.field(column), value)
+    return condition
+
+
+def _equals(field: pa.Field, value: str) -> ds.Expression:
+    """Column `field` equals the text `value` read as a value of the column's type."""
+    kind = field.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return ds.field(field.name) == value
+    if pa.types.is_timestamp(kind):
+        moment = _instant(value)
+        if moment is None:
+            return _NOTHING
+        if kind.tz is None:
+            moment = moment.astimezone(UTC).replace(tzinfo=None)
+        return ds.field(field.name) == pa.scalar(moment, type=kind)
+    if pa.types.is_nested(kind):
         raise SqlError(
-            f"result table {name}: its log's first commits were cleaned up",
-            hint=f"read it with Spark: `millrace query {name}`",
+            f"column {field.name!r} holds {kind}, which filters cannot compare",
+            hint="filter by a column of plain values (text, numbers, times)",
         )
-    live: dict[str, None] = {}
-    for commit in commits:
-        for line in (log / commit).read_text().splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if "add" in action:
-                if action["add"].get("deletionVector"):
-                    raise SqlError(
-                        f"result table {name} has deletion vectors, which this reader skips",
-                        hint=f"read it with Spark: `millrace query {name}`",
-                    )
-                live[unquote(action["add"]["path"])] = None
-            elif "remove" in action:
-                live.pop(unquote(action["remove"]["path"]), None)
-    return list(live)
+    try:
+        typed = pa.scalar(value).cast(kind)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _NOTHING  # text that is no value of the column's type matches no row
+    return ds.field(field.name) == typed
+
+
+def _instant(value: str) -> datetime | None:
+    """The UTC instant `value` writes in ISO-8601 (UTC without an offset), or None."""
+    if not any(separator in value for separator in "T "):
+        return None  # a date alone, or a number that fromisoformat reads as one
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def _plain(value: Any) -> Any:
-    """`value` as plain Python: times as UTC datetimes (Spark stores UTC instants)."""
-    if hasattr(value, "to_pydatetime"):
-        value = value.to_pydatetime()
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
-def _text(value: Any) -> str:
+    """`value` as plain Python: times as UTC datetimes (Delta stores UTC instants)."""
     if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value

@@ -24,8 +24,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +50,7 @@ from millrace.errors import ServingError, SqlError, StreamNotFoundError
 from millrace.serving.tables import TableSpec, create_table
 from millrace.sql.compiler import CompiledApp, compile_app, group_key_columns
 from millrace.sql.parser import ResultTable, SqlApp
+from millrace.warehouse.delta import newest_commit_metadata
 
 
 @dataclass
@@ -416,7 +415,6 @@ def _key_column(records: DataFrame) -> Column | None:
     return None if name is None else F.col(name)
 
 
-_COMMIT_FILE = re.compile(r"^\d{20}\.json$")
 # The folder, under a query's checkpoint, of the batch marks of semantics 'at_most_once'.
 _MARKS = "at_most_once"
 
@@ -523,19 +521,11 @@ class _ResultTableWriter:
 
         A batch is run again when the app stopped after appending it but before Spark
         recorded it as done. Each append carries the batch id in its commit's metadata, and
-        the newest such commit is read from the Delta log's files: Delta's own
-        `txnAppId`/`txnVersion` check costs seconds per batch, as it rebuilds the log's state.
+        the newest such commit is read outside Spark: Delta's own `txnAppId`/`txnVersion`
+        check costs seconds per batch, as it rebuilds the log's state in Spark jobs.
         """
-        log = Path(self.path) / "_delta_log"
-        commits = sorted(log.glob("*.json"), reverse=True) if log.is_dir() else []
-        for commit in commits:
-            if not _COMMIT_FILE.match(commit.name):
-                continue
-            for line in commit.read_text().splitlines():
-                metadata = json.loads(line).get("commitInfo", {}).get("userMetadata") or ""
-                if metadata.startswith(self._marker):
-                    return int(metadata.removeprefix(self._marker))
-        return None
+        metadata = newest_commit_metadata(Path(self.path), self._marker)
+        return None if metadata is None else int(metadata.removeprefix(self._marker))
 
     def write_range(self, rows: DataFrame) -> None:
         """Merge the results of a batch run by key, and emit them with the ids of 'final'."""

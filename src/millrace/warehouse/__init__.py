@@ -1,1 +1,1 @@
-"""The warehouse: every archived stream as a Delta table of its records as the bus kept them."""
+"""The warehouse: archived streams as Delta tables, and Delta tables read without Spark."""

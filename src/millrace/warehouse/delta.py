@@ -1,0 +1,135 @@
+"""Delta tables read outside Spark, with delta-rs (the `deltalake` package).
+
+Spark writes millrace's Delta tables (result tables, archives) and reads them in its jobs.
+What must answer without a JVM reads them here: `millrace query`, the HTTP service and the
+demo's live view read rows, and a SQL app's driver reads which micro-batch it last appended
+from the commits' metadata. A scan takes a pyarrow filter and the columns it needs, so
+delta-rs skips the files and row groups whose statistics rule rows out and reads only what
+matches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from millrace.errors import WarehouseError
+
+# How many of the newest commits are read first for a commit's metadata: the one looked for
+# is nearly always among them, and a table's whole history can be thousands of commits.
+_RECENT_COMMITS = 32
+
+
+class DeltaSnapshot:
+    """The latest version of one Delta table, as `open_delta_table` found it.
+
+    Example:
+        >>> snapshot = open_delta_table(tables / "top_events" / "per_5min")  # doctest: +SKIP
+        >>> snapshot.scan(ds.field("category") == "movies").num_rows  # doctest: +SKIP
+        2
+    """
+
+    def __init__(self, path: Path, table: DeltaTable) -> None:
+        self.path = path
+        self._table = table
+        self._dataset = table.to_pyarrow_dataset()
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The table's columns as pyarrow types (Delta's timestamps as UTC microseconds)."""
+        return self._dataset.schema
+
+    def file_maxima(self, column: str) -> list[Any]:
+        """Each data file's greatest value of `column`, as the statistics in the log record it.
+
+        Files whose statistics leave the column out are left out; Spark records them for the
+        first 32 columns. Times come as UTC datetimes.
+
+        Example:
+            >>> snapshot.file_maxima("window_start")[:1]  # doctest: +SKIP
+            [datetime.datetime(2026, 1, 1, 12, 5, tzinfo=<UTC>)]
+        """
+        files = pa.table(self._table.get_add_actions(flatten=True))
+        if f"max.{column}" not in files.column_names:
+            return []
+        return [value for value in files.column(f"max.{column}").to_pylist() if value is not None]
+
+    def scan(
+        self, where: ds.Expression | None = None, *, columns: list[str] | None = None
+    ) -> pa.Table:
+        """The rows that match `where` (every row without it), with `columns` (or all).
+
+        Example:
+            >>> snapshot.scan(ds.field("n") > 1, columns=["window_start"])  # doctest: +SKIP
+        """
+        try:
+            return self._dataset.to_table(columns=columns, filter=where)
+        except (DeltaError, OSError, pa.ArrowException) as error:
+            raise _unreadable(self.path, error) from None
+
+
+def open_delta_table(path: Path) -> DeltaSnapshot | None:
+    """The latest version of the Delta table at `path`; None when there is no table there.
+
+    Raises `WarehouseError` for a table this reader cannot read (a log or files it cannot
+    parse, or a feature of the Delta protocol that delta-rs does not implement).
+
+    Example:
+        >>> open_delta_table(Path("/nowhere")) is None
+        True
+    """
+    if not is_delta_table(path):
+        return None
+    try:
+        return DeltaSnapshot(path, DeltaTable(str(path)))
+    except (DeltaError, OSError, pa.ArrowException) as error:
+        raise _unreadable(path, error) from None
+
+
+def is_delta_table(path: Path) -> bool:
+    """Whether `path` holds a Delta table with at least one commit.
+
+    Example:
+        >>> is_delta_table(Path("/nowhere"))
+        False
+    """
+    return DeltaTable.is_deltatable(str(path))
+
+
+def newest_commit_metadata(path: Path, prefix: str) -> str | None:
+    """The `userMetadata` of the newest commit of the table at `path` that starts with `prefix`.
+
+    None when there is no table, or no commit has such metadata. Spark writes a commit's
+    metadata from the writer's `userMetadata` option.
+
+    Example:
+        >>> newest_commit_metadata(path, "millrace:top_events.per_5min:batch:")  # doctest: +SKIP
+        'millrace:top_events.per_5min:batch:41'
+    """
+    if not is_delta_table(path):
+        return None
+    try:
+        table = DeltaTable(str(path))
+        for limit in (_RECENT_COMMITS, None):
+            commits = table.history(limit)
+            for commit in commits:
+                metadata = commit.get("userMetadata") or ""
+                if metadata.startswith(prefix):
+                    return metadata
+            if len(commits) < _RECENT_COMMITS:
+                return None
+    except (DeltaError, OSError) as error:
+        raise _unreadable(path, error) from None
+    return None
+
+
+def _unreadable(path: Path, error: Exception) -> WarehouseError:
+    return WarehouseError(
+        f"cannot read the Delta table at {path}: {error}",
+        hint='Spark reads every Delta table: `millrace sql "SELECT * FROM <app>__<table>"`',
+    )
