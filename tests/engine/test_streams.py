@@ -306,6 +306,7 @@ def test_a_batch_read_keeps_the_records_of_its_time_range_and_routes_every_bad_o
     [
         ("event STRING, record_id STRING", "time", "reserved for the record's metadata"),
         ("event STRNG", "time", "is not valid"),
+        ("INT", "time", "is a type, not a list of fields"),
         ("event STRING, time STRING", "time", "time column 'time' is declared STRING"),
         ("`odd name` STRING", "time", "is not a plain name"),
     ],

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -169,9 +170,13 @@ def restart(
 
     if start_from is not None and not fresh:
         raise click.UsageError("--from goes with --fresh")
-    where: str | int = start_from or "earliest"
-    if where not in ("earliest", "latest"):
-        where = epoch_ms("--from", str(where))
+    where: Literal["earliest", "latest"] | int
+    if not start_from or start_from == "earliest":
+        where = "earliest"
+    elif start_from == "latest":
+        where = "latest"
+    else:
+        where = epoch_ms("--from", start_from)
     workspace = _workspace()
     before = registry.load(workspace, app)
     record = lifecycle.restart(
@@ -181,7 +186,7 @@ def restart(
         trigger=_trigger(trigger),
         master=master,
         fresh=fresh,
-        start_from=where,  # type: ignore[arg-type]
+        start_from=where,
         force=force,
     )
     changed = "new code" if record.source_hash != before.source_hash else "same code"

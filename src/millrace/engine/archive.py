@@ -99,7 +99,7 @@ def read_archive(spark: SparkSession, workspace: Workspace, stream: str) -> Data
         4
     """
     path = str(require_archive(workspace, stream))
-    version = DeltaTable.forPath(spark, path).history(1).first()["version"]
+    version = DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
     return spark.read.format("delta").option("versionAsOf", version).load(path)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -52,7 +52,7 @@ def require_semantics(value: str, where: str) -> Semantics:
             f"{where}: semantics {value!r} is not known",
             hint=f"use one of {', '.join(repr(name) for name in SEMANTICS)}",
         )
-    return value  # type: ignore[return-value]
+    return cast(Semantics, value)
 
 
 def drop_duplicate_records(records: DataFrame, *, key: str = "record_id") -> DataFrame:

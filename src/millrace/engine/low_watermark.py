@@ -203,7 +203,7 @@ def bucket_watermarked(
     """
     if ticks is None:
         return records.withWatermark(time, f"{lateness_ms} milliseconds")
-    as_records = ticks.frame.where(F.col("bucket") == bucket).select(
+    as_records = ticks.frame.where(F.col("bucket") == F.lit(bucket)).select(
         *[
             (
                 F.timestamp_millis("time_ms").alias(time)

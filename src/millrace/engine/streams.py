@@ -491,12 +491,18 @@ def bucket_by_id(record_id: Column, key: Column | None, buckets: Column) -> Colu
 def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
     if isinstance(schema, str):
         try:
-            schema = StructType.fromDDL(schema) if schema.strip() else StructType([])
+            parsed = StructType.fromDDL(schema) if schema.strip() else StructType([])
         except Exception as error:
             raise SchemaError(
                 f"schema {schema!r} is not valid: {_first_line(error)}",
                 hint="write it like 'event STRING, score DOUBLE'",
             ) from None
+        if not isinstance(parsed, StructType):
+            raise SchemaError(
+                f"schema {schema!r} is a type, not a list of fields",
+                hint="write it like 'event STRING, score DOUBLE'",
+            )
+        schema = parsed
     for field in schema.fields:
         if field.name in RECORD_COLUMNS:
             raise SchemaError(

@@ -445,6 +445,7 @@ def _placement(source: Input, buckets: int) -> Callable[..., Any]:
             # The record goes to any bucket: the execution core reports its fault there.
             return 0, None
 
+    # PySpark's stubs type no pandas_udf of Series arguments returning a struct's DataFrame.
     @F.pandas_udf("bucket INT, time_ms LONG")  # type: ignore[call-overload]
     def placement(values: pd.Series, carried: pd.Series) -> pd.DataFrame:
         # The buckets of the keys seen in this Arrow batch: a key's bucket is hashed once.
@@ -474,8 +475,9 @@ class _BucketRunner(StatefulProcessor):
         self.bucket_state = handle.getValueState("bucket", _BUCKET_STATE_SCHEMA)
         self.processor = self.processor_class()
 
-    # Spark passes the timer arguments by these names.
-    def handleInputRows(  # noqa: N802 - Spark's callback names
+    # Spark passes the timer arguments by these names. transformWithStateInPandas passes pandas
+    # frames; the base class's type also allows the Row API's rows.
+    def handleInputRows(  # type: ignore[override]  # noqa: N802 - Spark's callback names
         self,
         key: Any,
         rows: Iterator[pd.DataFrame],
@@ -598,7 +600,7 @@ class _Output(NamedTuple):
     stream: str
     key: str | None
     value: str | None
-    id: str
+    id: str | None
     time: str | None = None
 
 

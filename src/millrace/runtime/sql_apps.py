@@ -139,9 +139,10 @@ def start_sql_app(
         >>> running.await_termination()  # doctest: +SKIP
     """
     _require_output_streams(workspace, app)
-    for table in app.tables if trigger is not None else []:
-        # Checked before any query starts, so that none is left running.
-        trigger.check(f"{app.name}.table.{table.name}", foreach_batch=True)
+    if trigger is not None:
+        for table in app.tables:
+            # Checked before any query starts, so that none is left running.
+            trigger.check(f"{app.name}.table.{table.name}", foreach_batch=True)
     watch(spark)
     publish_metrics(spark, workspace, app.name)
     compiled = compile_app(
