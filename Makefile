@@ -9,8 +9,10 @@ demo: setup
 	.venv/bin/millrace init
 	.venv/bin/millrace demo
 
-# The test suite CI runs: lint, then real Kafka broker and real Spark, started once per run.
+# The test suite CI runs: lint, type check, then real Kafka broker and real Spark, started
+# once per run.
 test: setup
 	.venv/bin/ruff check src tests benchmarks examples
 	.venv/bin/ruff format --check src tests benchmarks examples
+	.venv/bin/mypy
 	.venv/bin/python -m pytest
