@@ -86,7 +86,7 @@ def lookup_column(
     schema = ", ".join(f"`{name}`: {kind}" for name, kind in values)
     names = [name for name, _ in values]
 
-    # PySpark's stubs type no pandas_udf of Series arguments returning a struct's DataFrame.
+    # PySpark's stubs lack the type-hinted form, pandas_udf(returnType) without functionType.
     @F.pandas_udf(f"struct<{schema}>")  # type: ignore[call-overload]
     def look_up(*parts: pd.Series) -> pd.DataFrame:
         if len(parts) == 1:

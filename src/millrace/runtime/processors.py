@@ -445,7 +445,7 @@ def _placement(source: Input, buckets: int) -> Callable[..., Any]:
             # The record goes to any bucket: the execution core reports its fault there.
             return 0, None
 
-    # PySpark's stubs type no pandas_udf of Series arguments returning a struct's DataFrame.
+    # PySpark's stubs lack the type-hinted form, pandas_udf(returnType) without functionType.
     @F.pandas_udf("bucket INT, time_ms LONG")  # type: ignore[call-overload]
     def placement(values: pd.Series, carried: pd.Series) -> pd.DataFrame:
         # The buckets of the keys seen in this Arrow batch: a key's bucket is hashed once.
