@@ -7,9 +7,12 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
@@ -66,6 +69,50 @@ def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
     unknown = millrace("query", "top_events.top_events_5min", "--where", "colour=red")
     assert unknown.returncode == 1
     assert "has no column 'colour'" in unknown.stderr
+
+
+def test_query_answers_without_java_filtering_and_keeping_the_last_windows(
+    fresh_workspace: Workspace, tmp_path: Path
+) -> None:
+    utc = pa.timestamp("us", tz="UTC")
+    for minute, counts in enumerate(({"movies": 2, "news": 1}, {"movies": 5}, {"news": 4})):
+        start = datetime(2026, 1, 1, 0, minute * 5, tzinfo=UTC)
+        window = {
+            "window_start": pa.array([start] * len(counts), type=utc),
+            "category": list(counts),
+            "n": list(counts.values()),
+        }
+        table = fresh_workspace.tables_dir / "top_events" / "top_events_5min"
+        write_deltalake(table, pa.table(window), mode="append")
+    (tmp_path / "empty").mkdir()
+
+    def query(*arguments: str) -> subprocess.CompletedProcess[str]:
+        # No Java to find, nor a shell to start Spark's launcher with: a query that started
+        # a SparkSession would fail.
+        return subprocess.run(
+            [sys.executable, "-m", "millrace.cli.main", "query", *arguments],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={
+                **os.environ,
+                "MILLRACE_HOME": str(fresh_workspace.root),
+                "JAVA_HOME": str(tmp_path / "empty"),
+                "PATH": str(tmp_path / "empty"),
+            },
+        )
+
+    queried = query("top_events.top_events_5min", "--where", "category=movies", "--last", "1")
+    assert queried.returncode == 0, queried.stderr
+    assert [json.loads(line) for line in queried.stdout.splitlines()] == [
+        {"window_start": "2026-01-01T00:05:00.000Z", "category": "movies", "n": 5}
+    ]
+    by_time = query("top_events.top_events_5min", "--where", "window_start=2026-01-01 00:00:00")
+    assert [json.loads(line)["n"] for line in by_time.stdout.splitlines()] == [2, 1]
+    missing = query("top_events.nothing")
+    assert missing.returncode == 1
+    assert "no result table top_events.nothing" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
 
 def test_check_reports_an_input_stream_that_does_not_exist(

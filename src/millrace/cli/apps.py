@@ -150,8 +150,7 @@ def _run(
 @click.option("--last", type=int, help="Only the last N windows.")
 def query(table: str, conditions: tuple[str, ...], last: int | None) -> None:
     """Print rows of a SQL app's result table TABLE, named APP.TABLE, as JSON lines."""
-    from millrace.engine.session import spark_session, stop_spark_session
-    from millrace.runtime.sql_apps import query_result_table
+    from millrace.runtime.result_files import read_result_rows
 
     app, _, name = table.partition(".")
     if not name:
@@ -163,16 +162,5 @@ def query(table: str, conditions: tuple[str, ...], last: int | None) -> None:
             raise click.UsageError(f"--where takes COLUMN=VALUE, got {condition!r}")
         where[column] = value
     workspace = Workspace.locate().require_initialized()
-    try:
-        rows = query_result_table(
-            spark_session(workspace.settings, "millrace-query"),
-            workspace,
-            app,
-            name,
-            where=where,
-            last=last,
-        )
-    finally:
-        stop_spark_session()
-    for row in rows:
+    for row in read_result_rows(workspace, app, name, where=where, last=last):
         click.echo(json_line(row))
