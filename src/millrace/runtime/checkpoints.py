@@ -4,11 +4,12 @@ Every streaming query of an app keeps a Spark checkpoint under
 `<workspace>/checkpoints/<app>/<query>/` (a SQL app has one query per output, a processor
 one). Spark's write-ahead log there is two folders of files named by batch id: `offsets/N`,
 written before batch N runs (its end offsets per input, its watermark and start time), and
-`commits/N`, written once its output is committed. State lives under `state/<operator>/
-<partition>/` in files named by the state version, which is the batch id plus one: RocksDB
-writes `V.changelog` files and `V.zip` (or `V_<uuid>.zip`) snapshots, the HDFS provider
-`V.delta` and `V.snapshot`; `state/<operator>/_metadata/` and `_stateSchema/` keep per-batch
-operator metadata and state schemas, also named by batch id.
+`commits/N`, written once its output is committed (`millrace.engine.checkpoint_log` reads
+them). State lives under `state/<operator>/<partition>/` in files named by the state
+version, which is the batch id plus one: RocksDB writes `V.changelog` files and `V.zip` (or
+`V_<uuid>.zip`) snapshots, the HDFS provider `V.delta` and `V.snapshot`;
+`state/<operator>/_metadata/` and `_stateSchema/` keep per-batch operator metadata and state
+schemas, also named by batch id.
 
 `history` reads the log; `rollback` moves a query back to the end of batch N, as the
 Structured Streaming paper's section 7.2 describes: it moves the log entries after N and the
@@ -44,13 +45,19 @@ from pathlib import Path
 from typing import Any
 
 from millrace.config.workspace import Workspace
+from millrace.engine.checkpoint_log import (
+    UnreadableLogError,
+    batch_ids,
+    query_folders,
+    read_commit,
+    read_offsets,
+)
 from millrace.errors import CheckpointCorruptError, CheckpointMissingError, LifecycleError
 from millrace.runtime.registry import app_dir, now_iso
 
 LEDGER_FILE = "checkpoints.json"
 """In `<workspace>/apps/<app>/`: the queries of the app that have committed batches."""
 
-_VERSION_LINE = re.compile(r"^v\d+$")
 _VERSIONED = re.compile(r"^(?P<version>\d+)(?:_[^.]*)?\.(?:changelog|zip|delta|snapshot)$")
 _BATCH_NAMED = re.compile(r"^(?P<batch>\d+)(?:_.*)?$")
 
@@ -86,10 +93,7 @@ class Batch:
 
 def query_checkpoints(workspace: Workspace, app: str) -> dict[str, Path]:
     """The checkpoint folder of each query of `app` that has one, by query name."""
-    root = workspace.checkpoints_dir / app
-    if not root.is_dir():
-        return {}
-    return {path.name: path for path in sorted(root.iterdir()) if (path / "offsets").is_dir()}
+    return query_folders(workspace.checkpoints_dir / app)
 
 
 def history(workspace: Workspace, app: str, *, strict: bool = True) -> list[Batch]:
@@ -105,13 +109,13 @@ def history(workspace: Workspace, app: str, *, strict: bool = True) -> list[Batc
     batches = []
     for query, checkpoint in query_checkpoints(workspace, app).items():
         commits = checkpoint / "commits"
-        for batch_id in _batch_ids(checkpoint / "offsets"):
+        for batch_id in batch_ids(checkpoint / "offsets"):
             commit = commits / str(batch_id)
             try:
-                header, offsets = _read_offsets(checkpoint / "offsets" / str(batch_id))
+                header, offsets = read_offsets(checkpoint / "offsets" / str(batch_id))
                 if commit.is_file():
-                    _read_commit(commit)
-            except _UnreadableError as error:
+                    read_commit(commit)
+            except UnreadableLogError as error:
                 if strict:
                     raise _corrupt(workspace, app, query, error) from None
                 header, offsets = {}, []
@@ -147,11 +151,11 @@ def verify(workspace: Workspace, app: str) -> None:
     """
     for query, checkpoint in query_checkpoints(workspace, app).items():
         try:
-            for batch_id in _batch_ids(checkpoint / "offsets")[-2:]:
-                _read_offsets(checkpoint / "offsets" / str(batch_id))
-            for batch_id in _batch_ids(checkpoint / "commits")[-1:]:
-                _read_commit(checkpoint / "commits" / str(batch_id))
-        except _UnreadableError as error:
+            for batch_id in batch_ids(checkpoint / "offsets")[-2:]:
+                read_offsets(checkpoint / "offsets" / str(batch_id))
+            for batch_id in batch_ids(checkpoint / "commits")[-1:]:
+                read_commit(checkpoint / "commits" / str(batch_id))
+        except UnreadableLogError as error:
             raise _corrupt(workspace, app, query, error) from None
 
 
@@ -195,13 +199,13 @@ def rollback(workspace: Workspace, app: str, to_batch: dict[str, int], backup: P
                 f"app {app!r} has no checkpoint for query {query!r}",
                 hint=f"its queries: {', '.join(checkpoints) or 'none'}",
             )
-        committed = _batch_ids(checkpoint / "commits")
+        committed = batch_ids(checkpoint / "commits")
         if batch_id >= 0 and batch_id not in committed:
             raise LifecycleError(
                 f"query {query!r} of app {app!r} has no committed batch {batch_id}",
                 hint=f"committed batches: {_ranges(committed)}; see `millrace history {app}`",
             )
-        removed[query] = [n for n in _batch_ids(checkpoint / "offsets") if n > batch_id]
+        removed[query] = [n for n in batch_ids(checkpoint / "offsets") if n > batch_id]
         target = backup / query
         if batch_id < 0:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -243,83 +247,8 @@ def _after(checkpoint: Path, batch_id: int) -> list[Path]:
     return found
 
 
-def _batch_ids(log: Path) -> list[int]:
-    if not log.is_dir():
-        return []
-    return sorted(int(path.name) for path in log.iterdir() if path.name.isdigit())
-
-
-class _UnreadableError(ValueError):
-    """A log file that is not as Spark writes it: `path`, and what is wrong with it."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-def _read_offsets(path: Path) -> tuple[dict[str, Any], list[Any]]:
-    """An `offsets/N` file: its header (watermark, time, conf) and each source's offsets.
-
-    Line 1 is the log's version (`v1`), line 2 the batch's metadata as a JSON object, then
-    one line per source: its offsets as JSON, or `-` for a source without any yet.
-    """
-    lines = _log_lines(path)
-    offsets = []
-    for number, line in enumerate(lines[2:], start=3):
-        known = line not in ("", "-")
-        offsets.append(_json(path, line, number, "an input's offsets") if known else None)
-    return _header(path, lines), offsets
-
-
-def _read_commit(path: Path) -> dict[str, Any]:
-    """A `commits/N` file: the version line, then the batch's commit metadata as JSON."""
-    return _header(path, _log_lines(path))
-
-
-def _log_lines(path: Path) -> list[str]:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise _UnreadableError(path, f"it cannot be read ({error.strerror})") from None
-    if not data.strip():
-        raise _UnreadableError(path, "it is empty")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise _UnreadableError(
-            path, f"it is not text (byte {error.start} is 0x{data[error.start]:02x})"
-        ) from None
-    lines = text.splitlines()
-    if not _VERSION_LINE.match(lines[0]):
-        raise _UnreadableError(
-            path, f"its first line is {lines[0][:40]!r}, not Spark's log version (such as v1)"
-        )
-    return lines
-
-
-def _header(path: Path, lines: list[str]) -> dict[str, Any]:
-    if len(lines) < 2:
-        raise _UnreadableError(
-            path, "it ends after its version line: the batch's metadata is missing"
-        )
-    header = _json(path, lines[1], 2, "the batch's metadata")
-    if not isinstance(header, dict):
-        raise _UnreadableError(path, "line 2 is not the batch's metadata (a JSON object)")
-    return header
-
-
-def _json(path: Path, line: str, number: int, what: str) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as error:
-        raise _UnreadableError(
-            path, f"line {number} is not {what} as JSON ({error.msg} at column {error.colno})"
-        ) from None
-
-
 def _corrupt(
-    workspace: Workspace, app: str, query: str, error: _UnreadableError
+    workspace: Workspace, app: str, query: str, error: UnreadableLogError
 ) -> CheckpointCorruptError:
     """The error for an unreadable log file of `query`, naming the batch to roll back to."""
     checkpoint = workspace.checkpoints_dir / app / query
@@ -347,13 +276,13 @@ def _corrupt(
 
 def _last_good(checkpoint: Path, before: int) -> int | None:
     """The newest committed batch before `before` whose log files can be read, if any."""
-    for batch_id in reversed(_batch_ids(checkpoint / "commits")):
+    for batch_id in reversed(batch_ids(checkpoint / "commits")):
         if batch_id >= before:
             continue
         try:
-            _read_offsets(checkpoint / "offsets" / str(batch_id))
-            _read_commit(checkpoint / "commits" / str(batch_id))
-        except _UnreadableError:
+            read_offsets(checkpoint / "offsets" / str(batch_id))
+            read_commit(checkpoint / "commits" / str(batch_id))
+        except UnreadableLogError:
             continue
         return batch_id
     return None
@@ -368,7 +297,7 @@ def remember(workspace: Workspace, app: str) -> None:
     recorded = _ledger(workspace, app)
     queries = dict(recorded or {})
     for query, checkpoint in query_checkpoints(workspace, app).items():
-        if query not in queries and _batch_ids(checkpoint / "commits"):
+        if query not in queries and batch_ids(checkpoint / "commits"):
             queries[query] = now_iso()
     if recorded is None or queries != recorded:
         _write_ledger(workspace, app, queries)

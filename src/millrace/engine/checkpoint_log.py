@@ -1,0 +1,154 @@
+"""Spark's write-ahead log in a query's checkpoint, read as files, without Spark.
+
+Every streaming query keeps a checkpoint folder whose log is two folders of files named by
+batch id: `offsets/N`, written before batch N runs, and `commits/N`, written once its output
+is committed. An `offsets/N` file is the log's version (`v1`), the batch's metadata as a
+JSON object (its watermark, start time and conf), then one line per source: its end offsets
+as JSON (for Kafka, `{"stream": {"bucket": offset}}`), or `-` for a source without any yet.
+A `commits/N` file is the version, then the commit's metadata. The operator's view
+(`millrace.runtime.checkpoints`) and the monitor (`millrace.monitor.checkpoints`) both read
+the log here; a file that is not as Spark writes it is an `UnreadableLogError` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from millrace.errors import CheckpointCorruptError
+
+Offsets = dict[int, int]
+"""The offset of each bucket of one stream."""
+
+_VERSION_LINE = re.compile(r"^v\d+$")
+
+
+class UnreadableLogError(CheckpointCorruptError):
+    """A log file that is not as Spark writes it: `path`, and what is wrong with it (`reason`).
+
+    Example:
+        >>> str(UnreadableLogError(Path("offsets/3"), "it is empty"))
+        'offsets/3: it is empty'
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def query_folders(app_folder: Path) -> dict[str, Path]:
+    """The checkpoint folder of each query under `app_folder`, by query name, sorted.
+
+    A query's folder holds `offsets/`; the dead-letter routers' folders next to it do not.
+
+    Example:
+        >>> query_folders(workspace.checkpoints_dir / "top_events")  # doctest: +SKIP
+        {'table.top_events_5min': PosixPath('.../checkpoints/top_events/table.top_events_5min')}
+    """
+    if not app_folder.is_dir():
+        return {}
+    return {path.name: path for path in sorted(app_folder.iterdir()) if (path / "offsets").is_dir()}
+
+
+def batch_ids(log: Path) -> list[int]:
+    """The batch ids of the files of `log` (a query's `offsets/` or `commits/`), ascending.
+
+    Example:
+        >>> batch_ids(checkpoint / "commits")  # doctest: +SKIP
+        [0, 1, 2]
+    """
+    if not log.is_dir():
+        return []
+    return sorted(int(path.name) for path in log.iterdir() if path.name.isdigit())
+
+
+def read_offsets(path: Path) -> tuple[dict[str, Any], list[Any]]:
+    """An `offsets/N` file: its metadata and each source's offsets (None: none yet).
+
+    Raises `UnreadableLogError` for a file that is missing or not as Spark writes it.
+
+    Example:
+        >>> read_offsets(checkpoint / "offsets" / "2")  # doctest: +SKIP
+        ({'batchWatermarkMs': 0, 'batchTimestampMs': 1767225600000, ...}, [{'clicks': {'0': 7}}])
+    """
+    lines = _log_lines(path)
+    offsets = []
+    for number, line in enumerate(lines[2:], start=3):
+        known = line not in ("", "-")
+        offsets.append(_json(path, line, number, "an input's offsets") if known else None)
+    return _header(path, lines), offsets
+
+
+def read_commit(path: Path) -> dict[str, Any]:
+    """A `commits/N` file's metadata; `UnreadableLogError` for one not as Spark writes it.
+
+    Example:
+        >>> read_commit(checkpoint / "commits" / "2")  # doctest: +SKIP
+        {'nextBatchWatermarkMs': 0}
+    """
+    return _header(path, _log_lines(path))
+
+
+def kafka_offsets(source: Any) -> dict[str, Offsets]:
+    """The offsets per stream and bucket of one source's entry in an `offsets/N` file.
+
+    An entry that is not Kafka's (`{"stream": {"bucket": offset}}`) gives no offsets.
+
+    Example:
+        >>> kafka_offsets({"clicks": {"0": 7, "1": 3}})
+        {'clicks': {0: 7, 1: 3}}
+    """
+    if not isinstance(source, dict):
+        return {}
+    try:
+        return {
+            stream: {int(bucket): int(offset) for bucket, offset in buckets.items()}
+            for stream, buckets in source.items()
+            if isinstance(buckets, dict)
+        }
+    except (ValueError, TypeError):
+        return {}  # a bucket or an offset that is not a number
+
+
+def _log_lines(path: Path) -> list[str]:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UnreadableLogError(path, f"it cannot be read ({error.strerror})") from None
+    if not data.strip():
+        raise UnreadableLogError(path, "it is empty")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UnreadableLogError(
+            path, f"it is not text (byte {error.start} is 0x{data[error.start]:02x})"
+        ) from None
+    lines = text.splitlines()
+    if not _VERSION_LINE.match(lines[0]):
+        raise UnreadableLogError(
+            path, f"its first line is {lines[0][:40]!r}, not Spark's log version (such as v1)"
+        )
+    return lines
+
+
+def _header(path: Path, lines: list[str]) -> dict[str, Any]:
+    if len(lines) < 2:
+        raise UnreadableLogError(
+            path, "it ends after its version line: the batch's metadata is missing"
+        )
+    header = _json(path, lines[1], 2, "the batch's metadata")
+    if not isinstance(header, dict):
+        raise UnreadableLogError(path, "line 2 is not the batch's metadata (a JSON object)")
+    return header
+
+
+def _json(path: Path, line: str, number: int, what: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UnreadableLogError(
+            path, f"line {number} is not {what} as JSON ({error.msg} at column {error.colno})"
+        ) from None

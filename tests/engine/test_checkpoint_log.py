@@ -1,0 +1,68 @@
+"""Spark's write-ahead log read as files: the batches a query's log holds, each batch's
+metadata and per-source offsets, and files that are not as Spark writes them."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from millrace.engine.checkpoint_log import (
+    UnreadableLogError,
+    batch_ids,
+    kafka_offsets,
+    query_folders,
+    read_commit,
+    read_offsets,
+)
+
+METADATA = {"batchWatermarkMs": 5, "batchTimestampMs": 1_000, "conf": {}}
+
+
+def _query(app_folder: Path, name: str, batches: int) -> Path:
+    folder = app_folder / name
+    (folder / "offsets").mkdir(parents=True)
+    (folder / "commits").mkdir()
+    for batch in range(batches):
+        sources = [{"clicks": {"0": 10 * batch, "1": 3}}, "-"]
+        lines = ["v1", json.dumps(METADATA), *(s if s == "-" else json.dumps(s) for s in sources)]
+        (folder / "offsets" / str(batch)).write_text("\n".join(lines))
+        (folder / "offsets" / f".{batch}.crc").write_text("crc")
+        (folder / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    return folder
+
+
+def test_a_querys_batches_metadata_and_offsets_per_source(tmp_path: Path) -> None:
+    query = _query(tmp_path, "table.t", batches=11)
+    (tmp_path / "_dead_letters").mkdir()  # a router's folder: no offsets/, so not a query
+    assert query_folders(tmp_path) == {"table.t": query}
+    assert query_folders(tmp_path / "nothing") == {}
+    assert batch_ids(query / "offsets") == list(range(11))  # by number, without the .crc files
+    metadata, sources = read_offsets(query / "offsets" / "10")
+    assert metadata == METADATA and sources == [{"clicks": {"0": 100, "1": 3}}, None]
+    assert kafka_offsets(sources[0]) == {"clicks": {0: 100, 1: 3}}
+    assert kafka_offsets(None) == {} and kafka_offsets({"clicks": {"0": "x"}}) == {}
+    assert read_commit(query / "commits" / "10") == {"nextBatchWatermarkMs": 0}
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "it is empty"),
+        (b"\xff\xfe", "it is not text (byte 0 is 0xff)"),
+        (b"{}", "its first line is '{}', not Spark's log version (such as v1)"),
+        (b"v1", "it ends after its version line: the batch's metadata is missing"),
+        (b"v1\n[]", "line 2 is not the batch's metadata (a JSON object)"),
+        (b'v1\n{}\n{"clicks"', "line 3 is not an input's offsets as JSON"),
+    ],
+)
+def test_a_file_not_as_spark_writes_it_is_named_with_what_is_wrong(
+    tmp_path: Path, content: bytes, reason: str
+) -> None:
+    path = tmp_path / "3"
+    path.write_bytes(content)
+    with pytest.raises(UnreadableLogError) as raised:
+        read_offsets(path)
+    assert raised.value.path == path and raised.value.reason.startswith(reason)
+    assert raised.value.code == "checkpoint-corrupt"
+    with pytest.raises(UnreadableLogError, match="cannot be read"):
+        read_commit(tmp_path / "missing")
