@@ -13,7 +13,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
@@ -21,7 +23,6 @@ from millrace.config.workspace import Workspace
 from millrace.runtime import checkpoints, drivers, registry
 from millrace.runtime.registry import AppRecord
 from tests.cli.deployed import WAIT_S, wait_for
-from tests.cli.test_cli import millrace
 
 APP = """
 CREATE APPLICATION {name};
@@ -47,10 +48,13 @@ def _app(workspace: Workspace, tmp_path: Path, prefix: str) -> tuple[str, Path]:
 
 
 def test_a_second_driver_is_refused_whether_the_first_was_deployed_or_run_in_a_terminal(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace,
+    tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     name, source = _app(workspace, tmp_path, "drivers")
-    deployed = millrace("deploy", str(source))
+    deployed = millrace_subprocess("deploy", str(source))
     assert deployed.returncode == 0, deployed.stderr
     try:
         record = registry.load(workspace, name)
@@ -70,7 +74,7 @@ def test_a_second_driver_is_refused_whether_the_first_was_deployed_or_run_in_a_t
         assert f"hint: `millrace stop {name}` stops it" in second.stderr
         assert "running" not in second.stdout  # refused before its Spark started
     finally:
-        stopped = millrace("stop", name)
+        stopped = millrace_subprocess("stop", name)
     assert stopped.returncode == 0, stopped.stderr
 
     foreground = subprocess.Popen(
@@ -101,11 +105,14 @@ def test_a_second_driver_is_refused_whether_the_first_was_deployed_or_run_in_a_t
 
 
 def test_a_lost_or_corrupt_checkpoint_is_refused_with_the_way_out(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace,
+    tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     name, source = _app(workspace, tmp_path, "restarts")
     # A new app starts without a flag.
-    first = millrace("run", str(source), "--available-now")
+    first = millrace_subprocess("run", str(source), "--available-now")
     assert first.returncode == 0, first.stderr
     checkpoint = workspace.checkpoint(name, QUERY)
     last = max(batch.batch_id for batch in checkpoints.history(workspace, name))
@@ -149,7 +156,7 @@ def test_a_lost_or_corrupt_checkpoint_is_refused_with_the_way_out(
         assert f"`millrace rollback {name} --to-batch N`" in refused.stderr
     assert not (registry.app_dir(workspace, name) / "app.json").exists()  # deploy started none
 
-    fresh = millrace("run", str(source), "--available-now", "--fresh")
+    fresh = millrace_subprocess("run", str(source), "--available-now", "--fresh")
     assert fresh.returncode == 0, fresh.stderr
     moved = Path(fresh.stdout.split("the checkpoint was moved to ")[1].splitlines()[0])
     assert moved.parent == registry.app_dir(workspace, name) / "backups" and moved.is_dir()

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pyarrow as pa
 import pytest
@@ -17,7 +18,6 @@ from deltalake import write_deltalake
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from tests.cli.test_cli import millrace
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "top_events.sql"
 ZEITGEIST = Path(__file__).parents[2] / "examples" / "zeitgeist.py"
@@ -25,6 +25,8 @@ ZEITGEIST = Path(__file__).parents[2] / "examples" / "zeitgeist.py"
 
 def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
     workspace: Workspace,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     for stream in ("events_stream", "superbowl_posts"):
         create_stream(workspace.settings, stream, exist_ok=True)
@@ -37,7 +39,7 @@ def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
     ]
     millrace("publish", "events_stream", "-", stdin="\n".join(json.dumps(e) for e in events))
 
-    checked = millrace("check", str(EXAMPLE))
+    checked = millrace_subprocess("check", str(EXAMPLE))
     assert checked.returncode == 0, checked.stderr
     assert "== table top_events_5min (two stages: partial aggregates per 300000 ms pane" in (
         checked.stdout
@@ -48,7 +50,7 @@ def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
     assert "== Analyzed Logical Plan ==" in checked.stdout
     assert "Exception" not in checked.stdout and "Physical Plan" not in checked.stdout
 
-    ran = millrace("run", str(EXAMPLE), "--available-now")
+    ran = millrace_subprocess("run", str(EXAMPLE), "--available-now")
     assert ran.returncode == 0, ran.stderr
     # Each query's micro-batches are shown, and what each query did with the records it read.
     lines = ran.stdout.splitlines()
@@ -116,7 +118,7 @@ def test_query_answers_without_java_filtering_and_keeping_the_last_windows(
 
 
 def test_check_reports_an_input_stream_that_does_not_exist(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace, tmp_path: Path, millrace_subprocess: Callable[..., CompletedProcess[str]]
 ) -> None:
     app = tmp_path / "app.sql"
     app.write_text(
@@ -124,12 +126,14 @@ def test_check_reports_an_input_stream_that_does_not_exist(
         "CREATE INPUT TABLE t (x) FROM STREAM('no.such.stream') TIME ts;\n"
         "INSERT INTO STREAM('no.such.stream') SELECT x FROM t;\n"
     )
-    checked = millrace("check", str(app))
+    checked = millrace_subprocess("check", str(app))
     assert checked.returncode == 1
     assert f"{app}:3:1: output stream 'no.such.stream' does not exist" in checked.stderr
 
 
-def test_run_batch_takes_a_time_range_and_refuses_flags_that_do_not_go_with_it() -> None:
+def test_run_batch_takes_a_time_range_and_refuses_flags_that_do_not_go_with_it(
+    millrace: Callable[..., CompletedProcess[str]],
+) -> None:
     app = str(EXAMPLE)
     refusals = {
         ("--batch",): "--batch needs --from and --to",
@@ -155,7 +159,11 @@ def test_run_batch_takes_a_time_range_and_refuses_flags_that_do_not_go_with_it()
 
 
 def test_run_batch_writes_the_results_of_a_range_and_says_what_it_wrote(
-    workspace: Workspace, stream_name: str, tmp_path: Path
+    workspace: Workspace,
+    stream_name: str,
+    tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     create_stream(workspace.settings, stream_name)
     app = tmp_path / "app.sql"
@@ -173,7 +181,7 @@ def test_run_batch_writes_the_results_of_a_range_and_says_what_it_wrote(
     ]
     millrace("publish", stream_name, "-", stdin="\n".join(json.dumps(e) for e in events))
 
-    ran = millrace(
+    ran = millrace_subprocess(
         "run", str(app), "--batch", "--from", "2026-01-01T00:00:00Z", "--to", "1767225660000"
     )
     assert ran.returncode == 0, ran.stderr
@@ -184,7 +192,11 @@ def test_run_batch_writes_the_results_of_a_range_and_says_what_it_wrote(
     ]
 
 
-def test_a_processor_runs_from_the_command_line_over_live_streams(workspace: Workspace) -> None:
+def test_a_processor_runs_from_the_command_line_over_live_streams(
+    workspace: Workspace,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
+) -> None:
     for stream in ("queries", "query_counts", "query_anomalies"):
         create_stream(workspace.settings, stream, exist_ok=True)
     start_ms = 1_767_225_600_000
@@ -198,7 +210,7 @@ def test_a_processor_runs_from_the_command_line_over_live_streams(workspace: Wor
     events.append({"query": "closing", "time": start_ms + 3_600_000})
     millrace("publish", "queries", "-", stdin="\n".join(json.dumps(e) for e in events))
 
-    ran = millrace("run", f"{ZEITGEIST}:Zeitgeist", "--available-now")
+    ran = millrace_subprocess("run", f"{ZEITGEIST}:Zeitgeist", "--available-now")
 
     assert ran.returncode == 0, ran.stderr
     assert "processor 'zeitgeist' running" in ran.stdout
@@ -220,7 +232,7 @@ def test_a_processor_runs_from_the_command_line_over_live_streams(workspace: Wor
     # produces the same values again.
     streamed = _values("query_counts", workspace)
     anomalies = _values("query_anomalies", workspace)
-    batch = millrace(
+    batch = millrace_subprocess(
         "run",
         f"{ZEITGEIST}:Zeitgeist",
         "--batch",
@@ -242,7 +254,9 @@ def _values(stream: str, workspace: Workspace) -> list[str]:
     ]
 
 
-def test_run_names_what_is_wrong_with_a_processor_target() -> None:
+def test_run_names_what_is_wrong_with_a_processor_target(
+    millrace: Callable[..., CompletedProcess[str]],
+) -> None:
     missing = millrace("run", f"{ZEITGEIST}:Nope")
     assert missing.returncode == 1
     assert f"{ZEITGEIST} has no 'Nope'" in missing.stderr
@@ -252,7 +266,7 @@ def test_run_names_what_is_wrong_with_a_processor_target() -> None:
 
 
 def test_run_and_deploy_name_a_processor_files_syntax_error_without_a_traceback(
-    fresh_workspace: Workspace, tmp_path: Path
+    fresh_workspace: Workspace, tmp_path: Path, millrace: Callable[..., CompletedProcess[str]]
 ) -> None:
     source = tmp_path / "counts.py"
     source.write_text("from millrace import Processor\nclass Counts(Processor:\n    pass\n")
@@ -310,7 +324,7 @@ def test_sigterm_to_a_foreground_runs_process_group_stops_it_as_ctrl_c_does(
 
 
 def test_check_run_and_deploy_refuse_a_distinct_count_at_its_place_before_spark(
-    fresh_workspace: Workspace, tmp_path: Path
+    fresh_workspace: Workspace, tmp_path: Path, millrace: Callable[..., CompletedProcess[str]]
 ) -> None:
     app = tmp_path / "app.sql"
     app.write_text(
@@ -360,7 +374,12 @@ def full_checkpoint_disk(workspace: Workspace, small_disk: Callable[[Path], None
 
 
 def test_a_run_that_fills_the_disk_says_which_folder_and_what_to_do(
-    workspace: Workspace, tmp_path: Path, stream_name: str, full_checkpoint_disk: str
+    workspace: Workspace,
+    tmp_path: Path,
+    stream_name: str,
+    full_checkpoint_disk: str,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     create_stream(workspace.settings, stream_name, exist_ok=True)
     events = [{"ts": "2026-01-01T00:00:10Z", "x": n} for n in range(100)]
@@ -373,7 +392,7 @@ def test_a_run_that_fills_the_disk_says_which_folder_and_what_to_do(
     )
     create_stream(workspace.settings, f"{stream_name}.copy", exist_ok=True)
 
-    ran = millrace("run", str(app), "--available-now")
+    ran = millrace_subprocess("run", str(app), "--available-now")
 
     assert ran.returncode == 1
     folder = workspace.checkpoints_dir / full_checkpoint_disk
@@ -388,7 +407,10 @@ def test_a_run_that_fills_the_disk_says_which_folder_and_what_to_do(
 
 
 def test_a_full_disk_under_the_workspace_is_named_before_spark_starts(
-    fresh_workspace: Workspace, tmp_path: Path, small_disk: Callable[[Path], None]
+    fresh_workspace: Workspace,
+    tmp_path: Path,
+    small_disk: Callable[[Path], None],
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     apps = fresh_workspace.root / "apps"
     small_disk(apps)
@@ -409,7 +431,12 @@ def test_a_full_disk_under_the_workspace_is_named_before_spark_starts(
 
 
 def test_a_processor_run_that_fills_the_disk_says_which_folder(
-    workspace: Workspace, tmp_path: Path, stream_name: str, full_checkpoint_disk: str
+    workspace: Workspace,
+    tmp_path: Path,
+    stream_name: str,
+    full_checkpoint_disk: str,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     create_stream(workspace.settings, stream_name, exist_ok=True)
     events = [{"key": f"k{n % 5}", "time": 1_767_225_600_000 + n} for n in range(100)]
@@ -425,7 +452,7 @@ def test_a_processor_run_that_fills_the_disk_says_which_folder(
         "        self.seen.set(self.seen.get(0) + 1)\n"
     )
 
-    ran = millrace("run", f"{source}:Counts", "--available-now")
+    ran = millrace_subprocess("run", f"{source}:Counts", "--available-now")
 
     assert ran.returncode == 1
     folder = workspace.checkpoints_dir / full_checkpoint_disk

@@ -1,9 +1,10 @@
 import json
 import os
-import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from confluent_kafka.admin import (
     AdminClient,
@@ -19,20 +20,9 @@ from millrace.config.workspace import Workspace
 SET = AlterConfigOpType.SET
 
 
-def millrace(
-    *arguments: str, stdin: str | None = None, environment: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "millrace.cli.main", *arguments],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **(environment or {})},
-    )
-
-
-def test_init_writes_a_commented_config_and_keeps_it_on_a_second_run(tmp_path: Path) -> None:
+def test_init_writes_a_commented_config_and_keeps_it_on_a_second_run(
+    tmp_path: Path, millrace: Callable[..., CompletedProcess[str]]
+) -> None:
     environment = {"MILLRACE_HOME": str(tmp_path / "ws")}
     first = millrace("init", environment=environment)
     assert first.returncode == 0 and "created workspace" in first.stdout
@@ -43,6 +33,7 @@ def test_init_writes_a_commented_config_and_keeps_it_on_a_second_run(tmp_path: P
 
 def test_a_config_error_is_printed_with_where_and_what_to_do_and_no_traceback(
     tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     home = tmp_path / "ws"
     home.mkdir()
@@ -56,14 +47,18 @@ def test_a_config_error_is_printed_with_where_and_what_to_do_and_no_traceback(
     assert "Traceback" not in result.stderr
 
 
-def test_commands_that_need_a_workspace_say_how_to_create_one(tmp_path: Path) -> None:
+def test_commands_that_need_a_workspace_say_how_to_create_one(
+    tmp_path: Path, millrace: Callable[..., CompletedProcess[str]]
+) -> None:
     result = millrace("stream", "list", environment={"MILLRACE_HOME": str(tmp_path / "none")})
     assert result.returncode == 1
     assert "error[config]: no workspace at" in result.stderr
     assert "millrace init" in result.stderr
 
 
-def test_streams_are_managed_from_the_command_line(workspace: Workspace, stream_name: str) -> None:
+def test_streams_are_managed_from_the_command_line(
+    workspace: Workspace, stream_name: str, millrace: Callable[..., CompletedProcess[str]]
+) -> None:
     created = millrace("stream", "create", stream_name, "--buckets", "3", "--retention", "12h")
     assert created.returncode == 0, created.stderr
     assert stream_name in millrace("stream", "list").stdout.split()
@@ -87,6 +82,7 @@ def test_streams_are_managed_from_the_command_line(workspace: Workspace, stream_
 def test_publish_reports_each_bad_line_by_number_and_still_sends_the_rest(
     workspace: Workspace,
     stream_name: str,
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     create_stream(workspace.settings, stream_name)
     lines = [
@@ -113,6 +109,7 @@ def test_publish_reports_each_bad_line_by_number_and_still_sends_the_rest(
 def test_tail_shows_the_last_records_of_each_bucket_with_their_metadata(
     workspace: Workspace,
     stream_name: str,
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     create_stream(workspace.settings, stream_name)
     millrace(
@@ -137,6 +134,7 @@ def test_pipe_feeds_a_command_and_reports_its_failure(
     workspace: Workspace,
     stream_name: str,
     tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     create_stream(workspace.settings, stream_name)
     millrace("publish", stream_name, "-", stdin='{"n": 1}\n{"n": 2}\n')
@@ -159,7 +157,9 @@ def test_pipe_feeds_a_command_and_reports_its_failure(
     assert "will be piped again" in failed.stderr
 
 
-def test_up_down_and_status_describe_the_local_broker(fresh_workspace: Workspace) -> None:
+def test_up_down_and_status_describe_the_local_broker(
+    fresh_workspace: Workspace, millrace: Callable[..., CompletedProcess[str]]
+) -> None:
     environment = {
         "MILLRACE_HOME": str(fresh_workspace.root),
         "MILLRACE_KAFKA_PORT": str(fresh_workspace.settings.kafka_port),
@@ -189,6 +189,7 @@ def test_up_down_and_status_describe_the_local_broker(fresh_workspace: Workspace
 
 def test_an_unterminated_sql_string_and_a_config_file_not_in_utf8_are_errors_not_tracebacks(
     tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     app = tmp_path / "app.sql"
     app.write_text(
@@ -213,7 +214,7 @@ def test_an_unterminated_sql_string_and_a_config_file_not_in_utf8_are_errors_not
 
 
 def test_publish_reports_lines_nested_too_deeply_dated_ahead_or_before_1970_and_sends_the_rest(
-    workspace: Workspace, stream_name: str
+    workspace: Workspace, stream_name: str, millrace: Callable[..., CompletedProcess[str]]
 ) -> None:
     create_stream(workspace.settings, stream_name)
     lines = [
@@ -245,12 +246,15 @@ def test_publish_reports_lines_nested_too_deeply_dated_ahead_or_before_1970_and_
 
 
 def test_lines_the_bus_did_not_store_are_named_and_sent_again_with_the_same_ids(
-    workspace: Workspace, stream_name: str, tmp_path: Path
+    workspace: Workspace,
+    stream_name: str,
+    tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     # One bucket's records are too large for the stream, the other's are stored: the stored
     # lines are not a prefix of the file, as after a broker failure.
     create_stream(workspace.settings, stream_name, buckets=2)
-    bucket_of = _buckets_of_keys(workspace, ["a", "b", "c", "d", "e", "f"])
+    bucket_of = _buckets_of_keys(workspace, ["a", "b", "c", "d", "e", "f"], millrace)
     stored_key = next(key for key, bucket in bucket_of.items() if bucket == 0)
     refused_key = next(key for key, bucket in bucket_of.items() if bucket == 1)
     admin = AdminClient({"bootstrap.servers": workspace.settings.bootstrap_servers})
@@ -303,7 +307,9 @@ def test_lines_the_bus_did_not_store_are_named_and_sent_again_with_the_same_ids(
     assert set(twice) == set(complete) and len(set(twice)) == 150
 
 
-def _buckets_of_keys(workspace: Workspace, keys: list[str]) -> dict[str, int]:
+def _buckets_of_keys(
+    workspace: Workspace, keys: list[str], millrace: Callable[..., CompletedProcess[str]]
+) -> dict[str, int]:
     """The bucket of a 2-bucket stream that each key goes to (the same in every stream)."""
     probe = f"test.probe.{uuid.uuid4().hex[:8]}"
     create_stream(workspace.settings, probe, buckets=2)

@@ -11,8 +11,9 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pyspark
 import pytest
@@ -21,7 +22,6 @@ from pyspark.sql import SparkSession
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from tests.cli.test_cli import millrace
 from tests.conftest import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -110,7 +110,11 @@ def cluster(tmp_path: Path) -> Iterator[tuple[str, int]]:
 @pytest.mark.soak
 @pytest.mark.timeout(1800)
 def test_an_app_runs_on_a_standalone_cluster_with_master(
-    workspace: Workspace, spark: SparkSession, cluster: tuple[str, int], tmp_path: Path
+    workspace: Workspace,
+    spark: SparkSession,
+    cluster: tuple[str, int],
+    tmp_path: Path,
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     url, ui_port = cluster
     run = uuid.uuid4().hex[:8]
@@ -123,7 +127,7 @@ def test_an_app_runs_on_a_standalone_cluster_with_master(
         for number, category in enumerate(categories):
             publisher.send({"event_time": 1_767_225_600_000 + number, "category": category})
 
-    ran = millrace("run", str(source), "--available-now", "--master", url)
+    ran = millrace_subprocess("run", str(source), "--available-now", "--master", url)
     assert ran.returncode == 0, ran.stderr + ran.stdout
 
     rows = spark.read.format("delta").load(str(workspace.tables_dir / name / "per_category"))

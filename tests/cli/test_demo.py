@@ -15,7 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -23,7 +25,6 @@ from millrace.config.workspace import Workspace
 from millrace.runtime import registry
 from millrace.runtime.demo import APP_NAMES, RANKER, RANKER_TABLE, topic_line
 from millrace.runtime.result_files import read_result_rows
-from tests.cli.test_cli import millrace
 from tests.conftest import free_port
 
 TOPICS = ["games", "movies", "music", "news", "sports"]
@@ -37,6 +38,8 @@ _WINDOW_LINE = re.compile(r"^  top 3 per topic, window (\d\d:\d\d:\d\d)-(\d\d:\d
 @pytest.mark.timeout(FIRST_WINDOW_DEADLINE_S + 300)
 def test_the_demo_prints_top_events_per_topic_and_stops_its_apps_on_ctrl_c(
     tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     environment = {
         **os.environ,
@@ -104,7 +107,7 @@ def test_the_demo_prints_top_events_per_topic_and_stops_its_apps_on_ctrl_c(
             demo.kill()
             demo.wait()
         for app in APP_NAMES:
-            millrace("stop", app, environment=environment)
+            millrace_subprocess("stop", app, environment=environment)
         millrace("down", environment=environment)
 
 

@@ -13,8 +13,10 @@ import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from fastapi.testclient import TestClient
@@ -28,7 +30,6 @@ from millrace.errors import ResultTableNotFoundError
 from millrace.runtime import checkpoints, registry
 from millrace.runtime.result_files import read_result_rows
 from tests.cli.deployed import wait_for
-from tests.cli.test_cli import millrace
 from tests.examples import EXAMPLES
 from tests.examples import test_zeitgeist as zeitgeist
 from tests.runtime.killing import read, unique_values
@@ -51,7 +52,12 @@ def _gauges(workspace: Workspace, app: str) -> dict[str, float]:
     }
 
 
-def _listed_and_logged(workspace: Workspace, app: str, running_line: str) -> None:
+def _listed_and_logged(
+    millrace: Callable[..., CompletedProcess[str]],
+    workspace: Workspace,
+    app: str,
+    running_line: str,
+) -> None:
     """`ps`, `logs`, `history` and `/metrics` show the running app, its lags and batches."""
     listed = millrace("ps", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -70,10 +76,16 @@ def _listed_and_logged(workspace: Workspace, app: str, running_line: str) -> Non
     assert {batch["batch"] for batch in batches} >= {b.batch_id for b in _committed(workspace, app)}
 
 
-def _rolled_back(workspace: Workspace, app: str, to_batch: int, query: str) -> None:
+def _rolled_back(
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
+    workspace: Workspace,
+    app: str,
+    to_batch: int,
+    query: str,
+) -> None:
     """Roll `app` back to `to_batch` and wait until it has committed the next batch again."""
     rolled_at_ms = time.time() * 1000
-    rolled = millrace("rollback", app, "--to-batch", str(to_batch))
+    rolled = millrace_subprocess("rollback", app, "--to-batch", str(to_batch))
     assert rolled.returncode == 0, rolled.stderr
     assert f"{query}: back to batch {to_batch}" in rolled.stdout, rolled.stdout
 
@@ -88,11 +100,16 @@ def _rolled_back(workspace: Workspace, app: str, to_batch: int, query: str) -> N
     wait_for("the batches after the rollback", recomputed, app, workspace)
 
 
-def _restarted(workspace: Workspace, app: str, running_line: str) -> None:
+def _restarted(
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
+    workspace: Workspace,
+    app: str,
+    running_line: str,
+) -> None:
     """Restart `app` with its code as it is; wait until its new process runs."""
     before = registry.load(workspace, app)
     starts = Path(before.log).read_text().count(running_line)
-    restarted = millrace("restart", app)
+    restarted = millrace_subprocess("restart", app)
     assert restarted.returncode == 0, restarted.stderr
     assert "(same code, from its checkpoint)" in restarted.stdout
     assert registry.load(workspace, app).pid != before.pid
@@ -104,8 +121,10 @@ def _restarted(workspace: Workspace, app: str, running_line: str) -> None:
     )
 
 
-def _stop(workspace: Workspace, app: str) -> None:
-    stopped = millrace("stop", app)
+def _stop(
+    millrace_subprocess: Callable[..., CompletedProcess[str]], workspace: Workspace, app: str
+) -> None:
+    stopped = millrace_subprocess("stop", app)
     assert stopped.returncode == 0, stopped.stderr
     assert registry.load(workspace, app).status == "stopped"
 
@@ -113,7 +132,10 @@ def _stop(workspace: Workspace, app: str) -> None:
 # Three starts of a Spark application (deploy, rollback, restart) and their first batches.
 @pytest.mark.timeout(1800)
 def test_zeitgeist_is_deployed_listed_rolled_back_restarted_and_stopped(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace,
+    tmp_path: Path,
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     rng = random.Random(8)
     seconds = 30
@@ -128,12 +150,12 @@ def test_zeitgeist_is_deployed_listed_rolled_back_restarted_and_stopped(
     half = len(arrivals) // 2
     publish(workspace, source, arrivals[:half])
 
-    deployed = millrace("deploy", f"{module}:LiveZeitgeist")
+    deployed = millrace_subprocess("deploy", f"{module}:LiveZeitgeist")
     assert deployed.returncode == 0, deployed.stderr
     try:
         wait_for("a first batch", lambda: bool(_committed(workspace, app)), app, workspace)
         running = f"processor '{app}' running"
-        _listed_and_logged(workspace, app, running)
+        _listed_and_logged(millrace, workspace, app, running)
         # The last batch before the rest of the records: the app is rolled back to it.
         before_rest = max(batch.batch_id for batch in _committed(workspace, app))
         publish(workspace, source, arrivals[half:])
@@ -146,7 +168,7 @@ def test_zeitgeist_is_deployed_listed_rolled_back_restarted_and_stopped(
         wait_for("every second counted", lambda: counted() == expected, app, workspace)
         written = len(read(workspace, streams["counts_stream"]))
 
-        _rolled_back(workspace, app, before_rest, "processor")
+        _rolled_back(millrace_subprocess, workspace, app, before_rest, "processor")
         wait_for(
             "the counts recomputed after the rollback",
             lambda: len(read(workspace, streams["counts_stream"])) > written,
@@ -158,10 +180,10 @@ def test_zeitgeist_is_deployed_listed_rolled_back_restarted_and_stopped(
         anomalies = unique_values(read(workspace, streams["anomalies_stream"]))
         assert zeitgeist.by_query_and_second(anomalies) == zeitgeist.expected_anomalies(expected)
 
-        _restarted(workspace, app, running)
+        _restarted(millrace_subprocess, workspace, app, running)
         assert counted() == expected
     finally:
-        _stop(workspace, app)
+        _stop(millrace_subprocess, workspace, app)
 
 
 TOP_EVENTS_CATEGORIES = ["movies", "music", "sports"]
@@ -208,7 +230,10 @@ def _windows(events: list[dict]) -> dict[tuple[str, str], tuple[int, float]]:
 
 @pytest.mark.timeout(1800)
 def test_top_events_is_deployed_listed_rolled_back_restarted_and_stopped(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace,
+    tmp_path: Path,
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     run = uuid.uuid4().hex[:8]
     file, app, source, posts = _top_events_source(tmp_path, run)
@@ -224,7 +249,7 @@ def test_top_events_is_deployed_listed_rolled_back_restarted_and_stopped(
                 publisher.send(event)
 
     send(first)
-    deployed = millrace("deploy", str(file))
+    deployed = millrace_subprocess("deploy", str(file))
     assert deployed.returncode == 0, deployed.stderr
     try:
         wait_for(
@@ -234,7 +259,7 @@ def test_top_events_is_deployed_listed_rolled_back_restarted_and_stopped(
             workspace,
         )
         running = f"app '{app}' running: 2 queries"
-        _listed_and_logged(workspace, app, running)
+        _listed_and_logged(millrace, workspace, app, running)
         # Both queries go back to a batch before the rest of the events, so both recompute.
         committed = _committed(workspace, app)
         before_rest = min(
@@ -261,7 +286,7 @@ def test_top_events_is_deployed_listed_rolled_back_restarted_and_stopped(
         wait_for("every window's results", lambda: results() == expected, app, workspace)
         posted = len(read(workspace, posts))
 
-        _rolled_back(workspace, app, before_rest, table_query)
+        _rolled_back(millrace_subprocess, workspace, app, before_rest, table_query)
         wait_for(
             "the posts recomputed after the rollback",
             lambda: len(read(workspace, posts)) > posted,
@@ -276,7 +301,7 @@ def test_top_events_is_deployed_listed_rolled_back_restarted_and_stopped(
             event["event"] for event in sports_posts
         )
 
-        _restarted(workspace, app, running)
+        _restarted(millrace_subprocess, workspace, app, running)
         assert results() == expected
     finally:
-        _stop(workspace, app)
+        _stop(millrace_subprocess, workspace, app)

@@ -11,7 +11,9 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pyarrow.parquet as pq
 import pytest
@@ -22,7 +24,6 @@ from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.runtime import checkpoints, registry
 from tests.cli.deployed import wait_for
-from tests.cli.test_cli import millrace
 
 APP = """
 CREATE APPLICATION {name};
@@ -67,7 +68,10 @@ def _table(workspace: Workspace, app: str) -> dict[str, int]:
 # other Spark work that takes longer than the suite's default limit.
 @pytest.mark.timeout(1800)
 def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace,
+    tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     run = uuid.uuid4().hex[:8]
     name, stream = f"lifecycle_{run}", f"test.lifecycle.{run}"
@@ -77,7 +81,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
     first = ["a", "b", "a", "c", "a"]
     _publish(workspace, stream, first, 0)
 
-    deployed = millrace("deploy", str(source), "--trigger", "interval:2s")
+    deployed = millrace_subprocess("deploy", str(source), "--trigger", "interval:2s")
     assert deployed.returncode == 0, deployed.stderr
     assert f"app '{name}' deployed: pid " in deployed.stdout
     try:
@@ -157,7 +161,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
         newest = batches[-1]["batch"]
         assert newest > with_first
 
-        rolled = millrace("rollback", name, "--to-time", str(with_first_committed_ms))
+        rolled = millrace_subprocess("rollback", name, "--to-time", str(with_first_committed_ms))
         assert rolled.returncode == 0, rolled.stderr
         assert f"table.per_category: back to batch {with_first}" in rolled.stdout, rolled.stdout
         backup = Path(rolled.stdout.split("backup: ")[1].splitlines()[0])
@@ -194,7 +198,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
 
         # New code with the same state: resumes with the counts so far.
         source.write_text(APP.format(name=name, stream=stream, where="WHERE category <> 'b'"))
-        restarted = millrace("restart", name)
+        restarted = millrace_subprocess("restart", name)
         assert restarted.returncode == 0, restarted.stderr
         assert "(new code, from its checkpoint)" in restarted.stdout
         upgraded = registry.load(workspace, name)
@@ -210,7 +214,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
             workspace,
         )
     finally:
-        stopped = millrace("stop", name)
+        stopped = millrace_subprocess("stop", name)
     assert stopped.returncode == 0, stopped.stderr
     assert f"app '{name}' stopped" in stopped.stdout
     assert registry.load(workspace, name).status == "stopped"
@@ -263,7 +267,7 @@ def _productions(workspace: Workspace, stream: str) -> dict[str, dict]:
 
 @pytest.mark.timeout(1800)
 def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace, tmp_path: Path, millrace_subprocess: Callable[..., CompletedProcess[str]]
 ) -> None:
     run = uuid.uuid4().hex[:8]
     name, source, output = f"counts_{run}", f"test.counts-in.{run}", f"test.counts-out.{run}"
@@ -273,7 +277,7 @@ def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back
     module.write_text(PROCESSOR.format(name=name, source=source, output=output, version=1))
     _publish_numbers(workspace, source, range(0, 200))
 
-    deployed = millrace("deploy", f"{module}:RunningCount")
+    deployed = millrace_subprocess("deploy", f"{module}:RunningCount")
     assert deployed.returncode == 0, deployed.stderr
     try:
         wait_for(
@@ -284,13 +288,13 @@ def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back
         )
         first = registry.load(workspace, name)
         assert first.kind == "processor" and first.source == f"{module}:RunningCount"
-        stopped = millrace("stop", name)
+        stopped = millrace_subprocess("stop", name)
         assert stopped.returncode == 0, stopped.stderr
         assert registry.load(workspace, name).status == "stopped"
         assert "stopping once the running micro-batch is done..." in Path(first.log).read_text()
 
         module.write_text(PROCESSOR.format(name=name, source=source, output=output, version=2))
-        restarted = millrace("restart", name)
+        restarted = millrace_subprocess("restart", name)
         assert restarted.returncode == 0, restarted.stderr
         assert "(new code, from its checkpoint)" in restarted.stdout
         # The last batch of the first run: the app is rolled back to it below.
@@ -306,7 +310,7 @@ def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back
 
         # Back to before the second run's records: the batches that read them run again,
         # from the state as the first run left it, and produce the same records again.
-        rolled = millrace("rollback", name, "--to-batch", str(before_second))
+        rolled = millrace_subprocess("rollback", name, "--to-batch", str(before_second))
         assert rolled.returncode == 0, rolled.stderr
         assert f"processor: back to batch {before_second}" in rolled.stdout, rolled.stdout
         wait_for(
@@ -323,7 +327,7 @@ def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back
             workspace,
         )
     finally:
-        millrace("stop", name)
+        millrace_subprocess("stop", name)
     by_id: dict[str, dict] = {}
     for production_id, value in _all_productions(workspace, output):
         # A recomputed production has the id and the value it had the first time.

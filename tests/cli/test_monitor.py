@@ -8,14 +8,14 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
 from millrace.config.workspace import Workspace
-from tests.cli.test_cli import millrace
 from tests.conftest import free_port
 
 
@@ -58,7 +58,10 @@ def watching_home(workspace: Workspace, tmp_path: Path, config: str) -> dict[str
 
 
 def test_top_once_shows_the_paused_app_with_its_lag(
-    workspace: Workspace, paused: str, tmp_path: Path
+    workspace: Workspace,
+    paused: str,
+    tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     environment = watching_home(workspace, tmp_path, "")
     result = millrace("top", "--once", environment={**environment, "COLUMNS": "200"})
@@ -70,7 +73,11 @@ def test_top_once_shows_the_paused_app_with_its_lag(
 
 
 def test_a_paused_app_fires_the_stopped_alert_to_the_webhook(
-    workspace: Workspace, paused: str, tmp_path: Path, webhook: tuple[str, list[dict]]
+    workspace: Workspace,
+    paused: str,
+    tmp_path: Path,
+    webhook: tuple[str, list[dict]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     url, received = webhook
     config = (
@@ -83,7 +90,7 @@ def test_a_paused_app_fires_the_stopped_alert_to_the_webhook(
         "above = 100\n"
     )
     environment = watching_home(workspace, tmp_path, config)
-    result = millrace("monitor", "--once", environment=environment)
+    result = millrace_subprocess("monitor", "--once", environment=environment)
     assert result.returncode == 0, result.stderr
     assert [(alert["rule"], alert["app"], alert["state"]) for alert in received] == [
         ("paused too long", paused, "firing")
@@ -95,7 +102,10 @@ def test_a_paused_app_fires_the_stopped_alert_to_the_webhook(
 
 
 def test_serve_answers_on_loopback_and_refuses_other_addresses_without_a_token(
-    workspace: Workspace, paused: str, tmp_path: Path
+    workspace: Workspace,
+    paused: str,
+    tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     environment = watching_home(workspace, tmp_path, "")
     refused = millrace("serve", "--host", "0.0.0.0", environment=environment)

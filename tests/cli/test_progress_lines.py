@@ -1,16 +1,20 @@
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from confluent_kafka import Producer
 
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from tests.cli.test_cli import millrace
 
 
 def test_run_prints_a_line_per_micro_batch_that_accounts_for_every_record_read(
-    workspace: Workspace, stream_name: str, tmp_path: Path
+    workspace: Workspace,
+    stream_name: str,
+    tmp_path: Path,
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     output = f"{stream_name}.kept"
     create_stream(workspace.settings, stream_name, buckets=2)
@@ -44,7 +48,7 @@ def test_run_prints_a_line_per_micro_batch_that_accounts_for_every_record_read(
         f"INSERT INTO STREAM('{output}') SELECT n FROM events;\n"
     )
 
-    ran = millrace("run", str(app), "--available-now")
+    ran = millrace_subprocess("run", str(app), "--available-now")
 
     assert ran.returncode == 0, ran.stderr
     query = f"cli_progress.insert.{output}"

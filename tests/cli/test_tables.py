@@ -1,14 +1,19 @@
 import json
 import uuid
+from collections.abc import Callable
+from subprocess import CompletedProcess
 
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from tests.cli.test_cli import millrace
 
 
 def test_table_create_feeds_a_stream_then_get_list_and_delete(
-    workspace: Workspace, redis_url: str, stream_name: str
+    workspace: Workspace,
+    redis_url: str,
+    stream_name: str,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     settings = workspace.settings
     create_stream(settings, stream_name, buckets=2)
@@ -20,7 +25,7 @@ def test_table_create_feeds_a_stream_then_get_list_and_delete(
             publisher.send(update, key=update["dimension_id"])
     last = {update["dimension_id"]: update for update in updates}
     name = f"cls_{uuid.uuid4().hex[:8]}"
-    created = millrace(
+    created = millrace_subprocess(
         "table", "create", name, "--from-stream", stream_name, "--key", "dimension_id",
         "--value", "topic", "--value", "score:double", "--ttl", "7d", "--available-now",
     )  # fmt: skip
@@ -43,7 +48,7 @@ def test_table_create_feeds_a_stream_then_get_list_and_delete(
 
 
 def test_table_create_checks_its_columns_and_registers_a_table_for_apps(
-    workspace: Workspace, redis_url: str
+    workspace: Workspace, redis_url: str, millrace: Callable[..., CompletedProcess[str]]
 ) -> None:
     bad = millrace("table", "create", "x", "--key", "k:TIMESTAMPZ")
     assert bad.returncode == 1 and "error[table-invalid]" in bad.stderr and "STRING" in bad.stderr

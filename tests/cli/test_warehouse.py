@@ -1,8 +1,10 @@
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -10,10 +12,9 @@ from millrace.bus.publisher import Publisher
 from millrace.config.workspace import Workspace
 from millrace.runtime.adhoc_sql import QueryResult
 from millrace.warehouse.layout import streams_marked_for_archive
-from tests.cli.test_cli import millrace
 
-# Each `millrace` here starts its own JVM: a minute or less alone, but several on a machine
-# busy with other Spark jobs, which the suite's 600 s per test does not allow for.
+# Each `millrace_subprocess` here starts its own JVM: a minute or less alone, but several on a
+# machine busy with other Spark jobs, which the suite's 600 s per test does not allow for.
 pytestmark = pytest.mark.timeout(1800)
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -40,7 +41,12 @@ class Archived:
 
 
 @pytest.fixture(scope="module")
-def archived(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Archived:
+def archived(
+    workspace: Workspace,
+    tmp_path_factory: pytest.TempPathFactory,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
+) -> Archived:
     """A stream created with --archive, published to, archived and backfilled from the CLI."""
     stream = f"test.cli_{uuid.uuid4().hex[:8]}"
     created = millrace("stream", "create", stream, "--buckets", "2", "--archive")
@@ -50,14 +56,14 @@ def archived(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> 
     with Publisher(stream, settings=workspace.settings, time_field="event_time") as out:
         for event in EVENTS:
             out.send(event)
-    done = millrace("archive", stream, "--available-now", "--time", "event_time")
+    done = millrace_subprocess("archive", stream, "--available-now", "--time", "event_time")
     assert done.returncode == 0, done.stderr
     assert f"stream {stream}: {len(EVENTS)} records in " in done.stdout
 
     app = f"cli_backfill_{uuid.uuid4().hex[:8]}"
     app_file = tmp_path_factory.mktemp("apps") / "per_minute.sql"
     app_file.write_text(APP.format(app=app, stream=stream))
-    backfilled = millrace(
+    backfilled = millrace_subprocess(
         "backfill", str(app_file), "--from", "2026-01-01T00:00:00Z",
         "--to", "2026-01-01T00:10:00Z", "--into", "per_minute",
     )  # fmt: skip
@@ -77,9 +83,10 @@ def test_backfill_says_what_it_wrote(archived: Archived) -> None:
 
 def test_sql_reads_the_archive_the_decoded_inputs_and_the_result_tables(
     archived: Archived,
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     view, app = "warehouse__" + archived.stream.replace(".", "_"), archived.app
-    queried = millrace(
+    queried = millrace_subprocess(
         "sql",
         "--json",
         "--app",
