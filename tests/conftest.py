@@ -4,7 +4,6 @@ SparkSession per test run, all on loopback, all stopped at the end."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -19,13 +18,7 @@ from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace, init_workspace
 from millrace.engine.session import spark_session, stop_spark_session
 from millrace.serving.server import start_redis, stop_redis
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.ports import free_port
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from tests.conftest import free_port
+from tests.ports import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 APP = """

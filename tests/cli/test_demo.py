@@ -25,7 +25,7 @@ from millrace.config.workspace import Workspace
 from millrace.runtime import registry
 from millrace.runtime.demo import APP_NAMES, RANKER, RANKER_TABLE, topic_line
 from millrace.runtime.result_files import read_result_rows
-from tests.conftest import free_port
+from tests.ports import free_port
 
 TOPICS = ["games", "movies", "music", "news", "sports"]
 # On the 2-core machine the first top 3 came 90 to 220 s after the start (README, and this

@@ -31,9 +31,9 @@ from millrace.runtime import checkpoints, registry
 from millrace.runtime.result_files import read_result_rows
 from tests.cli.deployed import wait_for
 from tests.examples import EXAMPLES
-from tests.examples import test_zeitgeist as zeitgeist
+from tests.examples import zeitgeist_cases as zeitgeist
+from tests.examples.live_apps import live_zeitgeist_module, publish
 from tests.runtime.killing import read, unique_values
-from tests.runtime.test_example_processors import live_zeitgeist_module, publish
 
 
 def _committed(workspace: Workspace, app: str) -> list[checkpoints.Batch]:

@@ -16,7 +16,7 @@ from subprocess import CompletedProcess
 import pytest
 
 from millrace.config.workspace import Workspace
-from tests.conftest import free_port
+from tests.ports import free_port
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from millrace.monitor.status import app_status
 from millrace.runtime.processors import start_processor_app
 from millrace.runtime.sql_apps import start_sql_app
 from millrace.sql.parser import parse_app
-from tests.conftest import free_port
+from tests.ports import free_port
 
 START_MS = 1_767_225_600_000
 

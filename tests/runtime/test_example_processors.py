@@ -10,95 +10,21 @@ import importlib.util
 import json
 import random
 import sys
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from millrace.bus.publisher import Publisher
-from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.user_code import ship_with_tasks
 from millrace.processor import Processor
 from millrace.runtime.processor_batch import run_processor_batch
 from millrace.testing import ProcessorTester
-from tests.examples import EXAMPLES
-from tests.examples import test_sessions as sessions
-from tests.examples import test_zeitgeist as zeitgeist
+from tests.examples import sessions_cases as sessions
+from tests.examples import zeitgeist_cases as zeitgeist
+from tests.examples.live_apps import live_module, live_zeitgeist_module, publish
 from tests.runtime.killing import read, run_killed_and_restarted, unique_values
-
-LIVE_CLASS = """
-
-class Live{base}({base}):
-    name = "{name}"
-    # The test's producer waits while the app is killed and restarted, then goes on with
-    # records dated before the wait: a longer idle timeout than the wait keeps them on time.
-    inputs = [
-        Input("{source}", key="{key}", time="time", lateness="{lateness}", idle_timeout="10m")
-    ]
-    {first_attribute} = "{first_output}"
-    {second_attribute} = "{second_output}"
-
-
-class Batch{base}(Live{base}):
-    {first_attribute} = "{first_output}.batch"
-    {second_attribute} = "{second_output}.batch"
-"""
-
-
-def live_module(
-    tmp_path: Path,
-    workspace: Workspace,
-    example: str,
-    base: str,
-    key: str,
-    lateness: str,
-    outputs: dict[str, str],
-) -> tuple[Path, str, dict[str, str]]:
-    """The example's source with its Live and Batch subclasses; the input and output streams.
-
-    `outputs` maps each output stream attribute to a short name; the streams get a unique
-    suffix and are created, as is the input stream (one bucket: arrival order is kept).
-    """
-    run = uuid.uuid4().hex[:8]
-    source = f"test.{example}-in.{run}"
-    streams = {attribute: f"test.{short}.{run}" for attribute, short in outputs.items()}
-    create_stream(workspace.settings, source, buckets=1)
-    for stream in streams.values():
-        create_stream(workspace.settings, stream)
-        create_stream(workspace.settings, f"{stream}.batch")
-    (first_attribute, first_output), (second_attribute, second_output) = streams.items()
-    module = tmp_path / f"live_{example}_{run}.py"
-    module.write_text(
-        (EXAMPLES / f"{example}.py").read_text()
-        + LIVE_CLASS.format(
-            base=base,
-            name=f"{example}_{run}",
-            source=source,
-            key=key,
-            lateness=lateness,
-            first_attribute=first_attribute,
-            first_output=first_output,
-            second_attribute=second_attribute,
-            second_output=second_output,
-        )
-    )
-    return module, source, streams
-
-
-def live_zeitgeist_module(tmp_path: Path, workspace: Workspace) -> tuple[Path, str, dict[str, str]]:
-    """`live_module` of examples/zeitgeist.py: `LiveZeitgeist` keyed by query, 5 s of lateness."""
-    return live_module(
-        tmp_path,
-        workspace,
-        "zeitgeist",
-        "Zeitgeist",
-        "query",
-        "5s",
-        {"counts_stream": "query-counts", "anomalies_stream": "query-anomalies"},
-    )
 
 
 def load(module: Path, name: str) -> type[Processor]:
@@ -109,12 +35,6 @@ def load(module: Path, name: str) -> type[Processor]:
     spec.loader.exec_module(loaded)
     ship_with_tasks(loaded)
     return getattr(loaded, name)
-
-
-def publish(workspace: Workspace, stream: str, records: list[dict]) -> None:
-    with Publisher(stream, settings=workspace.settings) as publisher:
-        for record in records:
-            publisher.send(record)
 
 
 def run_live_then_batch(

@@ -12,7 +12,7 @@ from millrace.records import Record
 from millrace.runtime.processor_batch import run_processor_batch
 from millrace.runtime.processors import start_processor_app
 from millrace.testing import ProcessorTester
-from tests.runtime.test_processors import (
+from tests.runtime.processor_apps import (
     OLD_REASON,
     T0,
     closing,

@@ -13,9 +13,8 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
-from millrace import Input, MapState, Processor
+from millrace import Input, Processor
 from millrace.bus.publisher import Publisher
-from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import ProcessorError
@@ -24,78 +23,18 @@ from millrace.runtime.processors import RunningProcessor, start_processor_app
 from millrace.runtime.sql_apps import query_result_table, start_sql_app
 from millrace.sql.parser import parse_app
 from millrace.testing import ProcessorTester
-
-T0 = 1_767_225_600_000
-LATENESS_MS = 10_000
-QUERIES = ["cats", "dogs", "fish", "owls"]
-
-
-def window_counter(stream: str, output: str) -> type[Processor]:
-    """The WindowCounter of docs/processor.md, reading `stream` and producing to `output`."""
-
-    class WindowCounter(Processor):
-        name = f"window_counter_{uuid.uuid4().hex[:8]}"
-        inputs = [Input(stream, key="query", time="ts", lateness="10s")]
-        counts = MapState(key=int, value=int)
-
-        def on_record(self, key, record, ctx):
-            bucket = ctx.event_time_ms // 1000 * 1000
-            self.counts[bucket] = self.counts.get(bucket, 0) + 1
-            ctx.set_timer(f"close-{bucket}", event_time_ms=bucket + 1000)
-
-        def on_timer(self, key, timer, ctx):
-            bucket = timer.time_ms - 1000
-            ctx.produce(
-                output,
-                {"query": key, "bucket": bucket, "count": self.counts.pop(bucket)},
-                time_ms=bucket,
-            )
-
-    return WindowCounter
-
-
-def queries(first: int, count: int) -> list[dict]:
-    """Queries every 150 ms from record `first` on, a little out of order, never late."""
-    return [
-        {"query": QUERIES[n * 7 % len(QUERIES)], "ts": T0 + n * 150 - (n % 5) * 400}
-        for n in range(first, first + count)
-    ]
-
-
-def closing(events: list[dict]) -> dict:
-    """A record far enough ahead that the watermark passes every window of `events`."""
-    return {"query": "closing", "ts": max(event["ts"] for event in events) + LATENESS_MS + 1000}
-
-
-def publish(workspace: Workspace, stream: str, events: list[dict]) -> None:
-    """Each event keyed by its query, so that a query's events stay in order in one bucket.
-
-    Without a key the client spreads runs of events over the buckets at random, and with two
-    buckets one can hold events seconds ahead of the other: Spark's watermark follows the
-    furthest bucket, so the other's events would come behind it, late.
-    """
-    with Publisher(stream, settings=workspace.settings, time_field="ts") as publisher:
-        for event in events:
-            publisher.send(event, key=event["query"])
-
-
-def read(workspace: Workspace, stream: str) -> list[Record]:
-    return list(tail(stream, TailStart(from_beginning=True), settings=workspace.settings))
-
-
-def window_counts(events: list[dict]) -> Counter:
-    """Plain Python: records per query and one-second window."""
-    return Counter((event["query"], event["ts"] // 1000 * 1000) for event in events)
-
-
-def produced_counts(records: list[Record]) -> Counter:
-    return Counter(
-        {
-            (record.value["query"], record.value["bucket"]): record.value["count"]
-            for record in records
-        }
-    )
-
+from tests.runtime.processor_apps import (
+    OLD_REASON,
+    T0,
+    closing,
+    failing_echo,
+    produced_counts,
+    publish,
+    queries,
+    read,
+    window_counter,
+    window_counts,
+)
 
 BATCH_RECORDS = 100
 
@@ -288,22 +227,6 @@ def test_productions_without_a_key_are_spread_over_the_buckets_in_step(
         assert all(abs(share - count / 3) <= 60 for share in so_far)
 
 
-def failing_echo(stream: str, output: str, on_error: str) -> type[Processor]:
-    """Produces each record again, and fails on the query 'boom'."""
-
-    class FailingEcho(Processor):
-        name = f"failing_echo_{uuid.uuid4().hex[:8]}"
-        inputs = [Input(stream, key="query", time="ts")]
-
-        def on_record(self, key, record, ctx):
-            if key == "boom":
-                raise ValueError("boom is not a query")
-            ctx.produce(output, record)
-
-    FailingEcho.on_error = on_error
-    return FailingEcho
-
-
 @pytest.mark.parametrize("on_error", ["stop", "dlq"])
 def test_a_failing_callback_stops_the_app_or_goes_to_the_dead_letters(
     spark: SparkSession, workspace: Workspace, stream_name: str, on_error: str
@@ -413,12 +336,6 @@ def test_records_with_an_empty_id_header_are_known_by_their_place_not_dropped_as
     echoed = sorted(record.value["query"] for record in read(workspace, output))
     assert echoed == ["cats", "cats", "dogs"]
     assert running.duplicates == 0
-
-
-OLD_REASON = (
-    "event time 1969-12-31T23:59:59.000Z is before 1970-01-01, which Spark cannot place in "
-    "event time"
-)
 
 
 def test_productions_carry_their_time_ms_to_tail_and_to_a_sql_app_windowing_them(

@@ -16,7 +16,7 @@ from millrace.runtime.backfill import backfill
 from millrace.runtime.processors import start_processor_app
 from millrace.runtime.sql_apps import query_result_table, start_sql_app
 from millrace.sql.parser import parse_app
-from tests.runtime.test_processors import (
+from tests.runtime.processor_apps import (
     T0,
     closing,
     produced_counts,
