@@ -88,9 +88,10 @@ def test_at_least_once_the_result_counts_the_copies_a_re_run_wrote(
     answer = known_answer(EVENTS)
 
     # Nothing is lost either way (`bounded_run` found every kept event in the middle stream).
-    # The aggregation counted every record of the middle stream, copies included (they come
-    # within the lateness, so none is dropped as late): the counts are the answer plus the
-    # copies, window by window, and the sums are at least the answer's.
+    # The aggregation counted every record of the middle stream, copies included (a re-run
+    # writes them before the filter's marker for that micro-batch, so none is late, with no
+    # lateness): the counts are the answer plus the copies, window by window, and the sums
+    # are at least the answer's.
     assert {key: n for key, (n, _) in run.results.items()} == run.middle_counts
     assert sum(n for n, _ in run.results.values()) == (
         sum(n for n, _ in answer.values()) + run.copies_in_middle

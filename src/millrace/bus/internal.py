@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
@@ -27,6 +28,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import NewTopic
 
+from millrace.bus.markers import writer_of
 from millrace.bus.messages import carried_time_ms, decode_message, origin
 from millrace.bus.streams import _admin, _bus_error, _wait_for_leaders, describe_stream
 from millrace.bus.timeouts import bounded
@@ -167,15 +169,26 @@ def append_times_at(settings: Settings, stream: str, offsets: dict[int, int]) ->
     return found
 
 
+class LastRecord(NamedTuple):
+    """A record as `last_records` finds it.
+
+    `value` is its JSON object, None for a record or marker that a millrace app wrote (whose
+    progress the app's markers tell, `millrace.bus.markers`); `arrival_ms` its append time;
+    `carried_ms` the event time its `time` header carries (None without one).
+    """
+
+    value: dict | None
+    arrival_ms: int
+    carried_ms: int | None
+
+
 def last_records(
     settings: Settings, stream: str, ends: dict[int, int], *, count: int = 20
-) -> dict[int, list[tuple[dict, int, int | None]]]:
+) -> dict[int, list[LastRecord]]:
     """The last `count` records before `ends[bucket]` of each bucket, newest first.
 
-    Each is its JSON object value, its append time (epoch ms) and the event time its `time`
-    header carries (None without one); a value that is not a JSON
-    object, or a record without an append time, is left out. A bucket with no record left
-    before its end is left out.
+    A value that is not a JSON object, or a record without an append time, is left out. A
+    bucket with no record left before its end is left out.
     """
     watch = StreamWatch(settings, stream)
     try:
@@ -222,11 +235,9 @@ class StreamWatch:
                 f"could not read stream {self.stream!r}", error, self._settings
             ) from None
 
-    def last_records(
-        self, ends: dict[int, int], *, count: int = 20
-    ) -> dict[int, list[tuple[dict, int, int | None]]]:
+    def last_records(self, ends: dict[int, int], *, count: int = 20) -> dict[int, list[LastRecord]]:
         """As the module's `last_records`, over this watch's connection."""
-        found: dict[int, list[tuple[dict, int, int | None]]] = {}
+        found: dict[int, list[LastRecord]] = {}
         consumer = self._consumer
         try:
             starts = {}
@@ -253,13 +264,17 @@ class StreamWatch:
                 if offset >= ends[bucket]:
                     continue
                 timestamp_type, timestamp = message.timestamp()
+                if writer_of(message) is not None:
+                    # The writing app's markers tell this bucket's progress, not its records.
+                    found.setdefault(bucket, []).insert(0, LastRecord(None, timestamp, None))
+                    continue
                 try:
                     value = decode_value(message.value() or b"")
                 except RecordDecodeError:
                     continue
                 if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
                     carried = carried_time_ms(message)
-                    found.setdefault(bucket, []).insert(0, (value, timestamp, carried))
+                    found.setdefault(bucket, []).insert(0, LastRecord(value, timestamp, carried))
             # The next look assigns offsets of its own; librdkafka would keep the pauses.
             consumer.resume([TopicPartition(self.stream, bucket) for bucket in starts])
             consumer.unassign()

@@ -9,6 +9,8 @@ Neither drops records whose id it has seen: the Spark readers of millrace apps d
 `millrace.engine.delivery`), within their watermark horizon, while a script reading with
 `Reader` is at-least-once anyway, and `tail` shows a stream as it is, copies included. A script
 that needs exactly-once keeps the ids it has handled (docs/semantics.md).
+
+Both skip the watermark markers of the apps that write a stream (`millrace.bus.markers`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from millrace.bus.dead_letters import DeadLetterWriter
+from millrace.bus.markers import is_marker
 from millrace.bus.messages import decode_message, origin
 from millrace.bus.streams import require_stream
 from millrace.config.settings import Settings
@@ -121,6 +124,10 @@ class Reader:
                 )
             _, bucket, offset = origin(message)
             self._positions[bucket] = offset + 1
+            if is_marker(message):
+                self._in_hand = message
+                self._mark_processed()
+                continue
             try:
                 record = decode_message(message, self.settings.events_time_field)
             except RecordDecodeError as error:
@@ -256,6 +263,8 @@ def tail(
             _, bucket, offset = origin(message)
             if offset + 1 >= ends[bucket]:
                 unfinished.discard(bucket)
+            if is_marker(message):
+                continue
             try:
                 yield decode_message(message, settings.events_time_field)
             except RecordDecodeError:

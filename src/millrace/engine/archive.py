@@ -17,6 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
+from millrace.engine.low_watermark import marker_columns
 from millrace.warehouse.layout import (
     ARCHIVE_APP,
     ARCHIVE_COLUMNS,
@@ -71,7 +72,10 @@ def start_archive(
     event_time = event_time_column(
         raw_time, F.coalesce(carried_time(F.col("headers")), F.col("timestamp"))
     )
-    records = reader.load().select(
+    raw = reader.load()
+    # A watermark marker is no record (`millrace.bus.markers`): it is not archived.
+    marker_ms = marker_columns(F.col("value"), F.col("headers"))[0]
+    records = raw.where(marker_ms.isNull()).select(
         *ARCHIVE_COLUMNS[:-1],
         F.to_date(F.coalesce(event_time, F.col("timestamp"))).alias(EVENT_DATE),
     )

@@ -29,6 +29,12 @@ reported where it is, and ticks no bucket that one of them has not read to its e
 same reason a run of the app takes only its own ticks (`Ticks.run`): a query restarted from
 its checkpoint, or rolled back to an earlier batch, re-reads the ticks of the runs before it,
 which were computed from offsets it may not have read again yet.
+
+A stream a millrace app writes carries that app's watermark markers
+(`millrace.engine.output_watermark`): `bucket_watermarked` feeds a marker's promise to its
+bucket's watermark operator, and the records the app wrote nothing, since their order within
+one of the writer's micro-batches says nothing of its progress. The ticker leaves such
+buckets alone: the writer's markers bring its own idle advance.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_stream
+from millrace.bus.markers import WATERMARK_HEADER, WRITER_HEADER
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
 from millrace.records import format_time_ms
@@ -54,6 +61,8 @@ TICK_EVERY_S = 1.0
 """How often an `IdleTicker` looks at its stream, and so the most often it ticks a bucket."""
 
 _TICK = "_millrace_tick"
+_TIME = "_millrace_time"
+_DELAY_KEY = "spark.watermarkDelayMs"
 _TICK_SCHEMA = "app STRING, stream STRING, run STRING, bucket INT, time_ms LONG"
 _TICK_RETENTION_MS = 86_400_000
 _log = logging.getLogger(__name__)
@@ -185,6 +194,35 @@ def read_ticks(spark: SparkSession, workspace: Workspace, app: str, stream: str)
     return Ticks(frame, run)
 
 
+def marker_columns(value: Column, headers: Column) -> list[Column]:
+    """The columns `bucket_watermarked` tells markers and app-written records by.
+
+    `MARKER_MS` is a watermark marker's promise (`millrace.bus.markers`), NULL for a record;
+    `WRITTEN` whether a millrace app wrote the record or marker. `value` and `headers` are
+    the Kafka record's columns.
+
+    Example:
+        >>> raw.select("*", *marker_columns(F.col("value"), F.col("headers")))  # doctest: +SKIP
+    """
+    promised = _header_text(headers, WATERMARK_HEADER).try_cast("long")
+    empty = value.isNull() | (F.length(value) == 0)
+    return [
+        F.when(empty, promised).alias(MARKER_MS),
+        _header_text(headers, WRITER_HEADER).isNotNull().alias(WRITTEN),
+    ]
+
+
+MARKER_MS = "_millrace_marker_ms"
+"""The column of `marker_columns` holding a marker's watermark (epoch ms)."""
+WRITTEN = "_millrace_written"
+"""The column of `marker_columns` saying whether a millrace app wrote the row."""
+
+
+def _header_text(headers: Column, name: str) -> Column:
+    found = F.filter(headers, lambda header: header.getField("key") == F.lit(name))
+    return F.try_element_at(found, F.lit(1)).getField("value").cast("string")
+
+
 def bucket_watermarked(
     records: DataFrame,
     *,
@@ -198,29 +236,57 @@ def bucket_watermarked(
     `time` is the TIMESTAMP column the watermark follows. `ticks` (from `read_ticks`) feed the
     watermark operator the times of bucket `bucket`'s ticks, and are dropped after it.
 
+    When `records` has the `marker_columns`, its markers feed the operator their promise and
+    are dropped after it, and the records an app wrote feed it nothing: their writer's
+    markers tell the bucket's progress, so their own times, which a micro-batch of the writer
+    leaves in any order, move no watermark. Such records still keep their times, and are
+    late when they come at or behind the watermark.
+
     Example:
         >>> one = bucket_watermarked(raw_bucket_0, time="ts", lateness_ms=30_000)  # doctest: +SKIP
     """
-    if ticks is None:
-        return records.withWatermark(time, f"{lateness_ms} milliseconds")
-    as_records = ticks.frame.where(F.col("bucket") == F.lit(bucket)).select(
-        *[
-            (
-                F.timestamp_millis("time_ms").alias(time)
-                if name == time
-                else F.lit(None).cast(kind).alias(name)
-            )
-            for name, kind in records.dtypes
-        ],
-        F.lit(True).alias(_TICK),
-    )
-    with_ticks = records.withColumn(_TICK, F.lit(None).cast("boolean")).unionByName(as_records)
+    delay = f"{lateness_ms} milliseconds"
+    marked = MARKER_MS in records.columns
+    if ticks is None and not marked:
+        return records.withWatermark(time, delay)
+    staged = records.withColumn(_TICK, F.lit(None).cast("boolean"))
+    if marked:
+        staged = staged.withColumn(_TIME, F.col(time)).withColumn(
+            time,
+            F.when(F.col(MARKER_MS).isNotNull(), F.timestamp_millis(MARKER_MS))
+            .when(~F.col(WRITTEN), F.col(time))
+            .cast("timestamp"),
+        )
+    if ticks is not None:
+        as_records = ticks.frame.where(F.col("bucket") == F.lit(bucket)).select(
+            *[
+                (
+                    F.timestamp_millis("time_ms").alias(name)
+                    if name == time
+                    else F.lit(True).alias(name)
+                    if name == _TICK
+                    else F.lit(None).cast(kind).alias(name)
+                )
+                for name, kind in staged.dtypes
+            ]
+        )
+        staged = staged.unionByName(as_records)
     # The filter names the event-time column, so that Spark keeps it above the watermark
     # operator rather than pushing it below, where the ticks would never reach the operator.
-    return (
-        with_ticks.withWatermark(time, f"{lateness_ms} milliseconds")
-        .where(F.col(_TICK).isNull() | F.col(time).isNull())
-        .drop(_TICK)
+    kept = F.col(_TICK).isNull() & (F.col(MARKER_MS).isNull() if marked else F.lit(True))
+    watermarked = staged.withWatermark(time, delay).where(kept | F.col(time).isNull()).drop(_TICK)
+    if not marked:
+        return watermarked
+    # The records get their own times back, marked as the watermark's column (Spark finds it
+    # by this metadata), so that windows and deduplication downstream follow the watermark.
+    return watermarked.select(
+        *[
+            F.col(_TIME).alias(time, metadata={_DELAY_KEY: lateness_ms})
+            if name == time
+            else F.col(name)
+            for name in records.columns
+            if name not in (MARKER_MS, WRITTEN)
+        ]
     )
 
 
@@ -305,6 +371,7 @@ class IdleTicker:
         self._looked_at: dict[int, int] = {}
         self._ticks_end: int | None = None
         self._last: dict[int, tuple[int, int] | None] = {}
+        self._written: set[int] = set()
         self._writer: InternalWriter | None = None
         self._watch = StreamWatch(workspace.settings, stream)
         self._closed = threading.Event()
@@ -340,7 +407,7 @@ class IdleTicker:
         }
         ticks = {}
         for bucket, end in ends.items():
-            if read.get(bucket, -1) < end:
+            if read.get(bucket, -1) < end or bucket in self._written:
                 continue
             last = lasts.get(bucket)
             if last is not None:
@@ -386,17 +453,29 @@ class IdleTicker:
         return read or None
 
     def _last_records(self, ends: dict[int, int]) -> dict[int, tuple[int, int]]:
-        """Per bucket, its last record that has an event time: (event time, arrival time)."""
+        """Per bucket, its last record that has an event time: (event time, arrival time).
+
+        A bucket whose last record or marker a millrace app wrote goes to `_written` instead:
+        that app's markers move it on.
+        """
         stale = {b: end for b, end in ends.items() if self._looked_at.get(b) != end}
         if stale:
             found = self._watch.last_records(stale)
             for bucket, end in stale.items():
                 self._looked_at[bucket] = end
+                lasts = found.get(bucket, [])
+                if lasts and lasts[0].value is None:
+                    self._written.add(bucket)
+                    self._last[bucket] = None
+                    continue
+                self._written.discard(bucket)
                 self._last[bucket] = next(
                     (
-                        (time_ms, arrival_ms)
-                        for value, arrival_ms, carried_ms in found.get(bucket, [])
-                        if (time_ms := self._time_of(value, arrival_ms, carried_ms)) is not None
+                        (time_ms, last.arrival_ms)
+                        for last in lasts
+                        if last.value is not None
+                        and (time_ms := self._time_of(last.value, last.arrival_ms, last.carried_ms))
+                        is not None
                     ),
                     None,
                 )

@@ -169,10 +169,12 @@ class MetricsListener(StreamingQueryListener):
 class InputProgress:
     """Each input's bucket progress over a run of a query, and the bucket holding it back.
 
-    A bucket's progress is the largest event time read from it by this run of the query
-    (its watermark is that minus the input's lateness); the input's watermark is held back
-    by the bucket with the least, or by a bucket the query reads and has read no record of,
-    which holds it at its start. Feed it every metrics record of a run, in order.
+    A bucket's progress is the largest event time read from it by this run of the query,
+    or the largest watermark its writer's markers promised for a stream a millrace app
+    writes (`millrace.bus.markers`); its watermark is that minus the input's lateness. The
+    input's watermark is held back by the bucket with the least, or by a bucket the query
+    reads and has read no record of, which holds it at its start. Feed it every metrics
+    record of a run, in order.
 
     Example:
         >>> inputs = InputProgress()
@@ -217,6 +219,7 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
     observed = progress.observedMetrics or {}
     dead_letters: dict[str, int] = {}
     inputs: dict[str, dict[str, Any]] = {}
+    markers = 0
     for metric, row in observed.items():
         if metric.startswith(BUCKET_METRICS_PREFIX + app + "."):
             # `<app>.<stream>.<bucket>`: each bucket of a stream counts its own.
@@ -225,6 +228,7 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
             dead_letters[stream] = dead_letters.get(stream, 0) + int(row["bad"])
             read = inputs.setdefault(stream, {"future_dated": 0, "max_event_ms": {}})
             read["future_dated"] += int(row["future"])
+            markers += int(row["markers"])
             if row["max_ms"] is not None:
                 read["max_event_ms"][bucket] = int(row["max_ms"])
     late_rows = sum(operator.numRowsDroppedByWatermark for operator in progress.stateOperators)
@@ -253,7 +257,8 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
         "query": name,
         "run_id": str(progress.runId),
         "batch_id": progress.batchId,
-        "input_rows": progress.numInputRows,
+        # Watermark markers are no records (`millrace.bus.markers`).
+        "input_rows": progress.numInputRows - markers,
         "input_rows_per_second": _number(progress.inputRowsPerSecond),
         "processed_rows_per_second": _number(progress.processedRowsPerSecond),
         "batch_duration_ms": progress.batchDuration,

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
+from millrace.bus.markers import WRITER_HEADER
 from millrace.bus.streams import (
     describe_stream,
     require_stream,
@@ -41,10 +42,13 @@ from millrace.engine.dead_letter_routing import (
 )
 from millrace.engine.delivery import drop_duplicate_records
 from millrace.engine.low_watermark import (
+    MARKER_MS,
+    WRITTEN,
     IdleTicker,
     bucket_metrics_name,
     bucket_watermarked,
     future_dated_reason,
+    marker_columns,
     read_buckets,
     read_ticks,
     union_buckets,
@@ -197,9 +201,10 @@ def read_stream(
             F.count_if(F.col("_time_read").isNotNull() & F.col("_event_time").isNull()).alias(
                 "future"
             ),
-            F.max(F.unix_millis("_event_time")).alias("max_ms"),
+            F.max(_progress_ms()).alias("max_ms"),
+            F.count(MARKER_MS).alias("markers"),
         )
-        good = _good_records(decoded, fields, time)
+        good = _good_records(decoded, fields, time, markers=lateness_ms is not None)
         if lateness_ms is not None:
             good = bucket_watermarked(
                 good, time=time, lateness_ms=lateness_ms, ticks=ticks, bucket=bucket
@@ -328,6 +333,7 @@ def write_stream(
     output_mode: str = "append",
     available_now: bool = False,
     trigger: Trigger | None = None,
+    marked: bool = False,
 ) -> StreamingQuery:
     """Start a query named `<app>.<query>` that writes `records` to a stream as JSON.
 
@@ -336,6 +342,9 @@ def write_stream(
     the `RECORD_COLUMNS` and `RECORD_TIME`; the `id` header is the `record_id` column when
     there is one, and the `time` header the event time `written_time` gives each record.
     `trigger`, when given, sets when micro-batches run (`available_now` is its shorthand).
+    `marked` says that app `app` publishes its output watermark to `stream` as markers
+    (`millrace.engine.output_watermark`): each record then carries the app's name in its
+    `writer` header, so that readers follow the markers rather than the records' times.
 
     Example:
         >>> write_stream(source.records, workspace, "demo", "copy", "clicks_copy")  # doctest: +SKIP
@@ -344,7 +353,7 @@ def write_stream(
     if isinstance(stream, str):
         buckets = require_stream(workspace.settings, stream)
         stream = F.lit(stream)
-    output = _as_kafka_records(records, stream, key, None, buckets)
+    output = _as_kafka_records(records, stream, key, None, buckets, app if marked else None)
     writer = (
         output.writeStream.format("kafka")
         .queryName(f"{app}.{query}")
@@ -367,18 +376,20 @@ def write_batch(
     *,
     key: Column | None = None,
     record_id: Column | None = None,
+    writer: str | None = None,
 ) -> None:
     """Write a DataFrame that is not streaming, such as one micro-batch, to `stream`.
 
     `record_id` gives each record's id (default: the `record_id` column, else a random one);
-    a deterministic id lets readers drop a batch written twice.
+    a deterministic id lets readers drop a batch written twice. `writer` names the app whose
+    markers tell the records' progress, as `write_stream`'s `marked` does.
 
     Example:
         >>> write_batch(batch, workspace, "alerts", record_id=F.col("alert_id"))  # doctest: +SKIP
     """
     buckets = require_stream(workspace.settings, stream)
     (
-        _as_kafka_records(records, F.lit(stream), key, record_id, buckets)
+        _as_kafka_records(records, F.lit(stream), key, record_id, buckets, writer)
         .write.format("kafka")
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .save()
@@ -391,10 +402,12 @@ def _as_kafka_records(
     key: str | Column | None,
     record_id: Column | None,
     buckets: int | None,
+    writer: str | None,
 ) -> DataFrame:
     """The columns Spark's Kafka sink writes: topic, key, JSON value, headers, and bucket.
 
-    The headers are the id and, when `written_time` finds one, the record's event time.
+    The headers are the id, the `writer` when given, and, when `written_time` finds one, the
+    record's event time.
 
     The bucket is set for a record without a key when the stream's bucket count is known
     (`bucket_by_id`); a keyed record goes to its key's bucket. (A generated `uuid()` id is
@@ -408,6 +421,13 @@ def _as_kafka_records(
     headers = F.array(
         F.struct(F.lit(ID_HEADER).alias("key"), record_id.cast("binary").alias("value"))
     )
+    if writer is not None:
+        headers = F.array_append(
+            headers,
+            F.struct(
+                F.lit(WRITER_HEADER).alias("key"), F.lit(writer).cast("binary").alias("value")
+            ),
+        )
     time = written_time(records)
     if time is not None:
         time_text = F.unix_millis(time).cast("string").cast("binary")
@@ -567,6 +587,7 @@ def _decode(
         F.when(F.spark_partition_id() >= 0, parsed).alias("_parsed"),
         F.col("timestamp").alias("_kafka_time"),
         F.col("headers").alias("_headers"),
+        *marker_columns(F.col("value"), F.col("headers")),
     ).withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
     # The header is read only for a record without the field: most carry their time in both.
     with_parts = with_parts.withColumn(
@@ -582,10 +603,20 @@ def _decode(
     with_parts = with_parts.withColumn(
         "_event_time", F.when(ahead_ms <= max_future_ms, F.col("_time_read"))
     )
-    bad = _unparsed() | ~_valid_utf8() | F.col("_event_time").isNull()
+    bad = F.col(MARKER_MS).isNull() & (_unparsed() | ~_valid_utf8() | F.col("_event_time").isNull())
     # Nondeterministic for the same reason as `_parsed`: the filter on `_bad` then tests a
     # column computed once, instead of recomputing the event time and the checks inside it.
     return with_parts.withColumn("_bad", F.when(F.spark_partition_id() >= 0, bad))
+
+
+def _progress_ms() -> Column:
+    """How far a row of `_decode` moves its bucket on (epoch ms), as its watermark sees it.
+
+    A marker moves it to its promise; a record no millrace app wrote, to its event time.
+    """
+    return F.when(F.col(MARKER_MS).isNotNull(), F.col(MARKER_MS)).when(
+        ~F.col(WRITTEN), F.unix_millis("_event_time")
+    )
 
 
 def _valid_utf8() -> Column:
@@ -637,13 +668,23 @@ def _record_id() -> Column:
     return F.nullif(found, F.lit(""))
 
 
-def _good_records(decoded: DataFrame, fields: list[StructField], time: str) -> DataFrame:
-    """The records of `decoded` that are not bad: declared fields, event time, metadata."""
-    return decoded.where(~F.col("_bad")).select(
+def _good_records(
+    decoded: DataFrame, fields: list[StructField], time: str, *, markers: bool = False
+) -> DataFrame:
+    """The records of `decoded` that are not bad: declared fields, event time, metadata.
+
+    With `markers`, the watermark markers too, with the `marker_columns`, for
+    `bucket_watermarked`; without, they are left out, as from every reader.
+    """
+    good = decoded.where(~F.col("_bad"))
+    columns: list[Column | str] = [
         *[F.col(f"_parsed.{field.name}").alias(field.name) for field in fields],
         F.col("_event_time").alias(time),
         *RECORD_COLUMNS,
-    )
+    ]
+    if markers:
+        return good.select(*columns, MARKER_MS, WRITTEN)
+    return good.where(F.col(MARKER_MS).isNull()).select(*columns)
 
 
 def _error_reason(fields: list[StructField], time: str, max_future_ms: int) -> Column:

@@ -51,6 +51,7 @@ from millrace.bus.streams import describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.archive import read_archive
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
+from millrace.engine.low_watermark import MARKER_MS, WRITTEN
 from millrace.errors import ProcessorError
 from millrace.processor.execution import run_batch
 from millrace.processor.processor import Input, Processor
@@ -182,7 +183,11 @@ def _read_range(
             .option("includeHeaders", "true")
             .load()
         )
-    placed = _placed(raw, source, buckets, _max_future_ms(workspace, source)).drop("event_time")
+    placed = (
+        _placed(raw, source, buckets, _max_future_ms(workspace, source))
+        .where(F.col(MARKER_MS).isNull())
+        .drop("event_time", MARKER_MS, WRITTEN)
+    )
     # A null time is an unreadable record: it goes on, to be dead-lettered in its bucket.
     return placed.where(
         placed.time_ms.isNull() | ((placed.time_ms >= start_ms) & (placed.time_ms < end_ms))

@@ -61,6 +61,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
+from millrace.bus.markers import WRITER_HEADER
 from millrace.bus.streams import dead_letter_stream, require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
@@ -68,15 +69,19 @@ from millrace.engine.dead_letter_routing import create_dead_letter_stream
 from millrace.engine.delivery import AtMostOnce
 from millrace.engine.disk_full import disk_full_error
 from millrace.engine.low_watermark import (
+    MARKER_MS,
+    WRITTEN,
     IdleTicker,
     bucket_metrics_name,
     bucket_watermarked,
     future_dated_reason,
+    marker_columns,
     read_buckets,
     read_ticks,
     union_buckets,
 )
 from millrace.engine.metrics import observe_outputs
+from millrace.engine.output_watermark import OutputWatermark
 from millrace.engine.serving_sink import write_table
 from millrace.engine.session import state_store
 from millrace.engine.streams import bucket_by_id, carried_millis
@@ -89,6 +94,7 @@ from millrace.records import ID_HEADER, TIME_HEADER, Record, RecordDecodeError, 
 from millrace.runtime.bucket_store import BucketStore, canonical_key, canonical_text
 from millrace.runtime.processor_clock import ProcessorClock, clock_stream, read_wakeups
 from millrace.runtime.processor_lookups import ServingLookups, require_tables
+from millrace.runtime.processor_watermark import PendingTimers
 from millrace.serving.tables import describe_table
 
 DEFAULT_BUCKETS = 64
@@ -99,8 +105,11 @@ _PRODUCTION, _DEAD_LETTER = "production", "dead_letter"
 _LATE, _DUPLICATE = "late", "duplicate"
 # A bucket's earliest processing-time timer, for the driver's `ProcessorClock`.
 _CLOCK = "clock"
-_NOT_WRITTEN = (_LATE, _DUPLICATE, _CLOCK)
+# A bucket's earliest event-time timer, when it changed, for the driver's `PendingTimers`.
+_TIMERS = "timers"
+_NOT_WRITTEN = (_LATE, _DUPLICATE, _CLOCK, _TIMERS)
 _BUCKET_STATE_SCHEMA = "keys STRING, timers STRING, timer_ms LONG"
+_PENDING_TIMERS = "pending_timers.json"
 # A ProcessorError raised in a Python worker reaches the driver as the text of a Spark
 # exception; this mark starts its fields, as JSON, so the driver can raise it again.
 _WORKER_ERROR_MARK = "millrace-processor-error:"
@@ -126,6 +135,8 @@ class RunningProcessor:
     _stream_buckets: dict[str, int] = field(default_factory=dict)
     _tickers: list[IdleTicker] = field(default_factory=list)
     _clock: ProcessorClock | None = None
+    _timers: PendingTimers | None = None
+    _markers: OutputWatermark | None = None
 
     def process_all_available(self) -> None:
         """Block until the query has processed the data there is; a failure is raised here."""
@@ -150,6 +161,9 @@ class RunningProcessor:
         if self._clock is not None:
             self._clock.close()
             self._clock = None
+        if self._markers is not None:
+            self._markers.close()
+            self._markers = None
 
     def _surfacing(self, wait: Callable[[], Any]) -> None:
         try:
@@ -235,10 +249,24 @@ def start_processor_app(
         writer = trigger.apply(writer, f"{processor_class.name}.processor", foreach_batch=True)
     # transformWithState keeps its state only in RocksDB.
     clock = ProcessorClock(workspace, processor_class.name, buckets=buckets) if idle_ticks else None
+    timers = PendingTimers(
+        workspace.checkpoint(processor_class.name, "processor") / _PENDING_TIMERS
+    )
     with state_store(spark, "rocksdb"):
         running = RunningProcessor(
-            processor_class, writer.start(), workspace, _tickers=tickers, _clock=clock
+            processor_class,
+            writer.start(),
+            workspace,
+            _tickers=tickers,
+            _clock=clock,
+            _timers=timers,
         )
+    running._markers = OutputWatermark(
+        workspace,
+        processor_class.name,
+        {running.query: timers.streams},
+        held_back=timers.earliest_ms,
+    )
     return running
 
 
@@ -281,7 +309,12 @@ def _read_input(
                 # The execution core counts the dead letters, in the query's outputs.
                 F.lit(0).alias("bad"),
                 F.count_if(F.col("fault").isNotNull()).alias("future"),
-                F.max("time_ms").alias("max_ms"),
+                F.max(
+                    F.when(F.col(MARKER_MS).isNotNull(), F.col(MARKER_MS)).when(
+                        ~F.col(WRITTEN), F.col("time_ms")
+                    )
+                ).alias("max_ms"),
+                F.count(MARKER_MS).alias("markers"),
             ),
             time="event_time",
             lateness_ms=source.lateness_ms,
@@ -363,7 +396,8 @@ def _placed(raw: DataFrame, source: Input, buckets: int, max_future_ms: int) -> 
     A record dated more than `max_future_ms` ahead of its arrival keeps no time (so it moves
     no watermark), and its `fault` says why: the bucket runner makes it a dead letter. A
     record dated before 1970 keeps no time either, and the execution core, reading it again,
-    makes it a dead letter.
+    makes it a dead letter. The rows have the `marker_columns` too: the watermark markers
+    among them are for `bucket_watermarked`, and no reader's records.
     """
     placement = _placement(source, buckets)(F.col("value"), carried_millis(F.col("headers")))
     ids = F.filter("headers", lambda header: header.getField("key") == F.lit(ID_HEADER))
@@ -386,6 +420,7 @@ def _placed(raw: DataFrame, source: Input, buckets: int, max_future_ms: int) -> 
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
         fault.alias("fault"),
+        *marker_columns(F.col("value"), F.col("headers")),
     )
     kept = F.col("fault").isNull()
     return placed.select(
@@ -399,6 +434,8 @@ def _placed(raw: DataFrame, source: Input, buckets: int, max_future_ms: int) -> 
         "record_bucket",
         "record_offset",
         "fault",
+        MARKER_MS,
+        WRITTEN,
     )
 
 
@@ -540,6 +577,8 @@ class _BucketRunner(StatefulProcessor):
         elif outcome.states or next_timer_ms != registered_ms:
             self.bucket_state.update((*store.encode(), next_timer_ms))
         outputs = _outputs_of(name, outcome)
+        if next_timer_ms != registered_ms:
+            outputs.append(_Output(_TIMERS, "", str(bucket), _text_or_none(next_timer_ms), ""))
         clock_ms = store.next_clock_ms()
         if clock_ms is not None or clock_before_ms is not None:
             outputs.append(
@@ -711,6 +750,7 @@ def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataF
         running._stream_buckets,
         batch,
         on_clock=running._clock.report if running._clock is not None else None,
+        on_timers=running._timers.report if running._timers is not None else None,
     )
     running.productions += counts[_PRODUCTION]
     running.dead_letters += counts[_DEAD_LETTER]
@@ -725,13 +765,17 @@ def _write_output_rows(
     batch: DataFrame,
     *,
     on_clock: Callable[[dict[int, int | None]], None] | None = None,
+    on_timers: Callable[[dict[int, int | None], set[str]], None] | None = None,
 ) -> dict[str, int]:
     """Write the operator's output rows to Kafka in one write; the rows of each kind.
 
     An output stream that does not exist fails the write before anything is written;
     `stream_buckets` remembers the bucket count of each stream found, so each is looked up
     once. A production without a key goes to a bucket chosen by its id (`bucket_by_id`).
-    `on_clock` is given the buckets' earliest processing-time timers the batch reports.
+    `on_clock` is given the buckets' earliest processing-time timers the batch reports;
+    `on_timers`, once the batch is written, their earliest event-time timers and the streams
+    the batch produced to; with it, productions carry the processor's name in their `writer`
+    header, since its markers then tell their progress (`millrace.engine.output_watermark`).
     """
     batch.persist()
     try:
@@ -760,13 +804,23 @@ def _write_output_rows(
                     F.col("stream").alias("topic"),
                     "key",
                     "value",
-                    _headers().alias("headers"),
+                    _headers(name if on_timers is not None else None).alias("headers"),
                     bucket_by_id(F.col("id"), F.col("key"), buckets).alias("partition"),
                 )
                 .write.format("kafka")
                 .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
                 .save()
             )
+        if on_timers is not None:
+            reports = []
+            if any(row["kind"] == _TIMERS for row in counts):
+                reports = batch.where(F.col("kind") == _TIMERS).select("key", "value").collect()
+            produced = {
+                row["stream"]
+                for row in counts
+                if row["kind"] == _PRODUCTION and row["stream"] not in tables
+            }
+            on_timers({int(row["key"]): _int_or_none(row["value"]) for row in reports}, produced)
         totals = dict.fromkeys((_PRODUCTION, _DEAD_LETTER, *_NOT_WRITTEN), 0)
         for row in counts:
             totals[row["kind"]] += row["count"]
@@ -775,14 +829,25 @@ def _write_output_rows(
         batch.unpersist()
 
 
-def _headers() -> Column:
-    """An output row's headers: its id and, for a production, its event time."""
+def _headers(writer: str | None) -> Column:
+    """An output row's headers: its id; for a production, its event time when it has one.
+
+    With `writer`, a production names that processor as its writer too.
+    """
     id_header = F.struct(F.lit(ID_HEADER).alias("key"), F.col("id").cast("binary").alias("value"))
+    written_by = [
+        F.struct(F.lit(WRITER_HEADER).alias("key"), F.lit(writer).cast("binary").alias("value"))
+    ]
+    if writer is None:
+        written_by = []
     time_header = F.struct(
         F.lit(TIME_HEADER).alias("key"), F.col("time").cast("binary").alias("value")
     )
-    return F.when(F.col("time").isNull(), F.array(id_header)).otherwise(
-        F.array(id_header, time_header)
+    production = F.col("kind") == _PRODUCTION
+    return (
+        F.when(~production, F.array(id_header))
+        .when(F.col("time").isNull(), F.array(id_header, *written_by))
+        .otherwise(F.array(id_header, *written_by, time_header))
     )
 
 

@@ -8,6 +8,9 @@ the `emit` stream when the table names one, and upserts them into the serving ta
 `updates` merges every change by the table's key. A running app
 counts, per result table, the rows dropped for coming after the watermark closed their window.
 Its queries keep their state in the store the app names (`state_store`, memory by default).
+When every input has a lateness, the app publishes its output watermark to the streams it
+writes (`millrace.engine.output_watermark`), so that their readers need no lateness of their
+own for the order it writes in.
 
 `run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
 the same tables (merged by key, so a range can be run again) and streams.
@@ -41,6 +44,7 @@ from millrace.config.workspace import Workspace
 from millrace.engine.delivery import AtMostOnce
 from millrace.engine.disk_full import disk_full_error
 from millrace.engine.metrics import publish_metrics
+from millrace.engine.output_watermark import OutputWatermark
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.serving_sink import write_table
 from millrace.engine.session import checkpoint_state_store, state_store
@@ -58,7 +62,8 @@ class RunningApp:
     """The queries of a started SQL app, one per output, and its inputs.
 
     `tables` holds the query of each result table (also in `queries`), by table name;
-    `inputs` the streaming read of each input table, which routes its bad records.
+    `inputs` the streaming read of each input table, which routes its bad records;
+    `markers` what publishes the app's output watermark, when it does (`publishes_markers`).
     """
 
     app: SqlApp
@@ -66,6 +71,7 @@ class RunningApp:
     queries: list[StreamingQuery] = field(default_factory=list)
     tables: dict[str, StreamingQuery] = field(default_factory=dict)
     inputs: dict[str, StreamInput] = field(default_factory=dict)
+    markers: OutputWatermark | None = None
 
     def process_all_available(self) -> None:
         """Block until every query has processed, and every input routed, the data there is."""
@@ -103,6 +109,9 @@ class RunningApp:
         self._wait_for_dead_letters()
         for source in self.inputs.values():
             source.close()
+        if self.markers is not None:
+            self.markers.close()
+            self.markers = None
 
     def late_rows(self) -> dict[str, int]:
         """Rows each result table's query dropped as later than the watermark, by table name.
@@ -155,7 +164,36 @@ def start_sql_app(
     running = RunningApp(app, workspace, inputs=compiled.inputs)
     with state_store(spark, app.state_store):
         _start_queries(running, compiled, workspace, available_now, trigger)
+    if publishes_markers(app):
+        outputs = _outputs(app)
+        running.markers = OutputWatermark(
+            workspace,
+            app.name,
+            {query: outputs[query.name] for query in running.queries if query.name in outputs},
+        )
     return running
+
+
+def publishes_markers(app: SqlApp) -> bool:
+    """Whether `app` publishes its output watermark to the streams it writes.
+
+    It does when every input has a `LATENESS`, so that every query has a watermark to
+    promise (`millrace.engine.output_watermark`).
+
+    Example:
+        >>> publishes_markers(load_app(Path("examples/top_events.sql")))  # doctest: +SKIP
+        True
+    """
+    return bool(app.inputs) and all(source.lateness is not None for source in app.inputs)
+
+
+def _outputs(app: SqlApp) -> dict[str, set[str]]:
+    """The streams each query of `app` writes, by query name."""
+    outputs = {f"{app.name}.insert.{insert.stream}": {insert.stream} for insert in app.inserts}
+    for table in app.tables:
+        if table.emit is not None:
+            outputs[f"{app.name}.table.{table.name}"] = {table.emit}
+    return outputs
 
 
 def state_store_notices(workspace: Workspace, app: SqlApp) -> list[str]:
@@ -191,11 +229,12 @@ def _start_queries(
 ) -> None:
     """Start a query per insert and per result table of `compiled`, adding them to `running`."""
     app = running.app
+    marked_by = app.name if publishes_markers(app) else None
     for stream, records in compiled.inserts.items():
         records = with_insert_ids(records, app.name, stream)
         if app.semantics == "at_most_once":
             running.queries.append(
-                _insert_at_most_once(records, workspace, app.name, stream, available_now)
+                _insert_at_most_once(records, workspace, app.name, stream, available_now, marked_by)
             )
             continue
         running.queries.append(
@@ -208,10 +247,11 @@ def _start_queries(
                 key=insert_key(records),
                 available_now=available_now,
                 trigger=trigger,
+                marked=marked_by is not None,
             )
         )
     for table in app.tables:
-        writer = _ResultTableWriter(workspace, app.name, table)
+        writer = _ResultTableWriter(workspace, app.name, table, marked_by=marked_by)
         writer.serve(compiled.tables[table.name])
         write = writer.write_batch
         if app.semantics == "at_most_once":
@@ -421,14 +461,22 @@ _MARKS = "at_most_once"
 
 
 def _insert_at_most_once(
-    records: DataFrame, workspace: Workspace, app: str, stream: str, available_now: bool
+    records: DataFrame,
+    workspace: Workspace,
+    app: str,
+    stream: str,
+    available_now: bool,
+    marked_by: str | None,
 ) -> StreamingQuery:
     """An insert's query that writes each micro-batch at most once (`engine.delivery`)."""
     checkpoint = workspace.checkpoint(app, f"insert.{stream}")
     once = AtMostOnce(checkpoint / _MARKS)
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        once.write(batch_id, lambda: write_batch(batch, workspace, stream, key=_key_column(batch)))
+        once.write(
+            batch_id,
+            lambda: write_batch(batch, workspace, stream, key=_key_column(batch), writer=marked_by),
+        )
 
     writer = (
         records.writeStream.queryName(f"{app}.insert.{stream}")
@@ -449,10 +497,19 @@ def _once(
 class _ResultTableWriter:
     """Writes a result table's rows, per micro-batch or per batch run, to Delta and its emit."""
 
-    def __init__(self, workspace: Workspace, app: str, table: ResultTable) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        app: str,
+        table: ResultTable,
+        *,
+        marked_by: str | None = None,
+    ) -> None:
         self.workspace = workspace
         self.app = app
         self.table = table
+        self.marked_by = marked_by
+        """The app whose markers tell the progress of the emitted rows (`write_batch`'s writer)."""
         self.path = str(result_table_path(workspace, app, table.name))
         self.keys = group_key_columns(table.query)
         self.serving: TableSpec | None = None
@@ -567,6 +624,7 @@ class _ResultTableWriter:
             stream,
             key=F.concat_ws("|", *keys) if keys else None,
             record_id=F.concat_ws(":", *parts),
+            writer=self.marked_by,
         )
 
 

@@ -1,0 +1,63 @@
+"""What holds a processor's output watermark back: its buckets' pending event-time timers.
+
+A processor's productions are dated by the processor, and an event-time timer fires when the
+watermark passes it, producing at the timer's time. Its output watermark
+(`millrace.engine.output_watermark`) is therefore held back to its earliest pending
+event-time timer. The bucket runner reports a bucket's earliest timer whenever it changes;
+`PendingTimers` keeps those reports, with the streams the processor has produced to, in a
+file beside the query's checkpoint, so that a restarted app knows them before each bucket
+runs again. The file is written within the micro-batch that changed it: a micro-batch run
+again after a crash reports the same timers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+class PendingTimers:
+    """A processor's earliest pending event-time timer per bucket, and its output streams.
+
+    Example:
+        >>> timers = PendingTimers(checkpoint / "pending_timers.json")  # doctest: +SKIP
+        >>> timers.report({3: 1_767_225_610_000}, {"counts"})  # doctest: +SKIP
+        >>> timers.earliest_ms()  # doctest: +SKIP
+        1767225610000
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        saved = json.loads(path.read_text()) if path.is_file() else {}
+        self._timers: dict[int, int] = {int(b): ms for b, ms in saved.get("timers", {}).items()}
+        self.streams: set[str] = set(saved.get("streams", []))
+        """The streams the processor has produced to."""
+
+    def earliest_ms(self) -> int | None:
+        """The earliest pending event-time timer of any bucket (epoch ms); None when none."""
+        return min(self._timers.values(), default=None)
+
+    def report(self, timers: dict[int, int | None], streams: set[str]) -> None:
+        """Take a micro-batch's reports.
+
+        `timers` holds each reporting bucket's earliest timer (None: it has none now);
+        `streams` the streams the micro-batch produced to.
+        """
+        before = (dict(self._timers), set(self.streams))
+        for bucket, time_ms in timers.items():
+            if time_ms is None:
+                self._timers.pop(bucket, None)
+            else:
+                self._timers[bucket] = time_ms
+        self.streams |= streams
+        if (self._timers, self.streams) != before:
+            self._save()
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        staged = self.path.with_suffix(".tmp")
+        staged.write_text(
+            json.dumps({"timers": self._timers, "streams": sorted(self.streams)}, sort_keys=True)
+        )
+        os.replace(staged, self.path)
