@@ -11,6 +11,7 @@ from millrace.api.app import create_app, serve
 from millrace.bus.internal import end_offsets
 from millrace.config.workspace import Workspace
 from millrace.errors import ConfigError
+from tests.monitor.chain import publish_chain
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,18 @@ def test_apps_and_streams_as_json(
     assert {b["bucket"]: b["end_offset"] for b in described["buckets"]} == ends
     assert described["records"] == 15
     assert stream in [listed["name"] for listed in client.get("/streams").json()]
+
+
+def test_an_app_shows_its_output_watermark_and_how_far_it_trails_its_source(
+    workspace: Workspace,
+) -> None:
+    chain = publish_chain(workspace.settings)
+    service = TestClient(create_app(workspace))
+
+    last = service.get(f"/apps/{chain.apps['c']}").json()
+
+    assert last["output_watermark"] == "2026-01-01T00:00:19.999Z"
+    assert (last["sources"], last["watermark_behind_source_seconds"]) == ([chain.apps["a"]], 40.0)
 
 
 def test_errors_carry_the_cli_code_and_hint(client: TestClient) -> None:

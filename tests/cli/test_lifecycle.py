@@ -22,8 +22,10 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+from millrace.records import format_time_ms
 from millrace.runtime import checkpoints, registry
 from tests.cli.deployed import wait_for
+from tests.monitor.chain import WATERMARK_MS, publish_chain
 
 APP = """
 CREATE APPLICATION {name};
@@ -340,3 +342,42 @@ def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back
     for key in {f"k{n}" for n in range(KEYS)}:
         counts = sorted(p["n"] for p in productions if p["key"] == key)
         assert counts == list(range(1, 500 // KEYS + 1))
+
+
+def test_ps_shows_an_apps_output_watermark_and_how_far_it_trails_its_source(
+    workspace: Workspace, tmp_path: Path, millrace: Callable[..., CompletedProcess[str]]
+) -> None:
+    chain = publish_chain(workspace.settings)
+    environment = {
+        "MILLRACE_HOME": str(tmp_path / "home"),
+        "MILLRACE_KAFKA_PORT": str(workspace.settings.kafka_port),
+    }
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "millrace.toml").write_text("")
+    home = Workspace.locate(environment)
+    for letter in "ac":
+        registry.save(
+            home,
+            registry.AppRecord(
+                chain.apps[letter], "sql", "/apps/x.sql", "ab12", checkpoint="-", log="-"
+            ),
+        )
+
+    listed = millrace("ps", "--json", environment=environment)
+    shown = millrace("ps", environment=environment)
+
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["app"]: row for row in map(json.loads, listed.stdout.splitlines())}
+    source, last = rows[chain.apps["a"]], rows[chain.apps["c"]]
+    assert (source["output_watermark"], source["behind_source"]) == (
+        format_time_ms(WATERMARK_MS["a"] - 1),
+        "0.0s",
+    )
+    assert (last["output_watermark"], last["behind_source"]) == (
+        format_time_ms(WATERMARK_MS["c"] - 1),
+        "40.0s",
+    )
+    header, *lines = shown.stdout.splitlines()
+    assert header.split()[-2:] == ["OUTPUT_WATERMARK", "BEHIND_SOURCE"]
+    [line] = [line for line in lines if line.startswith(chain.apps["c"])]
+    assert line.split()[-2:] == [format_time_ms(WATERMARK_MS["c"] - 1), "40.0s"]

@@ -16,6 +16,7 @@ from subprocess import CompletedProcess
 import pytest
 
 from millrace.config.workspace import Workspace
+from tests.monitor.chain import publish_chain
 from tests.ports import free_port
 
 
@@ -135,3 +136,25 @@ def test_serve_answers_on_loopback_and_refuses_other_addresses_without_a_token(
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_top_once_shows_each_apps_output_watermark_and_how_far_it_trails_its_source(
+    workspace: Workspace, tmp_path: Path, millrace: Callable[..., CompletedProcess[str]]
+) -> None:
+    chain = publish_chain(workspace.settings)
+    environment = watching_home(workspace, tmp_path, "")
+
+    result = millrace("top", "--once", environment={**environment, "COLUMNS": "300"})
+
+    assert result.returncode == 0, result.stderr
+    [header] = [line for line in result.stdout.splitlines() if "out watermark" in line]
+    columns = [cell.strip() for cell in header.strip("│┃ ").split("┃")]
+    rows = {
+        cells[0]: dict(zip(columns, cells, strict=True))
+        for line in result.stdout.splitlines()
+        if "chain_" in line
+        for cells in [[cell.strip() for cell in line.strip("│┃ ").split("│")]]
+    }
+    source, middle = rows[chain.apps["a"]], rows[chain.apps["b"]]
+    assert (source["out watermark"], source["behind source s"]) == ("00:00:59.999", "0.0")
+    assert (middle["out watermark"], middle["behind source s"]) == ("00:00:49.999", "10.0")

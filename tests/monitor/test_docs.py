@@ -22,12 +22,14 @@ def test_the_documented_config_loads(tmp_path: Path) -> None:
     assert [rule.kind for rule in rules] == [
         "lag_records",
         "lag_seconds",
+        "watermark_behind_source_seconds",
         "stopped",
         "dead_letter_rate",
         "late_rate",
     ]
     assert rules[0].app == "top_events" and rules[0].for_ms == 120_000
-    assert rules[3].window_ms == 600_000
+    assert rules[2].above == 120.0 and rules[2].for_ms == 300_000
+    assert rules[4].window_ms == 600_000
 
 
 def test_the_documented_webhook_payload_is_an_alert_as_posted() -> None:

@@ -62,6 +62,9 @@ class App(BaseModel):
     lag_seconds: float
     watermark: str | None
     watermark_lag_seconds: float | None
+    output_watermark: str | None
+    watermark_behind_source_seconds: float | None
+    sources: list[str]
     input_rows_per_second: float
     processed_rows_per_second: float
     last_batch_id: int | None
@@ -92,7 +95,7 @@ class AlertModel(BaseModel):
     summary="Lag and progress of every app, in the Prometheus text format",
 )
 def metrics(monitor: Monitor = Depends(get_monitor)) -> Response:  # noqa: B008
-    """Gauges per app and input: lag in records and seconds, watermark lag, rates, batches."""
+    """Gauges per app and input: lag in records and seconds, watermark lags, rates, batches."""
     return Response(monitor.exposition(), media_type=CONTENT_TYPE)
 
 
@@ -178,6 +181,9 @@ def _app(status: AppStatus, now_ms: int) -> App:
         lag_seconds=status.lag_seconds,
         watermark=_iso(status.watermark_ms),
         watermark_lag_seconds=status.watermark_lag_seconds,
+        output_watermark=_iso(status.output_watermark_ms),
+        watermark_behind_source_seconds=status.watermark_behind_source_seconds,
+        sources=status.sources,
         input_rows_per_second=status.input_rows_per_second,
         processed_rows_per_second=status.processed_rows_per_second,
         last_batch_id=status.last_batch_id,

@@ -2,7 +2,8 @@
 
 Internal streams start with `_`, which user stream names cannot, so an app can never write
 into them by mistake. This module creates them, and gives the monitor what it reads of any
-stream: its end offsets, the record at a given offset, and the records after given offsets.
+stream: its end offsets, the record at a given offset, the records after given offsets, and the
+watermark markers at the end of the streams (`latest_markers`).
 
 Example:
     >>> create_internal_stream(settings, METRICS_STREAM)  # doctest: +SKIP
@@ -28,8 +29,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import NewTopic
 
-from millrace.bus.markers import writer_of
-from millrace.bus.messages import carried_time_ms, decode_message, origin
+from millrace.bus.markers import WATERMARK_HEADER, is_marker, writer_of
+from millrace.bus.messages import carried_time_ms, decode_message, header, origin
 from millrace.bus.streams import _admin, _bus_error, _wait_for_leaders, describe_stream
 from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
@@ -347,6 +348,67 @@ def read_after(
     finally:
         consumer.close()
     return records, after
+
+
+MARKER_LOOKBACK = 100
+"""`latest_markers` reads at most this many messages at the end of each bucket."""
+
+
+def latest_markers(
+    settings: Settings, read_to: dict[tuple[str, int], int], *, count: int = MARKER_LOOKBACK
+) -> tuple[dict[str, dict[str, int]], dict[tuple[str, int], int]]:
+    """The newest watermark of each writer among the markers at the end of every user stream.
+
+    Reads the last `count` messages of each bucket, skipping those before `read_to[(stream,
+    bucket)]` (the offsets a previous call returned), so that a bucket nothing was appended
+    to since costs one offset look-up. Returns `{stream: {writer: watermark_ms}}` for the
+    markers found, and the offsets read to. A writer whose last marker lies further back than
+    `count` messages in every bucket is not found.
+
+    Example:
+        >>> found, read_to = latest_markers(settings, {})  # doctest: +SKIP
+        >>> found  # doctest: +SKIP
+        {'clicks_clean': {'filter': 1767225604999}}
+    """
+    found: dict[str, dict[str, int]] = {}
+    consumer = _consumer(settings)
+    try:
+        topics = consumer.list_topics(timeout=bounded(_TIMEOUT_S)).topics
+        starts: dict[tuple[str, int], int] = {}
+        ends: dict[tuple[str, int], int] = {}
+        for stream in sorted(name for name in topics if not name.startswith("_")):
+            for bucket in sorted(topics[stream].partitions):
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(stream, bucket), timeout=bounded(_TIMEOUT_S)
+                )
+                start = max(low, high - count, read_to.get((stream, bucket), 0))
+                ends[(stream, bucket)] = high
+                if start < high:
+                    starts[(stream, bucket)] = start
+        if starts:
+            consumer.assign([TopicPartition(s, b, o) for (s, b), o in starts.items()])
+        pending = set(starts)
+        deadline = time.monotonic() + bounded(_TIMEOUT_S)
+        while pending and time.monotonic() < deadline:
+            message = consumer.poll(_POLL_S)
+            if message is None or message.error() is not None:
+                continue
+            stream, bucket, offset = origin(message)
+            if offset >= ends[(stream, bucket)] - 1:
+                pending.discard((stream, bucket))
+            writer = writer_of(message)
+            text = header(message, WATERMARK_HEADER) or ""
+            if writer is None or not is_marker(message) or not text.isdigit():
+                continue
+            watermark_ms = int(text)
+            writers = found.setdefault(stream, {})
+            writers[writer] = max(writers.get(writer, watermark_ms), watermark_ms)
+    except KafkaException as error:
+        raise _bus_error("could not read the streams' watermark markers", error, settings) from None
+    finally:
+        consumer.close()
+    # A bucket not read to its end before the deadline is read again next time.
+    return found, {tp: end for tp, end in ends.items() if tp not in pending}
 
 
 def _consumer(settings: Settings) -> Consumer:

@@ -64,7 +64,8 @@ def ps(as_json: bool) -> None:
 
     The processing lag is the records waiting on the app's inputs and how many seconds of
     the bus they span; the watermark lag how far its watermark is behind its newest event
-    time (see docs/monitoring.md).
+    time; the output watermark the one it last published to the streams it writes; behind
+    source how far its watermark trails its pipeline's sources' (see docs/monitoring.md).
     """
     workspace = _workspace()
     monitor = Monitor(workspace)
@@ -92,6 +93,7 @@ def _print_ps(rows: list[dict], as_json: bool) -> None:
         return
     columns: tuple[str, ...] = ("app", "status", "pid", "uptime", "trigger", "last_batch")
     columns += ("last_batch_at", "input_rate", "processing_lag", "watermark_lag")
+    columns += ("output_watermark", "behind_source")
     table = [[_cell(row.get(column)) for column in columns] for row in rows]
     widths = [
         max(len(column), *(len(line[i]) for line in table)) for i, column in enumerate(columns)
@@ -277,7 +279,7 @@ def _ps_row(
 
 
 def _lags(monitor: Monitor, app: str) -> dict:
-    """The processing and watermark lags of `app`; None where the monitor cannot tell.
+    """The lags and the output watermark of `app`; None where the monitor cannot tell.
 
     Per input, too, the event time each bucket has reached and the bucket holding the input's
     watermark back. `ps` still lists the apps when the bus is down: the lags are then left out.
@@ -287,11 +289,21 @@ def _lags(monitor: Monitor, app: str) -> dict:
     except MillraceError:
         status = None
     if status is None:
-        return {"processing_lag": None, "watermark_lag": None, "watermarks": None}
+        return {
+            "processing_lag": None,
+            "watermark_lag": None,
+            "output_watermark": None,
+            "behind_source": None,
+            "watermarks": None,
+        }
     watermark_lag = status.watermark_lag_seconds
+    behind = status.watermark_behind_source_seconds
+    output = status.output_watermark_ms
     return {
         "processing_lag": f"{status.lag_records} records, {status.lag_seconds:.1f}s",
         "watermark_lag": None if watermark_lag is None else f"{watermark_lag:.1f}s",
+        "output_watermark": None if output is None else format_time_ms(output),
+        "behind_source": None if behind is None else f"{behind:.1f}s",
         "watermarks": {
             watermark.stream: {
                 "held_back_by_bucket": watermark.held_back_by,

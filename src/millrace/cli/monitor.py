@@ -42,7 +42,7 @@ def serve(host: str, port: int, token: str | None) -> None:
 @click.option("--once", is_flag=True, help="Print one frame and exit.")
 @click.option("--interval", default=2.0, show_default=True, help="Seconds between frames.")
 def top(once: bool, interval: float) -> None:
-    """A live view of the apps: input rate, processing lag, watermark lag, last batch."""
+    """A live view of the apps: input rate, processing lag, watermark lags, last batch."""
     monitor = Monitor(Workspace.locate().require_initialized())
     console = Console()
     if once:
@@ -86,11 +86,14 @@ def apps_table(statuses: list[AppStatus]) -> Table:
     table = Table(title="millrace apps", title_justify="left")
     for column in ("app", "activity", "in rows/s", "lag records", "lag s", "watermark lag s"):
         table.add_column(column, justify="left" if column in ("app", "activity") else "right")
+    table.add_column("out watermark")
+    table.add_column("behind source s", justify="right")
     table.add_column("held back by")
     table.add_column("future-dated", justify="right")
     table.add_column("last batch", justify="right")
     for status in statuses:
         watermark_lag = status.watermark_lag_seconds
+        behind = status.watermark_behind_source_seconds
         if status.last_batch_ms is None:
             last = "-"
         else:
@@ -102,6 +105,8 @@ def apps_table(statuses: list[AppStatus]) -> Table:
             str(status.lag_records),
             f"{status.lag_seconds:.1f}",
             "-" if watermark_lag is None else f"{watermark_lag:.1f}",
+            _clock(status.output_watermark_ms),
+            "-" if behind is None else f"{behind:.1f}",
             _held_back_by(status),
             str(sum(watermark.future_dated for watermark in status.watermarks)),
             last,
@@ -109,6 +114,13 @@ def apps_table(statuses: list[AppStatus]) -> Table:
     if not statuses:
         table.caption = "no apps yet: an app appears once it has run a batch"
     return table
+
+
+def _clock(time_ms: int | None) -> str:
+    """`time_ms` as the UTC time of day, to the millisecond, or `-`."""
+    if time_ms is None:
+        return "-"
+    return time.strftime("%H:%M:%S", time.gmtime(time_ms / 1000)) + f".{time_ms % 1000:03d}"
 
 
 def _held_back_by(status: AppStatus) -> str:

@@ -27,6 +27,10 @@ ALERT_KINDS: dict[str, str] = {
     "lag_records": "records the app has yet to read from its inputs, above `above`",
     "lag_seconds": "seconds the app is behind the newest record of an input, above `above`",
     "watermark_lag_seconds": "seconds the watermark is behind the newest event time, above `above`",
+    "watermark_behind_source_seconds": (
+        "seconds the app's watermark trails the least watermark of its pipeline's sources, "
+        "above `above`"
+    ),
     "stopped": "no micro-batch for `for` while records wait in the app's inputs",
     "dead_letter_rate": "dead-lettered rows per input row over the last `window`, above `above`",
     "late_rate": "rows dropped as late per input row over the last `window`, above `above`",

@@ -154,6 +154,11 @@ def _condition(
         lag = status.watermark_lag_seconds
         value = lag if lag is not None else 0.0
         return value, value > rule.above, f"watermark {value:.1f} s behind the newest event"
+    if rule.kind == "watermark_behind_source_seconds":
+        behind = status.watermark_behind_source_seconds
+        value = behind if behind is not None else 0.0
+        sources = ", ".join(status.sources)
+        return value, value > rule.above, f"watermark {value:.1f} s behind its sources ({sources})"
     if rule.kind == "stopped":
         if status.last_batch_ms is None:
             waiting = status.lag_records > 0

@@ -53,6 +53,15 @@ class _Snapshot(Collector):
                 "Wall clock minus the watermark, in seconds.",
                 lambda s: s.watermark_age_seconds(self.now_ms),
             ),
+            "output_watermark_seconds": (
+                "Least, over the streams the app writes, of the newest watermark it published "
+                "there (epoch seconds).",
+                lambda s: None if s.output_watermark_ms is None else s.output_watermark_ms / 1000,
+            ),
+            "watermark_behind_source_seconds": (
+                "Least watermark of the app's sources minus its own, in seconds (0 for a source).",
+                lambda s: s.watermark_behind_source_seconds,
+            ),
             "input_rows_per_second": (
                 "Rows read per second, over the last minute's batches.",
                 lambda s: s.input_rows_per_second,

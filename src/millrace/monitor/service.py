@@ -16,6 +16,7 @@ from millrace.errors import MillraceError
 from millrace.monitor.alerts import Alert, AlertEvaluator
 from millrace.monitor.checkpoints import app_names
 from millrace.monitor.metrics_log import MetricsLog
+from millrace.monitor.pipeline import StreamWriters, with_pipeline
 from millrace.monitor.prometheus import exposition
 from millrace.monitor.status import AppStatus, app_status
 
@@ -34,6 +35,7 @@ class Monitor:
     def __init__(self, workspace: Workspace, *, max_age_s: float = 1.0) -> None:
         self.workspace = workspace
         self.metrics = MetricsLog(workspace.settings)
+        self.writers = StreamWriters(workspace.settings)
         self.alerts = AlertEvaluator(
             load_alert_rules(workspace.config_file),
             webhook_url=workspace.settings.monitor_webhook_url,
@@ -53,10 +55,11 @@ class Monitor:
             if fresh or time.monotonic() - self._at > self.max_age_s:
                 now_ms = int(time.time() * 1000)
                 self.metrics.refresh(now_ms)
-                self._statuses = [
+                statuses = [
                     app_status(self.workspace, app, self.metrics, now_ms=now_ms)
                     for app in self.app_names()
                 ]
+                self._statuses = with_pipeline(statuses, self.writers.refresh())
                 self._at = time.monotonic()
             return list(self._statuses)
 

@@ -10,6 +10,8 @@ Definitions (docs/monitoring.md shows them with examples):
   the newest record minus that of the last record the app has processed (0 when caught up).
 - watermark lag: the newest event time the app has read minus its watermark (the smallest
   over its queries). `watermark_age_s` is the wall clock minus the watermark.
+- output watermark and watermark behind source: what the pipeline of apps says of the app
+  (`millrace.monitor.pipeline`), filled in by the monitor once it has every app's status.
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ class AppStatus:
     recent_duplicate_rows: int = 0
     recent_dead_letter_rows: int = 0
     watermarks: list[InputWatermark] = field(default_factory=list)
+    output_watermark_ms: int | None = None
+    """The least, over the streams the app writes, of the newest watermark it published."""
+    sources: list[str] = field(default_factory=list)
+    """The apps at the start of the pipeline feeding this app (itself when it is one)."""
+    watermark_behind_source_seconds: float | None = None
+    """The least watermark of the app's sources minus its own, in seconds (0 for a source)."""
 
     @property
     def lag_records(self) -> int:
