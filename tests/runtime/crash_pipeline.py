@@ -1,13 +1,17 @@
-"""A two-app pipeline whose drivers are killed with kill -9 and restarted while it runs.
+"""A pipeline of apps whose drivers are killed with kill -9 and restarted while it runs.
 
 App `filter` (stateless) reads the input stream and writes the events it keeps to a middle
 stream; app `agg` counts and sums the middle stream per category and minute: a SQL app into a
 result table, or a processor (`Aggregator.PROCESSOR`) producing each minute to a result stream
-once the watermark passes it. Each app runs as `millrace run` does for a user, in a process
-group of its own, killed whole (Python and Spark's JVM) with SIGKILL and started again. The
-filter is killed just after its micro-batch has started writing to the middle stream (its end
-offsets moved) and so, most of the time, before Spark has recorded the batch done: the re-run
-writes the batch again, which makes the copies a reader must drop. The aggregation is killed at
+once the watermark passes it, which a third app, `total` (SQL), sums per category and minute
+into a result table. Every app after the filter reads its input with no lateness: the
+watermark markers of the app writing it move its watermark (docs/concepts.md, Time).
+
+Each app runs as `millrace run` does for a user, in a process group of its own, killed whole
+(Python and Spark's JVM) with SIGKILL and started again. The filter is killed just after its
+micro-batch has started writing to the middle stream (its end offsets moved) and so, most of
+the time, before Spark has recorded the batch done: the re-run writes the batch again, which
+makes the copies a reader must drop. The aggregation and the third app are killed at
 random moments of its micro-batches, spread over the first seconds after a commit: kill k of n
 comes in the k-th n-th of them, so that a few kills reach early, middle and late moments
 alike. Then both apps are run to the end of their input with `--available-now`; only then are
@@ -101,8 +105,18 @@ class CrashAggregation(Processor):
         ctx.produce(
             "{results}",
             {{"category": key, "minute_ms": minute, "n": count, "total": total}},
-            time_ms=minute,
+            time_ms=minute + {minute_ms} - 1,
         )
+"""
+
+# The third app of the processor's pipeline: the processor's productions, dated by the time
+# their `time` header carries (the minute's last millisecond), summed per category and minute.
+TOTAL_APP = """
+CREATE APPLICATION {name} WITH (semantics = '{semantics}', max_records_per_batch = '{batch}');
+CREATE INPUT TABLE minutes (event_time, category, n BIGINT, total BIGINT)
+  FROM STREAM('{results}') TIME event_time LATENESS '0 seconds';
+CREATE TABLE per_minute AS
+SELECT category, SUM(n) AS n, SUM(total) AS total FROM minutes [1 minute] GROUP BY category;
 """
 
 
@@ -290,6 +304,10 @@ def run_with_kills(
         "filter": folder / "filter.sql",
         "agg": folder / ("agg.py" if processor else "agg.sql"),
     }
+    if processor:
+        names["total"] = f"crash_total_{run}"
+        templates["total"] = TOTAL_APP
+        files["total"] = folder / "total.sql"
 
     def write_app(role: str, batch: int) -> None:
         files[role].write_text(
@@ -307,6 +325,7 @@ def run_with_kills(
     queries = {
         "filter": f"insert.{middle}",
         "agg": "processor" if processor else "table.per_minute",
+        "total": "table.per_minute",
     }
     for role in files:
         write_app(role, batch)
@@ -377,7 +396,8 @@ def run_with_kills(
     _publish(spark, workspace, middle, range(events, events + CLOSING_RECORDS), events, run)
     apps["agg"].finish()
     if processor:
-        produced = _results_of_stream(workspace, results)
+        apps["total"].finish()
+        produced = _results_of_table(spark, workspace, apps["total"].name)
     else:
         produced = _results_of_table(spark, workspace, apps["agg"].name)
     return _observe(workspace, apps, middle, events, produced)
@@ -395,22 +415,6 @@ def _results_of_table(
         ): (row["n"], row["total"])
         for row in rows
     }
-
-
-def _results_of_stream(workspace: Workspace, stream: str) -> dict[tuple[int, str], tuple[int, int]]:
-    """(minute, category) -> (count, sum) from the processor's productions, read as a millrace
-    reader reads them: a copy of a production (the same id) is dropped, and a production that
-    repeats a minute under another id is counted again, so it shows."""
-    by_id = {
-        record.id: record.value
-        for record in tail(stream, TailStart(from_beginning=True), settings=workspace.settings)
-    }
-    results: dict[tuple[int, str], tuple[int, int]] = {}
-    for value in by_id.values():
-        key = ((value["minute_ms"] - START_MS) // MINUTE_MS, value["category"])
-        count, total = results.get(key, (0, 0))
-        results[key] = (count + value["n"], total + value["total"])
-    return results
 
 
 def _observe(
