@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 
@@ -33,10 +34,13 @@ class PendingTimers:
         self._timers: dict[int, int] = {int(b): ms for b, ms in saved.get("timers", {}).items()}
         self.streams: set[str] = set(saved.get("streams", []))
         """The streams the processor has produced to."""
+        # Reports come from the query's thread, looks from the marker publisher's.
+        self._lock = threading.Lock()
 
     def earliest_ms(self) -> int | None:
         """The earliest pending event-time timer of any bucket (epoch ms); None when none."""
-        return min(self._timers.values(), default=None)
+        with self._lock:
+            return min(self._timers.values(), default=None)
 
     def report(self, timers: dict[int, int | None], streams: set[str]) -> None:
         """Take a micro-batch's reports.
@@ -44,15 +48,16 @@ class PendingTimers:
         `timers` holds each reporting bucket's earliest timer (None: it has none now);
         `streams` the streams the micro-batch produced to.
         """
-        before = (dict(self._timers), set(self.streams))
-        for bucket, time_ms in timers.items():
-            if time_ms is None:
-                self._timers.pop(bucket, None)
-            else:
-                self._timers[bucket] = time_ms
-        self.streams |= streams
-        if (self._timers, self.streams) != before:
-            self._save()
+        with self._lock:
+            before = (dict(self._timers), set(self.streams))
+            for bucket, time_ms in timers.items():
+                if time_ms is None:
+                    self._timers.pop(bucket, None)
+                else:
+                    self._timers[bucket] = time_ms
+            self.streams |= streams
+            if (self._timers, self.streams) != before:
+                self._save()
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
