@@ -27,7 +27,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from millrace.bus.markers import WATERMARK_HEADER, is_marker, writer_of
 from millrace.bus.messages import carried_time_ms, decode_message, header, origin
@@ -360,10 +360,11 @@ def latest_markers(
     """The newest watermark of each writer among the markers at the end of every user stream.
 
     Reads the last `count` messages of each bucket, skipping those before `read_to[(stream,
-    bucket)]` (the offsets a previous call returned), so that a bucket nothing was appended
-    to since costs one offset look-up. Returns `{stream: {writer: watermark_ms}}` for the
-    markers found, and the offsets read to. A writer whose last marker lies further back than
-    `count` messages in every bucket is not found.
+    bucket)]` (the offsets a previous call returned): the buckets' offsets come in two
+    requests to the bus, and a bucket nothing was appended to since is not read. Returns
+    `{stream: {writer: watermark_ms}}` for the markers found, and the offsets read to. A
+    writer whose last marker lies further back than `count` messages in every bucket is not
+    found.
 
     Example:
         >>> found, read_to = latest_markers(settings, {})  # doctest: +SKIP
@@ -371,44 +372,73 @@ def latest_markers(
         {'clicks_clean': {'filter': 1767225604999}}
     """
     found: dict[str, dict[str, int]] = {}
-    consumer = _consumer(settings)
+    admin = _admin(settings)
     try:
-        topics = consumer.list_topics(timeout=bounded(_TIMEOUT_S)).topics
-        starts: dict[tuple[str, int], int] = {}
-        ends: dict[tuple[str, int], int] = {}
-        for stream in sorted(name for name in topics if not name.startswith("_")):
-            for bucket in sorted(topics[stream].partitions):
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(stream, bucket), timeout=bounded(_TIMEOUT_S)
-                )
-                start = max(low, high - count, read_to.get((stream, bucket), 0))
-                ends[(stream, bucket)] = high
-                if start < high:
-                    starts[(stream, bucket)] = start
-        if starts:
-            consumer.assign([TopicPartition(s, b, o) for (s, b), o in starts.items()])
-        pending = set(starts)
-        deadline = time.monotonic() + bounded(_TIMEOUT_S)
-        while pending and time.monotonic() < deadline:
-            message = consumer.poll(_POLL_S)
-            if message is None or message.error() is not None:
-                continue
-            stream, bucket, offset = origin(message)
-            if offset >= ends[(stream, bucket)] - 1:
-                pending.discard((stream, bucket))
-            writer = writer_of(message)
-            text = header(message, WATERMARK_HEADER) or ""
-            if writer is None or not is_marker(message) or not text.isdigit():
-                continue
-            watermark_ms = int(text)
-            writers = found.setdefault(stream, {})
-            writers[writer] = max(writers.get(writer, watermark_ms), watermark_ms)
+        topics = admin.list_topics(timeout=bounded(_TIMEOUT_S)).topics
+        buckets = [
+            TopicPartition(stream, bucket)
+            for stream in sorted(name for name in topics if not name.startswith("_"))
+            for bucket in sorted(topics[stream].partitions)
+        ]
+        lows = _offsets_of(admin, buckets, OffsetSpec.earliest())
+        ends = _offsets_of(admin, buckets, OffsetSpec.latest())
     except KafkaException as error:
         raise _bus_error("could not read the streams' watermark markers", error, settings) from None
-    finally:
-        consumer.close()
+    starts = {
+        place: max(lows[place], end - count, read_to.get(place, 0))
+        for place, end in ends.items()
+        if place in lows
+    }
+    pending = {place for place, start in starts.items() if start < ends[place]}
+    if pending:
+        consumer = _consumer(settings)
+        try:
+            consumer.assign([TopicPartition(s, b, starts[(s, b)]) for s, b in sorted(pending)])
+            deadline = time.monotonic() + bounded(_TIMEOUT_S)
+            while pending and time.monotonic() < deadline:
+                message = consumer.poll(_POLL_S)
+                if message is None or message.error() is not None:
+                    continue
+                stream, bucket, offset = origin(message)
+                if offset >= ends[(stream, bucket)] - 1:
+                    pending.discard((stream, bucket))
+                writer = writer_of(message)
+                text = header(message, WATERMARK_HEADER) or ""
+                if writer is None or not is_marker(message) or not text.isdigit():
+                    continue
+                writers = found.setdefault(stream, {})
+                writers[writer] = max(writers.get(writer, int(text)), int(text))
+        except KafkaException as error:
+            raise _bus_error(
+                "could not read the streams' watermark markers", error, settings
+            ) from None
+        finally:
+            consumer.close()
     # A bucket not read to its end before the deadline is read again next time.
-    return found, {tp: end for tp, end in ends.items() if tp not in pending}
+    return found, {place: ends[place] for place in starts if place not in pending}
+
+
+def _offsets_of(
+    admin: AdminClient, buckets: list[TopicPartition], spec: OffsetSpec
+) -> dict[tuple[str, int], int]:
+    """The offset `spec` names in each of `buckets`, asked in one request.
+
+    A bucket whose leader does not answer now is left out, to be looked at next time.
+    """
+    if not buckets:
+        return {}
+    futures = admin.list_offsets(
+        {bucket: spec for bucket in buckets}, request_timeout=bounded(_TIMEOUT_S)
+    )
+    offsets = {}
+    for bucket, future in futures.items():
+        try:
+            offsets[(bucket.topic, bucket.partition)] = future.result(
+                timeout=bounded(_TIMEOUT_S)
+            ).offset
+        except KafkaException:
+            continue
+    return offsets
 
 
 def _consumer(settings: Settings) -> Consumer:
