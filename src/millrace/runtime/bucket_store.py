@@ -18,8 +18,8 @@ A micro-batch decodes the state of the keys that have records and of the keys wh
 watermark or the clock has passed (found from `timers` without decoding any state), and
 encodes only the keys that ran; every other key's text is copied through as it is.
 
-Keys Python finds equal (1, 1.0, True) are one key, as in `bucket_of`; a key read back from
-the store is in its canonical form (1, and a tuple for a list).
+Keys Python finds equal (1, 1.0, True) are one key, as in `processor_rows.bucket_of`; a key
+read back from the store is in its canonical form (1, and a tuple for a list).
 
 Example:
     >>> store = BucketStore(None, None)

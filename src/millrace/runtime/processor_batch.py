@@ -2,8 +2,8 @@
 
 `run_processor_batch` reads the records its inputs hold now, keeps those whose event time is
 in `[start_ms, end_ms)`, places them in the same key buckets as the streaming runtime
-(`millrace.runtime.processors`), and runs each bucket through the same execution core in two
-steps:
+(`millrace.runtime.processors`), as the same input rows (`millrace.runtime.processor_rows`),
+and runs each bucket through the same execution core in two steps:
 
 1. every record of the bucket, in the order of its stream's buckets and offsets (the order a
    streaming run reads them in), as one micro-batch with no watermark yet, so none is late;
@@ -56,23 +56,26 @@ from millrace.errors import ProcessorError
 from millrace.processor.execution import run_batch
 from millrace.processor.processor import Input, Processor
 from millrace.records import RecordDecodeError
-from millrace.runtime.processors import (
-    _DEAD_LETTER,
-    _LATE,
-    _OUTPUT_SCHEMA,
-    _PRODUCTION,
+from millrace.runtime.processor_errors import (
+    processor_error_in,
+    require_processor_stream,
+    worker_error_text,
+)
+from millrace.runtime.processor_outputs import write_output_rows
+from millrace.runtime.processor_rows import (
+    DEAD_LETTER,
     DEFAULT_BUCKETS,
-    _input_rows,
-    _max_future_ms,
-    _Output,
-    _outputs_of,
-    _placed,
-    _processor_error_in,
-    _record_of,
-    _require_stream,
-    _undecodable_letter,
-    _worker_error_text,
-    _write_output_rows,
+    LATE,
+    OUTPUT_SCHEMA,
+    PRODUCTION,
+    OutputRow,
+    input_max_future_ms,
+    input_rows,
+    output_frame,
+    output_rows_of,
+    placed_rows,
+    record_of,
+    undecodable_letter,
 )
 
 
@@ -125,7 +128,7 @@ def run_processor_batch(
             hint="give an end after the start",
         )
     for stream_input in processor_class.inputs:
-        _require_stream(
+        require_processor_stream(
             workspace, stream_input.stream, f"input of processor {processor_class.name!r}"
         )
         create_dead_letter_stream(workspace, stream_input.stream)
@@ -138,20 +141,20 @@ def run_processor_batch(
     assert records is not None  # validate() requires at least one input
     outputs = records.groupBy("bucket").applyInPandas(
         _bucket_function(processor_class, end_ms, processing_time_ms=int(time.time() * 1000)),
-        schema=_OUTPUT_SCHEMA,
+        schema=OUTPUT_SCHEMA,
     )
     if into is not None:
-        outputs = outputs.where((F.col("kind") != _PRODUCTION) | F.col("stream").isin(*into))
+        outputs = outputs.where((F.col("kind") != PRODUCTION) | F.col("stream").isin(*into))
     run = ProcessorBatchRun(processor_class, start_ms, end_ms)
     stream_buckets: dict[str, int] = {}
     try:
-        counts = _write_output_rows(workspace, processor_class.name, stream_buckets, outputs)
+        counts = write_output_rows(workspace, processor_class.name, stream_buckets, outputs)
     except Exception as error:
-        raise _processor_error_in(str(error)) or error from None
+        raise processor_error_in(str(error)) or error from None
     run.streams = set(stream_buckets)
-    run.productions = counts[_PRODUCTION]
-    run.dead_letters = counts[_DEAD_LETTER]
-    run.late = counts[_LATE]
+    run.productions = counts[PRODUCTION]
+    run.dead_letters = counts[DEAD_LETTER]
+    run.late = counts[LATE]
     return run
 
 
@@ -184,7 +187,7 @@ def _read_range(
             .load()
         )
     placed = (
-        _placed(raw, source, buckets, _max_future_ms(workspace, source))
+        placed_rows(raw, source, buckets, input_max_future_ms(workspace, source))
         .where(F.col(MARKER_MS).isNull())
         .drop("event_time", MARKER_MS, WRITTEN)
     )
@@ -202,16 +205,16 @@ def _bucket_function(
 
     def run_bucket(frame: pd.DataFrame) -> pd.DataFrame:
         rows = sorted(
-            _input_rows(frame),
+            input_rows(frame),
             key=lambda row: (row.stream, row.record_bucket, row.record_offset),
         )
-        outputs: list[_Output] = []
+        outputs: list[OutputRow] = []
         records = []
         for row in rows:
             try:
-                records.append(_record_of(row))
+                records.append(record_of(row))
             except RecordDecodeError as error:
-                outputs.append(_undecodable_letter(row, str(error)))
+                outputs.append(undecodable_letter(row, str(error)))
         processor = processor_class()
         try:
             first = run_batch(
@@ -227,10 +230,10 @@ def _bucket_function(
                 if last_stored is not None:
                     _require_no_clock(name, key, last_stored)
         except ProcessorError as error:
-            raise RuntimeError(_worker_error_text(error)) from error
-        outputs.extend(_outputs_of(name, first))
-        outputs.extend(_outputs_of(name, last))
-        return pd.DataFrame(outputs, columns=list(_Output._fields))
+            raise RuntimeError(worker_error_text(error)) from error
+        outputs.extend(output_rows_of(name, first))
+        outputs.extend(output_rows_of(name, last))
+        return output_frame(outputs)
 
     return run_bucket
 

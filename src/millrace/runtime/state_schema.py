@@ -27,7 +27,7 @@ from sqlglot import exp
 from millrace.config.workspace import Workspace
 from millrace.errors import StateSchemaError
 from millrace.processor.processor import Processor
-from millrace.runtime.processors import DEFAULT_BUCKETS
+from millrace.runtime.processor_rows import DEFAULT_BUCKETS
 from millrace.sql.aggregates import is_aggregate
 from millrace.sql.compiler import group_key_columns
 from millrace.sql.parser import SqlApp
