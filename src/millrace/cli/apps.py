@@ -12,8 +12,8 @@ from millrace.cli.times import epoch_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import ConfigError
-from millrace.processor.loading import is_processor_target
 from millrace.runtime import registry
+from millrace.runtime.app_sources import source_kind
 from millrace.runtime.registry import DEPLOYED_APP_ENV
 
 
@@ -113,7 +113,7 @@ def _run(
             trigger = Trigger.parse(trigger_text)
         except ConfigError as error:
             raise click.BadParameter(error.message, param_hint="--trigger") from None
-    processor = is_processor_target(app) and not Path(app).exists()
+    processor = source_kind(app) == "processor"
     app_file = Path(app)
     if not processor and not app_file.is_file():
         raise click.UsageError(

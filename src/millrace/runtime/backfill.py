@@ -7,9 +7,9 @@ decoded by the code that decodes the live stream. The outputs chosen with `into`
 tables, by merge on their keys, and streams, with deterministic ids) get the same final
 results as the streaming run, so running a backfill again changes nothing.
 
-`backfill` is the one dispatch point between app kinds: a processor app (`module:Class`)
-runs with `run_processor_batch` over its inputs' archives the same way, writing its
-productions to the streams `into` names.
+`backfill` tells the app's kind by `millrace.runtime.app_sources.source_kind`: a processor
+app (`module:Class`) runs with `run_processor_batch` over its inputs' archives the same way,
+writing its productions to the streams `into` names.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pyspark.sql import SparkSession
 from millrace.config.workspace import Workspace
 from millrace.engine.user_code import ship_with_tasks
 from millrace.errors import WarehouseError
-from millrace.processor.loading import is_processor_target, load_processor
+from millrace.processor.loading import load_processor
+from millrace.runtime.app_sources import source_kind
 from millrace.runtime.processor_batch import ProcessorBatchRun, run_processor_batch
 from millrace.runtime.sql_apps import BatchRun, run_sql_app_batch
 from millrace.sql.parser import SqlApp, load_app
@@ -59,7 +60,7 @@ def backfill(
             f"the range from {start_ms} to {end_ms} is empty",
             hint="give an end (--to) after the start (--from)",
         )
-    if is_processor_target(app) and not Path(app).exists():
+    if source_kind(app) == "processor":
         return _backfill_processor(spark, workspace, app, start_ms, end_ms, into)
     sql_app = select_outputs(load_app(Path(app)), into)
     for source in sql_app.inputs:

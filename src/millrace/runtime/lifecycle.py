@@ -42,9 +42,10 @@ from millrace.bus.offsets import stream_offsets
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AlreadyDeployedError, AppNotFoundError, LifecycleError
-from millrace.processor.loading import is_processor_target, load_processor
+from millrace.processor.loading import load_processor
 from millrace.processor.processor import Processor
 from millrace.runtime import checkpoints, drivers, registry
+from millrace.runtime.app_sources import source_kind
 from millrace.runtime.drivers import DriverLock
 from millrace.runtime.registry import STOP_TIMEOUT_S, AppRecord
 from millrace.runtime.state_schema import (
@@ -124,7 +125,7 @@ def describe_source(source: str) -> AppSource:
         >>> describe_source("examples/top_events.sql").name  # doctest: +SKIP
         'top_events'
     """
-    if is_processor_target(source) and not Path(source).exists():
+    if source_kind(source) == "processor":
         where, _, name = source.rpartition(":")
         if where.endswith(".py"):
             source = f"{Path(where).absolute()}:{name}"
