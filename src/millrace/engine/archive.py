@@ -115,10 +115,10 @@ def archive_view(spark: SparkSession, workspace: Workspace, stream: str) -> Data
     record's bus time) and `event_date`.
     """
     # Imported here: `streams` reads archives through this module.
-    from millrace.engine.streams import _record_id
+    from millrace.engine.streams import record_id_column
 
     return read_archive(spark, workspace, stream).select(
-        _record_id().alias("record_id"),
+        record_id_column().alias("record_id"),
         F.col("key").cast("string").alias("key"),
         F.col("value").cast("string").alias("value"),
         F.map_from_entries(

@@ -577,7 +577,7 @@ def _decode(
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
         F.coalesce(
-            _record_id(),
+            record_id_column(),
             # The stream's name, not Kafka's `topic` column: an archive has none.
             F.concat_ws(":", F.lit(stream), F.col("partition"), F.col("offset")),
         ).alias("record_id"),
@@ -654,8 +654,15 @@ def event_time_column(raw: Column, arrival: Column) -> Column:
     )
 
 
-def _record_id() -> Column:
-    """The `id` header's value, NULL when empty; millrace's writers put it first."""
+def record_id_column() -> Column:
+    """A Kafka record's id: its `id` header's value, NULL when empty or missing.
+
+    Reads the record's `headers` column, as Kafka's reader or an archive gives it; millrace's
+    writers put the `id` header first, so it is looked for there before the others.
+
+    Example:
+        >>> raw.select(record_id_column().alias("record_id"))  # doctest: +SKIP
+    """
     first = F.expr("try_element_at(headers, 1)")
     searched = F.expr(f"try_element_at(filter(headers, h -> h.key = '{ID_HEADER}'), 1)")
     found = (
