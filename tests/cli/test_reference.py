@@ -1,5 +1,7 @@
 from pathlib import Path
 
+from click.testing import CliRunner
+
 from millrace.cli.main import cli
 from millrace.cli.reference import render
 
@@ -16,3 +18,11 @@ def test_the_reference_covers_every_command() -> None:
     page = PAGE.read_text()
     for name in cli.commands:
         assert f"## millrace {name}\n" in page
+
+
+def test_the_reference_is_the_same_once_the_cli_has_run_in_the_process() -> None:
+    before = render()
+    assert CliRunner().invoke(cli, ["stream", "--help"]).exit_code == 0
+
+    assert render() == before
+    assert "-h, --help" in before, "as a user's `millrace -h` shows it"

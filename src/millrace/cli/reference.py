@@ -31,21 +31,24 @@ the README.
 def render() -> str:
     """The whole reference page, as markdown."""
     sections = [_INTRODUCTION]
-    for path, command in _commands(cli, ["millrace"]):
-        sections.append(f"## {' '.join(path)}\n\n```text\n{_help(command, path)}\n```\n")
+    top = click.Context(cli, info_name="millrace", terminal_width=_WIDTH, **cli.context_settings)
+    for path, context in _contexts(top, ["millrace"]):
+        help_text = context.command.get_help(context).rstrip()
+        sections.append(f"## {' '.join(path)}\n\n```text\n{help_text}\n```\n")
     return "\n".join(sections)
 
 
-def _commands(command: click.Command, path: list[str]) -> Iterator[tuple[list[str], click.Command]]:
-    yield path, command
-    if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            yield from _commands(command.commands[name], [*path, name])
+def _contexts(context: click.Context, path: list[str]) -> Iterator[tuple[list[str], click.Context]]:
+    """Each command from `context`'s down, each with a context made as `millrace` makes it.
 
-
-def _help(command: click.Command, path: list[str]) -> str:
-    context = click.Context(command, info_name=" ".join(path), terminal_width=_WIDTH)
-    return command.get_help(context).rstrip()
+    A command's context is a child of its group's, so that it takes the group's settings
+    (`-h` for help) as it does when run, whether or not the CLI has run in this process.
+    """
+    yield path, context
+    if isinstance(context.command, click.Group):
+        for name in sorted(context.command.commands):
+            child = click.Context(context.command.commands[name], parent=context, info_name=name)
+            yield from _contexts(child, [*path, name])
 
 
 if __name__ == "__main__":
