@@ -36,6 +36,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from millrace.bus.markers import MarkerWriter
 from millrace.bus.streams import require_stream
@@ -135,11 +136,11 @@ class OutputWatermark:
         }
 
 
-def _watermark_ms(progress: object) -> int | None:
+def _watermark_ms(progress: StreamingQueryProgress | None) -> int | None:
     """The watermark a query's progress reports (epoch ms); None before it has one."""
     if progress is None:
         return None
-    text = (progress["eventTime"] or {}).get("watermark")  # type: ignore[index]
+    text = (progress.eventTime or {}).get("watermark")
     if not text:
         return None
     watermark_ms = int(datetime.fromisoformat(text).timestamp() * 1000)
