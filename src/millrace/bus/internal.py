@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from millrace.bus.markers import WATERMARK_HEADER, is_marker, writer_of
 from millrace.bus.messages import carried_time_ms, decode_message, header, origin
-from millrace.bus.streams import _admin, _bus_error, _wait_for_leaders, describe_stream
+from millrace.bus.streams import admin_client, bus_error, describe_stream, wait_for_leaders
 from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
 from millrace.errors import StreamNameError
@@ -78,14 +78,14 @@ def create_internal_stream(
         replication_factor=-1,
         config={"retention.ms": str(retention_ms), "message.timestamp.type": "LogAppendTime"},
     )
-    admin = _admin(settings)
+    admin = admin_client(settings)
     future = admin.create_topics([topic], request_timeout=bounded(_TIMEOUT_S))[name]
     try:
         future.result(timeout=bounded(_TIMEOUT_S))
     except KafkaException as error:
         if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise _bus_error(f"could not create stream {name!r}", error, settings) from None
-    _wait_for_leaders(admin, name)
+            raise bus_error(f"could not create stream {name!r}", error, settings) from None
+    wait_for_leaders(admin, name)
 
 
 class InternalWriter:
@@ -164,7 +164,7 @@ def append_times_at(settings: Settings, stream: str, offsets: dict[int, int]) ->
                 pending.discard(bucket)
                 consumer.pause([TopicPartition(stream, bucket)])
     except KafkaException as error:
-        raise _bus_error(f"could not read stream {stream!r}", error, settings) from None
+        raise bus_error(f"could not read stream {stream!r}", error, settings) from None
     finally:
         consumer.close()
     return found
@@ -232,7 +232,7 @@ class StreamWatch:
                 for bucket in range(self._buckets)
             }
         except KafkaException as error:
-            raise _bus_error(
+            raise bus_error(
                 f"could not read stream {self.stream!r}", error, self._settings
             ) from None
 
@@ -280,7 +280,7 @@ class StreamWatch:
             consumer.resume([TopicPartition(self.stream, bucket) for bucket in starts])
             consumer.unassign()
         except KafkaException as error:
-            raise _bus_error(
+            raise bus_error(
                 f"could not read stream {self.stream!r}", error, self._settings
             ) from None
         return found
@@ -344,7 +344,7 @@ def read_after(
             except RecordDecodeError:
                 continue
     except KafkaException as error:
-        raise _bus_error(f"could not read stream {stream!r}", error, settings) from None
+        raise bus_error(f"could not read stream {stream!r}", error, settings) from None
     finally:
         consumer.close()
     return records, after
@@ -372,7 +372,7 @@ def latest_markers(
         {'clicks_clean': {'filter': 1767225604999}}
     """
     found: dict[str, dict[str, int]] = {}
-    admin = _admin(settings)
+    admin = admin_client(settings)
     try:
         topics = admin.list_topics(timeout=bounded(_TIMEOUT_S)).topics
         buckets = [
@@ -383,7 +383,7 @@ def latest_markers(
         lows = _offsets_of(admin, buckets, OffsetSpec.earliest())
         ends = _offsets_of(admin, buckets, OffsetSpec.latest())
     except KafkaException as error:
-        raise _bus_error("could not read the streams' watermark markers", error, settings) from None
+        raise bus_error("could not read the streams' watermark markers", error, settings) from None
     starts = {
         place: max(lows[place], end - count, read_to.get(place, 0))
         for place, end in ends.items()
@@ -409,7 +409,7 @@ def latest_markers(
                 writers = found.setdefault(stream, {})
                 writers[writer] = max(writers.get(writer, int(text)), int(text))
         except KafkaException as error:
-            raise _bus_error(
+            raise bus_error(
                 "could not read the streams' watermark markers", error, settings
             ) from None
         finally:

@@ -113,11 +113,11 @@ def create_stream(
         replication_factor=-1,
         config={"retention.ms": str(retention_ms), "message.timestamp.type": "LogAppendTime"},
     )
-    admin = _admin(settings)
+    admin = admin_client(settings)
     future = admin.create_topics([topic], request_timeout=bounded(_TIMEOUT_S))[name]
     try:
         future.result(timeout=bounded(_TIMEOUT_S))
-        _wait_for_leaders(admin, name)
+        wait_for_leaders(admin, name)
     except KafkaException as error:
         if error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
             if exist_ok:
@@ -126,22 +126,22 @@ def create_stream(
                 f"stream {name!r} already exists",
                 hint=f"use it as it is, or delete it first (`millrace stream delete {name}`)",
             ) from None
-        raise _bus_error(f"could not create stream {name!r}", error, settings) from None
+        raise bus_error(f"could not create stream {name!r}", error, settings) from None
 
 
 def list_streams(settings: Settings) -> list[str]:
     """The names of all streams, sorted; Kafka's internal topics are left out."""
     try:
-        metadata = _admin(settings).list_topics(timeout=bounded(_TIMEOUT_S))
+        metadata = admin_client(settings).list_topics(timeout=bounded(_TIMEOUT_S))
     except KafkaException as error:
-        raise _bus_error("could not list the streams", error, settings) from None
+        raise bus_error("could not list the streams", error, settings) from None
     return sorted(name for name in metadata.topics if not name.startswith("__"))
 
 
 def describe_stream(settings: Settings, name: str) -> StreamInfo:
     """Buckets with their start and end offsets, record count and retention of stream `name`."""
     partitions = sorted(_topic(settings, name).partitions)
-    admin = _admin(settings)
+    admin = admin_client(settings)
     starts = _offsets(admin, name, partitions, OffsetSpec.earliest())
     ends = _offsets(admin, name, partitions, OffsetSpec.latest())
     resource = ConfigResource(ResourceType.TOPIC, name)
@@ -156,7 +156,7 @@ def delete_stream(settings: Settings, name: str) -> None:
 
     Returns once the bus no longer lists the stream, so it can be created again at once.
     """
-    admin = _admin(settings)
+    admin = admin_client(settings)
     future = admin.delete_topics([name], request_timeout=bounded(_TIMEOUT_S))[name]
     try:
         future.result(timeout=bounded(_TIMEOUT_S))
@@ -168,7 +168,7 @@ def delete_stream(settings: Settings, name: str) -> None:
     except KafkaException as error:
         if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise _not_found(name) from None
-        raise _bus_error(f"could not delete stream {name!r}", error, settings) from None
+        raise bus_error(f"could not delete stream {name!r}", error, settings) from None
 
 
 def require_stream(settings: Settings, name: str) -> int:
@@ -198,8 +198,15 @@ def _retention_ms(retention: str) -> int:
     return retention_ms
 
 
-def _wait_for_leaders(admin: AdminClient, name: str) -> None:
-    """Block until every bucket of a new stream has a leader, so it is usable at once."""
+def wait_for_leaders(admin: AdminClient, name: str) -> None:
+    """Block until every bucket of a new stream has a leader, so it is usable at once.
+
+    Kafka answers a topic's creation before its partitions have leaders; a write or read in
+    between fails. Gives up silently after the bus's timeout, leaving the error to the use.
+
+    Example:
+        >>> wait_for_leaders(admin_client(settings), "clicks")  # doctest: +SKIP
+    """
     deadline = time.monotonic() + bounded(_TIMEOUT_S)
     while time.monotonic() < deadline:
         topic = admin.list_topics(topic=name, timeout=bounded(_TIMEOUT_S)).topics.get(name)
@@ -235,7 +242,13 @@ def _offsets(
             time.sleep(0.1)
 
 
-def _admin(settings: Settings) -> AdminClient:
+def admin_client(settings: Settings) -> AdminClient:
+    """The Kafka admin client of the bus `settings` name, one per bus for the process.
+
+    Example:
+        >>> admin_client(settings).list_topics(timeout=5).topics  # doctest: +SKIP
+        {'clicks': TopicMetadata(clicks, 4 partitions), ...}
+    """
     return _admin_for(settings.bootstrap_servers)
 
 
@@ -248,9 +261,9 @@ def _admin_for(bootstrap_servers: str) -> AdminClient:
 
 def _topic(settings: Settings, name: str) -> TopicMetadata:
     try:
-        metadata = _admin(settings).list_topics(topic=name, timeout=bounded(_TIMEOUT_S))
+        metadata = admin_client(settings).list_topics(topic=name, timeout=bounded(_TIMEOUT_S))
     except KafkaException as error:
-        raise _bus_error(f"could not look up stream {name!r}", error, settings) from None
+        raise bus_error(f"could not look up stream {name!r}", error, settings) from None
     topic = metadata.topics.get(name)
     if topic is None or topic.error is not None:
         raise _not_found(name)
@@ -265,7 +278,13 @@ def _not_found(name: str) -> StreamNotFoundError:
     )
 
 
-def _bus_error(what: str, error: KafkaException, settings: Settings) -> BusError:
+def bus_error(what: str, error: KafkaException, settings: Settings) -> BusError:
+    """The `BusError` for a request to the bus that failed: `what` failed, why, and where.
+
+    Example:
+        >>> raise bus_error("could not list the streams", error, settings)  # doctest: +SKIP
+        BusError: could not list the streams: ... (bus at 127.0.0.1:9092)
+    """
     return BusError(
         f"{what}: {error.args[0].str()} (bus at {settings.bootstrap_servers})",
         hint="is the broker up? `millrace status` tells, `millrace up` starts it",
