@@ -64,6 +64,29 @@ def test_apps_and_streams_as_json(
     assert stream in [listed["name"] for listed in client.get("/streams").json()]
 
 
+def test_an_apps_history_details_and_input_records_as_json(
+    client: TestClient, lagging_app: str
+) -> None:
+    stream = lagging_app.replace("paused_", "paused.in.")
+    history = client.get(f"/apps/{lagging_app}/history", params={"span_s": 3600}).json()
+    figures = {figure["name"]: figure["lines"] for figure in history["figures"]}
+    assert history["batches"] >= 1
+    [line] = figures["input_rows_per_second"]
+    assert line["query"] == f"{lagging_app}.reader" and line["points"]
+
+    details = client.get(f"/apps/{lagging_app}/details").json()
+    assert details["deployment"] is None  # run in the foreground, not deployed
+    assert {batch["query"] for batch in details["batches"]} == {"reader"}
+
+    records = client.get(f"/streams/{stream}/records", params={"count": 3}).json()
+    assert len(records) == 3 and all(0 <= record["value"]["n"] < 15 for record in records)
+    arrivals = [record["arrived"] for record in records]
+    assert arrivals == sorted(arrivals, reverse=True)
+    assert client.get(f"/streams/{stream}/dead-letters").json() == []
+    assert client.get(f"/apps/{lagging_app}/tables").json() == []
+    assert client.get("/apps/no_such_app/history").status_code == 404
+
+
 def test_an_app_shows_its_output_watermark_and_how_far_it_trails_its_source(
     workspace: Workspace,
 ) -> None:
@@ -132,6 +155,13 @@ def test_the_openapi_document_matches_the_implementation(
         "/alerts",
         "/apps/{app}/tables/{table}",
         "/tables/{table}/{key}",
+        "/pipeline",
+        "/apps/{app}/history",
+        "/apps/{app}/details",
+        "/apps/{app}/tables",
+        "/streams/{name}/records",
+        "/streams/{name}/dead-letters",
+        "/alerts/recent",
     }
     for operation in operations:
 

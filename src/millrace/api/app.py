@@ -2,7 +2,8 @@
 
 `create_app` builds the service from `ROUTERS`: to add routes, write an `APIRouter` in a
 module of this package (using `millrace.api.deps` for the workspace and the monitor, and
-`ERROR_RESPONSES` for the errors it documents) and append it to `ROUTERS`. Every route,
+`ERROR_RESPONSES` for the errors it documents) and append it to `ROUTERS`. The dashboard's
+pages (`millrace.api.dashboard`) are under `/ui/`, out of the OpenAPI document. Every route,
 the OpenAPI document (`/openapi.json`) and its pages (`/docs`, `/redoc`) included, requires
 the bearer token when the service has one (and only then does the document declare it).
 Each request waits at most `BUS_WAIT_S` for Kafka, so that with the bus down it gets its 503
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI
@@ -23,7 +26,8 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from millrace.api import monitoring, results, tables
+from millrace.api import app_details, history, monitoring, pipeline, records, results, tables
+from millrace.api.dashboard.pages import install_dashboard
 from millrace.api.deps import require_token
 from millrace.api.errors import install_error_handlers
 from millrace.bus.timeouts import bus_timeouts_at_most
@@ -31,11 +35,20 @@ from millrace.config.workspace import Workspace
 from millrace.errors import ConfigError
 from millrace.monitor.service import Monitor
 
-ROUTERS: list[APIRouter] = [monitoring.router, results.router, tables.router]
+ROUTERS: list[APIRouter] = [
+    monitoring.router,
+    pipeline.router,
+    app_details.router,
+    history.router,
+    records.router,
+    results.router,
+    tables.router,
+]
 """The routers the service includes, in order."""
 
 BUS_WAIT_S = 2.0
 """How long a request waits for each answer from Kafka before its 503."""
+_START_S = 30.0
 
 
 def create_app(
@@ -83,6 +96,7 @@ def create_app(
     app.add_middleware(_BoundedBusWaits, seconds=BUS_WAIT_S)
     for router in ROUTERS:
         app.include_router(router)
+    install_dashboard(app)
     if token:
         _guarded_documentation(app, guarded)
     return app
@@ -126,6 +140,48 @@ def serve(workspace: Workspace, *, host: str, port: int, token: str | None) -> N
     check_binding(host, token)
     app = create_app(workspace, token=token, evaluate_alerts=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@contextlib.contextmanager
+def background_service(
+    workspace: Workspace, *, host: str, port: int, token: str | None = None
+) -> Iterator[str]:
+    """The service on `host:port` in a thread while the `with` lasts; its address.
+
+    Raises `ConfigError` when the port is taken, or when `host` is beyond loopback without a
+    token (as `serve`).
+
+    Example:
+        >>> with background_service(workspace, host="127.0.0.1", port=8321) as url:
+        ...     print(f"dashboard at {url}/ui/")  # doctest: +SKIP
+    """
+    check_binding(host, token)
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise ConfigError(
+                f"cannot serve on {host}:{port}: {error.strerror}",
+                hint="another `millrace serve` may hold the port; choose another",
+            ) from None
+    app = create_app(workspace, token=token, evaluate_alerts=True)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="service", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + _START_S
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not server.started:
+        server.should_exit = True
+        raise ConfigError(
+            f"the service did not start on {host}:{port}",
+            hint="the port may have been taken meanwhile; choose another",
+        )
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join()
 
 
 def check_binding(host: str, token: str | None) -> None:

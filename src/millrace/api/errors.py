@@ -71,10 +71,15 @@ def status_of(error: MillraceError) -> int:
     return _STATUS_BY_CODE.get(error.code, 500)
 
 
-def _workspace_paths(request: Request) -> Callable[[str | None], str]:
+def workspace_paths(request: Request) -> Callable[[str | None], str]:
     """A function that writes the workspace's folder as `<workspace>` in a message.
 
     The service's callers need not know where the workspace lives on its machine.
+
+    Example:
+        >>> hide = workspace_paths(request)  # doctest: +SKIP
+        >>> hide("/home/ana/ws/tables/x: no such table")  # doctest: +SKIP
+        '<workspace>/tables/x: no such table'
     """
     root = request.app.state.workspace.root
     folders = sorted({str(root), str(root.resolve())}, key=len, reverse=True)
@@ -100,7 +105,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(MillraceError)
     async def _millrace(request: Request, error: MillraceError) -> JSONResponse:
-        hide = _workspace_paths(request)
+        hide = workspace_paths(request)
         return error_response(
             status_of(error), error.code, hide(error.message), hide(error.hint) or None
         )

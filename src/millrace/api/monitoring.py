@@ -88,6 +88,20 @@ class AlertModel(BaseModel):
     message: str
 
 
+class AlertChange(BaseModel):
+    """An alert that fired or resolved, and when."""
+
+    rule: str
+    state: str
+    kind: str
+    app: str
+    value: float
+    threshold: float
+    since: str
+    time: str
+    message: str
+
+
 @router.get(
     "/metrics",
     response_class=Response,
@@ -147,10 +161,29 @@ def alerts(monitor: Monitor = Depends(get_monitor)) -> list[AlertModel]:  # noqa
             app=alert.app,
             value=alert.value,
             threshold=alert.threshold,
-            since=_iso(alert.since_ms) or "",
+            since=iso_time(alert.since_ms) or "",
             message=alert.message,
         )
         for alert in monitor.alerts.firing
+    ]
+
+
+@router.get("/alerts/recent", summary="The latest alerts that fired or resolved")
+def recent_alerts(monitor: Monitor = Depends(get_monitor)) -> list[AlertChange]:  # noqa: B008
+    """Newest first, the last 100 at most since the service started."""
+    return [
+        AlertChange(
+            rule=alert.rule,
+            state=alert.state,
+            kind=alert.kind,
+            app=alert.app,
+            value=alert.value,
+            threshold=alert.threshold,
+            since=iso_time(alert.since_ms) or "",
+            time=iso_time(alert.time_ms) or "",
+            message=alert.message,
+        )
+        for alert in monitor.alerts.recent
     ]
 
 
@@ -179,15 +212,15 @@ def _app(status: AppStatus, now_ms: int) -> App:
         queries=status.queries,
         lag_records=status.lag_records,
         lag_seconds=status.lag_seconds,
-        watermark=_iso(status.watermark_ms),
+        watermark=iso_time(status.watermark_ms),
         watermark_lag_seconds=status.watermark_lag_seconds,
-        output_watermark=_iso(status.output_watermark_ms),
+        output_watermark=iso_time(status.output_watermark_ms),
         watermark_behind_source_seconds=status.watermark_behind_source_seconds,
         sources=status.sources,
         input_rows_per_second=status.input_rows_per_second,
         processed_rows_per_second=status.processed_rows_per_second,
         last_batch_id=status.last_batch_id,
-        last_batch_time=_iso(status.last_batch_ms),
+        last_batch_time=iso_time(status.last_batch_ms),
         state_rows=status.state_rows,
         state_memory_bytes=status.state_memory_bytes,
         recent_late_rows=status.recent_late_rows,
@@ -205,7 +238,13 @@ def _app(status: AppStatus, now_ms: int) -> App:
     )
 
 
-def _iso(time_ms: int | None) -> str | None:
+def iso_time(time_ms: int | None) -> str | None:
+    """`time_ms` (epoch milliseconds) as ISO-8601 UTC to the millisecond; None for None.
+
+    Example:
+        >>> iso_time(1767225600000)
+        '2026-01-01T00:00:00.000Z'
+    """
     if time_ms is None:
         return None
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time_ms / 1000)) + (

@@ -1,4 +1,4 @@
-"""Routes for SQL apps' result tables: `GET /apps/{app}/tables/{table}`.
+"""Routes for SQL apps' result tables: `GET /apps/{app}/tables` and `/apps/{app}/tables/{table}`.
 
 `?topic=sports&last=3` keeps the rows whose column `topic` is `sports`, from the table's 3
 latest windows. Column filters are compared as values (never pasted into a query); a time
@@ -11,13 +11,16 @@ service needs no Spark and reads only the rows it returns.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from millrace.api.deps import get_workspace
+from millrace.api.app_details import require_known_app
+from millrace.api.deps import get_monitor, get_workspace
 from millrace.api.errors import ERROR_RESPONSES
 from millrace.config.workspace import Workspace
+from millrace.monitor.service import Monitor
 from millrace.runtime.result_files import read_result_rows
 
 router = APIRouter(responses=ERROR_RESPONSES)
@@ -45,3 +48,27 @@ def result_rows(
         column: value for column, value in request.query_params.items() if column not in _RESERVED
     }
     return read_result_rows(workspace, app, table, where=where, last=last)
+
+
+@router.get("/apps/{app}/tables", tags=["results"])
+def tables(
+    app: str = Path(pattern=NAME_PATTERN, description="The app's name."),
+    workspace: Workspace = Depends(get_workspace),  # noqa: B008
+    monitor: Monitor = Depends(get_monitor),  # noqa: B008
+) -> list[str]:
+    """The result tables an app has written, sorted (none for a processor); 404 for no app."""
+    require_known_app(workspace, monitor, app)
+    return result_tables(workspace, app)
+
+
+def result_tables(workspace: Workspace, app: str) -> list[str]:
+    """The result tables app `app` has written, sorted.
+
+    Example:
+        >>> result_tables(workspace, "trending_ranker")  # doctest: +SKIP
+        ['top_events']
+    """
+    folder = workspace.tables_dir / app
+    if not re.match(NAME_PATTERN, app) or not folder.is_dir():
+        return []
+    return sorted(path.name for path in folder.iterdir() if (path / "_delta_log").is_dir())

@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from dataclasses import asdict, dataclass
 
 from millrace.config.alerts import AlertRule
@@ -22,6 +23,8 @@ from millrace.monitor.status import AppStatus
 
 _log = logging.getLogger(__name__)
 _WEBHOOK_TIMEOUT_S = 5.0
+RECENT_ALERTS = 100
+"""How many of the latest alerts that fired or resolved an evaluator keeps."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class AlertEvaluator:
         self.webhook_failures = 0
         self._since: dict[tuple[str, str], int] = {}
         self._firing: dict[tuple[str, str], Alert] = {}
+        self._recent: deque[Alert] = deque(maxlen=RECENT_ALERTS)
         self._lock = threading.Lock()
 
     @property
@@ -63,6 +67,12 @@ class AlertEvaluator:
         """The alerts firing now."""
         with self._lock:
             return list(self._firing.values())
+
+    @property
+    def recent(self) -> list[Alert]:
+        """The latest alerts that fired or resolved (at most `RECENT_ALERTS`), newest first."""
+        with self._lock:
+            return list(reversed(self._recent))
 
     def evaluate(
         self, statuses: list[AppStatus], metrics: MetricsLog, *, now_ms: int | None = None
@@ -77,6 +87,7 @@ class AlertEvaluator:
                         alert = self._check(rule, status, metrics, now_ms)
                         if alert is not None:
                             changed.append(alert)
+            self._recent.extend(changed)
         for alert in changed:
             log = _log.warning if alert.state == "firing" else _log.info
             log("alert %s: %s", alert.state, alert.message)

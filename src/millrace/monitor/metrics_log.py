@@ -77,7 +77,7 @@ class MetricsLog:
                 # No app has published a batch yet.
                 return
             for stamped in records:
-                batch = _batch(stamped.record.value)
+                batch = batch_of(stamped.record.value)
                 if batch is None or (batch.run_id, batch.batch_id) in self._seen:
                     continue
                 self._seen.add((batch.run_id, batch.batch_id))
@@ -109,7 +109,14 @@ class MetricsLog:
         return latest
 
 
-def _batch(value: dict[str, Any]) -> Batch | None:
+def batch_of(value: dict[str, Any]) -> Batch | None:
+    """The batch a metrics record tells of, or None for a record the listener did not write.
+
+    Example:
+        >>> batch_of({"app": "a", "query": "a.q", "run_id": "r", "batch_id": 3,
+        ...           "time": "2026-01-01T00:00:00Z"}).batch_id
+        3
+    """
     try:
         time_ms = _epoch_ms(value["time"])
         if time_ms is None:

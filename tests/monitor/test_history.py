@@ -1,0 +1,43 @@
+"""An app's history for charts: its batches over a span from the metrics stream, at most a
+given number of points per query and figure, however many batches the span holds."""
+
+from millrace.config.workspace import Workspace
+from millrace.monitor.history import SERIES, app_history
+from millrace.monitor.metrics_log import MetricsLog
+
+HOUR_MS = 3_600_000
+
+
+def test_an_apps_batches_become_points_of_each_figure(
+    workspace: Workspace, paused_app: str
+) -> None:
+    metrics = MetricsLog(workspace.settings, lookback_ms=HOUR_MS)
+    metrics.refresh()
+    batches = metrics.batches(paused_app)
+
+    history = app_history(workspace.settings, paused_app, span_ms=HOUR_MS, buckets=1000)
+
+    assert history.batches == len(batches)
+    query = f"{paused_app}.reader"
+    rows_read = [value for _, value in history.series["input_rows_per_second"][query]]
+    assert len(rows_read) == len({batch.time_ms // (HOUR_MS // 1000) for batch in batches})
+    assert all(history.since_ms <= time_ms <= history.until_ms
+               for _, line in history.series["batch_duration_seconds"].items()
+               for time_ms, _ in line)  # fmt: skip
+    assert set(history.series) <= set(SERIES)
+
+
+def test_a_long_span_is_folded_into_the_slices_asked_for(
+    workspace: Workspace, paused_app: str
+) -> None:
+    history = app_history(workspace.settings, paused_app, span_ms=24 * HOUR_MS, buckets=2)
+
+    assert history.batches >= 1
+    for figure in history.series.values():
+        for points in figure.values():
+            assert 1 <= len(points) <= 3
+
+
+def test_an_app_without_batches_has_empty_series(workspace: Workspace) -> None:
+    history = app_history(workspace.settings, "no_such_app", span_ms=HOUR_MS)
+    assert (history.batches, history.series) == (0, {})
