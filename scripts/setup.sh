@@ -8,9 +8,9 @@ cd "$(dirname "$0")/.."
 venv="${MILLRACE_VENV:-.venv}"
 jars_dir="$venv/share/millrace/jars"
 # Debian packages the project needs. Tools found on the PATH are not installed again.
-# chromium runs the dashboard's browser tests.
-debian_packages=(maven redis-server chromium)
-declare -A provides=([maven]=mvn [redis-server]=redis-server [chromium]=chromium)
+# chromium runs the dashboard's browser tests; openssl makes the local broker's TLS certificates.
+debian_packages=(maven redis-server chromium openssl)
+declare -A provides=([maven]=mvn [redis-server]=redis-server [chromium]=chromium [openssl]=openssl)
 
 say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 fail() { printf '\033[1;31msetup failed:\033[0m %s\n' "$*" >&2; exit 1; }

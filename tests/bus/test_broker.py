@@ -6,6 +6,7 @@ import pytest
 
 from millrace.bus.broker import broker_status, start_broker, stop_broker
 from millrace.bus.streams import list_streams
+from millrace.config.settings import LOCAL_BROKER_CA
 from millrace.config.workspace import Workspace
 from millrace.errors import BrokerError, SetupError
 
@@ -62,3 +63,25 @@ def test_with_an_existing_cluster_up_starts_no_broker(workspace: Workspace) -> N
 
 def _with_settings(workspace: Workspace, **changes: object) -> Workspace:
     return Workspace(workspace.root, replace(workspace.settings, **changes))
+
+
+def test_a_sasl_listener_is_refused_on_data_made_without_its_scram_user(
+    fresh_workspace: Workspace,
+) -> None:
+    start_broker(fresh_workspace)
+    stop_broker(fresh_workspace)
+    secured = _with_settings(
+        fresh_workspace,
+        kafka_security_protocol="SASL_SSL",
+        kafka_user="millrace",
+        kafka_password="s3cret",
+        kafka_ssl_ca_file=str(fresh_workspace.root / LOCAL_BROKER_CA),
+    )
+    with pytest.raises(BrokerError) as raised:
+        start_broker(secured)
+    assert (
+        f"the local broker's data in {fresh_workspace.kafka_dir / 'data'} holds no SCRAM user, "
+        "not the user 'millrace' (SCRAM-SHA-512) that the settings name"
+    ) in raised.value.message
+    assert "move" in raised.value.hint and "s3cret" not in str(raised.value)
+    assert not broker_status(secured).running

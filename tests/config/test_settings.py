@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,93 @@ def test_a_file_that_is_not_utf8_names_the_file_line_and_byte(tmp_path: Path) ->
         load_settings(config, {})
     assert f"{config}:2 is not valid UTF-8: byte 17 (0xff)" in raised.value.message
     assert "UTF-8" in (raised.value.hint or "")
+
+
+def test_kafka_security_is_read_from_the_file_in_kafkas_spelling_with_files_in_the_workspace(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "millrace.toml"
+    config.write_text(
+        '[kafka]\nbootstrap = "kafka.example.com:9093"\nsecurity_protocol = "sasl_ssl"\n'
+        'sasl_mechanism = "scram-sha-256"\nuser = "millrace"\npassword_file = "secrets/kafka"\n'
+        'ssl_ca_file = "/etc/ssl/company-ca.pem"\n'
+    )
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "kafka").write_text("pass word\n")
+    settings = load_settings(config, {})
+    assert (settings.kafka_security_protocol, settings.kafka_sasl_mechanism) == (
+        "SASL_SSL",
+        "SCRAM-SHA-256",
+    )
+    assert settings.kafka_password_file == str(tmp_path / "secrets" / "kafka")
+    assert settings.kafka_ssl_ca_file == "/etc/ssl/company-ca.pem"
+    assert settings.kafka_sasl_password == "pass word"
+
+
+def test_the_kafka_password_comes_from_the_environment_and_never_shows_in_the_settings() -> None:
+    settings = load_settings(None, {"MILLRACE_KAFKA_PASSWORD": "hunter2-secret"})
+    assert settings.kafka_sasl_password == "hunter2-secret"
+    assert "hunter2-secret" not in repr(settings)
+
+
+def test_the_local_brokers_clients_trust_the_ca_that_millrace_up_makes(tmp_path: Path) -> None:
+    settings = load_settings(
+        tmp_path / "millrace.toml", {"MILLRACE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}
+    )
+    assert settings.kafka_ssl_ca_file == str(tmp_path / "kafka" / "tls" / "ca.pem")
+    external = load_settings(
+        tmp_path / "millrace.toml",
+        {"MILLRACE_KAFKA_SECURITY_PROTOCOL": "SSL", "MILLRACE_KAFKA": "kafka.example.com:9093"},
+    )
+    assert external.kafka_ssl_ca_file == ""
+
+
+def test_an_unknown_protocol_or_mechanism_names_the_choices_and_the_line(tmp_path: Path) -> None:
+    config = tmp_path / "millrace.toml"
+    config.write_text('[kafka]\nsecurity_protocol = "TLS"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_settings(config, {})
+    assert (
+        "kafka.security_protocol must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, "
+        f"got 'TLS' ({config}:2)"
+    ) in raised.value.message
+    with pytest.raises(ConfigError, match="MILLRACE_KAFKA_SASL_MECHANISM"):
+        load_settings(None, {"MILLRACE_KAFKA_SASL_MECHANISM": "GSSAPI"})
+
+
+def test_a_password_set_twice_or_in_an_unreadable_file_is_refused_without_showing_it(
+    tmp_path: Path,
+) -> None:
+    twice = load_settings(
+        None, {"MILLRACE_KAFKA_PASSWORD": "hunter2-secret", "MILLRACE_KAFKA_PASSWORD_FILE": "x"}
+    )
+    both = r"both kafka\.password and kafka\.password_file"
+    with pytest.raises(ConfigError, match=both) as raised:
+        _ = twice.kafka_sasl_password
+    assert "hunter2-secret" not in str(raised.value)
+    missing = load_settings(tmp_path / "millrace.toml", {"MILLRACE_KAFKA_PASSWORD_FILE": "nope"})
+    with pytest.raises(ConfigError, match=re.escape(f"cannot read kafka.password_file {tmp_path}")):
+        _ = missing.kafka_sasl_password
+
+
+def test_the_redis_login_and_ca_go_into_the_url_clients_use_never_into_the_one_shown(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(
+        tmp_path / "millrace.toml",
+        {
+            "MILLRACE_REDIS": "rediss://cache.example.com:6380/0",
+            "MILLRACE_REDIS_USER": "app",
+            "MILLRACE_REDIS_PASSWORD": "p@ss/word",
+            "MILLRACE_REDIS_SSL_CA_FILE": "ca.pem",
+        },
+    )
+    ca = str(tmp_path / "ca.pem").replace("/", "%2F")
+    assert settings.redis == (
+        f"rediss://app:p%40ss%2Fword@cache.example.com:6380/0?ssl_ca_certs={ca}"
+    )
+    assert settings.redis_address == "rediss://cache.example.com:6380/0"
+    assert "p@ss/word" not in repr(settings)
+    in_the_url = load_settings(None, {"MILLRACE_REDIS": "redis://:s3cret@10.0.0.7:6379/1"})
+    assert in_the_url.redis == "redis://:s3cret@10.0.0.7:6379/1"
+    assert in_the_url.redis_address == "redis://10.0.0.7:6379/1"

@@ -8,7 +8,9 @@ command that started it; its pid, configuration, data and logs live in `<workspa
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -17,12 +19,16 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from millrace.bus.client_config import kafka_client_config, kafka_jaas_config
 from millrace.config.jvm import jars, java_executable
 from millrace.config.local_processes import live_command_line, loopback_port_is_free, stop_process
+from millrace.config.settings import LOCAL_BROKER_CA, Settings
 from millrace.config.workspace import Workspace
 from millrace.errors import BrokerError
 
 _STOP_GRACE_S = 30.0
+_SCRAM_ITERATIONS = 8192
+_CERTIFICATE_DAYS = 3650
 _LOG_EXCERPT_LINES = 25
 
 
@@ -56,9 +62,12 @@ def start_broker(workspace: Workspace) -> BrokerStatus:
         _require_free_port(port)
     classpath = os.pathsep.join(str(jar) for jar in jars(settings, "kafka"))
     paths = _BrokerPaths(workspace.kafka_dir)
-    paths.write_config(settings.kafka_port, settings.kafka_controller_port)
+    if settings.kafka_uses_tls:
+        _make_certificates(paths.tls, workspace.root / LOCAL_BROKER_CA)
+    paths.write_config(settings)
     if not (paths.data / "meta.properties").exists():
-        _format_storage(paths, classpath)
+        _format_storage(paths, classpath, settings)
+    _require_same_login(paths, settings)
     paths.logs.mkdir(parents=True, exist_ok=True)
     with open(paths.console_log, "ab") as console:
         process = subprocess.Popen(
@@ -81,7 +90,7 @@ def start_broker(workspace: Workspace) -> BrokerStatus:
             start_new_session=True,
         )
     paths.pid_file.write_text(str(process.pid))
-    _wait_until_ready(process, settings.bootstrap_servers, settings.kafka_start_timeout_s, paths)
+    _wait_until_ready(process, settings, paths)
     return BrokerStatus(settings.bootstrap_servers, True, False, process.pid, started_now=True)
 
 
@@ -116,12 +125,27 @@ class _BrokerPaths:
         self.pid_file = root / "broker.pid"
         self.server_log = self.logs / "server.log"
         self.console_log = self.logs / "console.log"
+        self.tls = root / "tls"
+        self.keystore = self.tls / "broker.pem"
+        self.login = self.data / "millrace-login"
 
-    def write_config(self, port: int, controller_port: int) -> None:
+    def write_config(self, settings: Settings) -> None:
+        """Write the broker's configuration, readable by this user only: it may hold a password."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(
-            _SERVER_PROPERTIES.format(port=port, controller_port=controller_port, data=self.data)
+        protocol = settings.kafka_security_protocol
+        text = _SERVER_PROPERTIES.format(
+            protocol=protocol,
+            port=settings.kafka_port,
+            controller_port=settings.kafka_controller_port,
+            data=self.data,
         )
+        if settings.kafka_uses_tls:
+            text += _TLS_PROPERTIES.format(keystore=self.keystore, ca=self.tls / "ca.pem")
+        if settings.kafka_uses_sasl:
+            text += _sasl_properties(settings)
+        self.config.touch(mode=0o600)
+        self.config.chmod(0o600)
+        self.config.write_text(text)
         self.log_config.write_text(_LOG4J2_PROPERTIES.format(server_log=self.server_log))
 
     def running_pid(self) -> int | None:
@@ -159,41 +183,164 @@ def _require_free_port(port: int) -> None:
         )
 
 
-def _format_storage(paths: _BrokerPaths, classpath: str) -> None:
+def _format_storage(paths: _BrokerPaths, classpath: str, settings: Settings) -> None:
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    result = subprocess.run(
-        [
-            java_executable(),
-            f"-Dlog4j2.configurationFile={paths.log_config}",
-            "-cp",
-            classpath,
-            "kafka.tools.StorageTool",
-            "format",
-            # One argument with '=': an id may start with '-', which would read as an option.
-            f"--cluster-id={cluster_id}",
-            "--config",
-            str(paths.config),
-            "--ignore-formatted",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    arguments = [
+        "-cp",
+        classpath,
+        "kafka.tools.StorageTool",
+        "format",
+        # One argument with '=': an id may start with '-', which would read as an option.
+        f"--cluster-id={cluster_id}",
+        "--config",
+        str(paths.config),
+        "--ignore-formatted",
+    ]
+    scram = settings.kafka_uses_sasl and settings.kafka_sasl_mechanism.startswith("SCRAM-")
+    if scram:
+        arguments += ["--add-scram", _scram_credential(settings)]
+    # The arguments go through a file only this user reads (java's @argfile), so that the
+    # SCRAM credential never shows in the process list.
+    argfile = paths.root / "format.args"
+    argfile.touch(mode=0o600)
+    argfile.chmod(0o600)
+    argfile.write_text("\n".join(_argfile_quoted(argument) for argument in arguments) + "\n")
+    try:
+        result = subprocess.run(
+            [java_executable(), f"-Dlog4j2.configurationFile={paths.log_config}", f"@{argfile}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        argfile.unlink(missing_ok=True)
     if result.returncode != 0:
         raise BrokerError(
             f"could not format the broker's storage in {paths.data}:\n"
             f"{(result.stdout + result.stderr).strip()[-3000:]}",
             hint=f"if the folder holds data of another Kafka version, move {paths.root} away",
         )
+    if scram:
+        paths.login.write_text(_login_of(settings))
+
+
+def _require_same_login(paths: _BrokerPaths, settings: Settings) -> None:
+    """Refuse to start a SCRAM listener whose user the broker's data was not made with."""
+    if not (settings.kafka_uses_sasl and settings.kafka_sasl_mechanism.startswith("SCRAM-")):
+        return
+    made = paths.login.read_text().strip() if paths.login.exists() else "no SCRAM user"
+    if made != _login_of(settings):
+        raise BrokerError(
+            f"the local broker's data in {paths.data} holds {made}, not the "
+            f"{_login_of(settings)} that the settings name: SCRAM users are made only when "
+            "the broker's storage is first formatted",
+            hint=f"to start afresh with this user (its streams are lost), stop the broker and "
+            f"move {paths.data} away; or set kafka.user and kafka.sasl_mechanism back",
+        )
+
+
+def _login_of(settings: Settings) -> str:
+    return f"user {settings.kafka_user!r} ({settings.kafka_sasl_mechanism})"
+
+
+def _scram_credential(settings: Settings) -> str:
+    """The `--add-scram` value of the settings' user: a salted password, as SCRAM keeps it."""
+    if not settings.kafka_user or not settings.kafka_sasl_password:
+        raise BrokerError(
+            f"the local broker's {settings.kafka_security_protocol} listener needs a user and "
+            "a password to create",
+            hint="set kafka.user, and the password with MILLRACE_KAFKA_PASSWORD or "
+            "kafka.password_file",
+        )
+    algorithm = settings.kafka_sasl_mechanism.removeprefix("SCRAM-").replace("-", "").lower()
+    salt = os.urandom(24)
+    salted = hashlib.pbkdf2_hmac(
+        algorithm, settings.kafka_sasl_password.encode(), salt, _SCRAM_ITERATIONS
+    )
+    return (
+        f"{settings.kafka_sasl_mechanism}=[name={settings.kafka_user},"
+        f'iterations={_SCRAM_ITERATIONS},salt="{base64.b64encode(salt).decode()}",'
+        f'saltedpassword="{base64.b64encode(salted).decode()}"]'
+    )
+
+
+def _argfile_quoted(argument: str) -> str:
+    """One argument of a java @argfile: quoted, with its backslashes and quotes escaped."""
+    return '"' + argument.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _sasl_properties(settings: Settings) -> str:
+    """The SASL part of the broker's configuration: its mechanism and its own login."""
+    mechanism = settings.kafka_sasl_mechanism
+    # A PLAIN listener checks passwords against the users its own login lists.
+    users = {f"user_{settings.kafka_user}": settings.kafka_sasl_password}
+    login = kafka_jaas_config(settings, users if mechanism == "PLAIN" else None)
+    listener = f"listener.name.{settings.kafka_security_protocol.lower()}.{mechanism.lower()}"
+    return (
+        f"sasl.enabled.mechanisms={mechanism}\n"
+        f"sasl.mechanism.inter.broker.protocol={mechanism}\n"
+        f"{listener}.sasl.jaas.config={_properties_text(login)}\n"
+    )
+
+
+def _properties_text(text: str) -> str:
+    """`text` as the value of a Java properties file, whose backslashes are escapes."""
+    return text.replace("\\", "\\\\")
+
+
+def _make_certificates(folder: Path, ca: Path) -> None:
+    """A certificate authority and the broker's key and certificate, signed by it, for 127.0.0.1.
+
+    Made once with openssl and kept; the CA's key is thrown away once it has signed.
+    """
+    keystore = folder / "broker.pem"
+    if keystore.exists() and ca.exists():
+        return
+    if shutil.which("openssl") is None:
+        raise BrokerError(
+            "openssl is not installed, so the local broker's TLS certificates cannot be made",
+            hint="run scripts/setup.sh (Debian: apt-get install openssl)",
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    ca_key, key, request, certificate = (
+        folder / name for name in ("ca.key", "broker.key", "broker.csr", "broker.crt")
+    )
+    days = str(_CERTIFICATE_DAYS)
+    steps = [
+        ["req", "-x509", "-newkey", "rsa:2048", "-noenc", "-keyout", ca_key, "-out", ca,
+         "-days", days, "-subj", "/CN=millrace local broker CA",
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        ["req", "-newkey", "rsa:2048", "-noenc", "-keyout", key, "-out", request,
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        ["x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+         "-out", certificate, "-days", days, "-copy_extensions", "copy"],
+    ]  # fmt: skip
+    for step in steps:
+        result = subprocess.run(
+            ["openssl", *map(str, step)], capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise BrokerError(
+                f"openssl could not make the local broker's certificates in {folder}:\n"
+                f"{(result.stdout + result.stderr).strip()[-2000:]}",
+                hint=f"move {folder} away and run `millrace up` again",
+            )
+    keystore.touch(mode=0o600)
+    keystore.write_text(key.read_text() + certificate.read_text() + ca.read_text())
+    for leftover in (ca_key, key, request, certificate, folder / "ca.srl"):
+        leftover.unlink(missing_ok=True)
 
 
 def _wait_until_ready(
-    process: subprocess.Popen[bytes], bootstrap: str, timeout_s: float, paths: _BrokerPaths
+    process: subprocess.Popen[bytes], settings: Settings, paths: _BrokerPaths
 ) -> None:
+    bootstrap, timeout_s = settings.bootstrap_servers, settings.kafka_start_timeout_s
     deadline = time.monotonic() + timeout_s
     admin = AdminClient(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_client_config(settings),
             "log_level": 0,
             "reconnect.backoff.ms": 50,
             "reconnect.backoff.max.ms": 200,
@@ -226,11 +373,11 @@ _SERVER_PROPERTIES = """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners={protocol}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners={protocol}://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name={protocol}
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,{protocol}:{protocol}
 log.dirs={data}
 num.partitions=1
 # Streams are created explicitly (`millrace stream create`), so a typo never makes a new one.
@@ -243,6 +390,13 @@ transaction.state.log.num.partitions=4
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+"""
+
+_TLS_PROPERTIES = """\
+ssl.keystore.type=PEM
+ssl.keystore.location={keystore}
+ssl.truststore.type=PEM
+ssl.truststore.location={ca}
 """
 
 _LOG4J2_PROPERTIES = """\

@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from millrace.bus.client_config import kafka_client_config
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.settings import Settings
 from millrace.errors import PublishError
@@ -78,7 +79,7 @@ class DeadLetterWriter:
             )
             self._producer = Producer(
                 {
-                    "bootstrap.servers": self._settings.bootstrap_servers,
+                    **kafka_client_config(self._settings),
                     "enable.idempotence": True,
                     "acks": "all",
                     "log_level": 0,

@@ -29,6 +29,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from millrace.bus.client_config import kafka_client_config
 from millrace.bus.markers import WATERMARK_HEADER, is_marker, writer_of
 from millrace.bus.messages import carried_time_ms, decode_message, header, origin
 from millrace.bus.streams import admin_client, bus_error, describe_stream, wait_for_leaders
@@ -99,9 +100,7 @@ class InternalWriter:
 
     def __init__(self, settings: Settings, stream: str) -> None:
         self.stream = stream
-        self._producer = Producer(
-            {"bootstrap.servers": settings.bootstrap_servers, "acks": "all", "log_level": 0}
-        )
+        self._producer = Producer({**kafka_client_config(settings), "acks": "all", "log_level": 0})
 
     def write(self, values: list[bytes]) -> list[int] | None:
         """Store `values` in order; their offsets, or None when one of them was not stored."""
@@ -444,7 +443,7 @@ def _offsets_of(
 def _consumer(settings: Settings) -> Consumer:
     return Consumer(
         {
-            "bootstrap.servers": settings.bootstrap_servers,
+            **kafka_client_config(settings),
             "group.id": "millrace-monitor",
             "enable.auto.commit": False,
             "log_level": 0,

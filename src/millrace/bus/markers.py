@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from millrace.bus.client_config import kafka_client_config
 from millrace.bus.messages import header
 from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
@@ -59,9 +60,7 @@ class MarkerWriter:
 
     def __init__(self, settings: Settings, app: str) -> None:
         self.app = app
-        self._producer = Producer(
-            {"bootstrap.servers": settings.bootstrap_servers, "acks": "all", "log_level": 0}
-        )
+        self._producer = Producer({**kafka_client_config(settings), "acks": "all", "log_level": 0})
 
     def write(self, stream: str, buckets: int, watermark_ms: int) -> bool:
         """Publish a marker of `watermark_ms` to each of the `buckets` of `stream`.

@@ -11,6 +11,7 @@ from typing import Literal
 
 from confluent_kafka import Consumer, TopicPartition
 
+from millrace.bus.client_config import kafka_client_config
 from millrace.bus.streams import require_stream
 from millrace.config.settings import Settings
 
@@ -28,7 +29,7 @@ def stream_offsets(
     buckets = require_stream(settings, stream)
     consumer = Consumer(
         {
-            "bootstrap.servers": settings.bootstrap_servers,
+            **kafka_client_config(settings),
             "group.id": "millrace-offsets",
             "enable.auto.commit": False,
             "log_level": 0,

@@ -14,6 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from millrace.bus.client_config import kafka_client_config
 from millrace.bus.streams import require_stream
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
@@ -73,7 +74,7 @@ class Publisher:
         self._failed_total = 0
         self._producer = Producer(
             {
-                "bootstrap.servers": self.settings.bootstrap_servers,
+                **kafka_client_config(self.settings),
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": linger_ms,

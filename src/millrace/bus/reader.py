@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from millrace.bus.client_config import kafka_client_config
 from millrace.bus.dead_letters import DeadLetterWriter
 from millrace.bus.markers import is_marker
 from millrace.bus.messages import decode_message, origin
@@ -74,7 +75,7 @@ class Reader:
         self._dead_letters = DeadLetterWriter(self.settings, stream)
         self._consumer = Consumer(
             {
-                "bootstrap.servers": self.settings.bootstrap_servers,
+                **kafka_client_config(self.settings),
                 "group.id": group,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
@@ -237,7 +238,7 @@ def tail(
     buckets = require_stream(settings, stream)
     consumer = Consumer(
         {
-            "bootstrap.servers": settings.bootstrap_servers,
+            **kafka_client_config(settings),
             "group.id": "millrace-tail",
             "enable.auto.commit": False,
             "log_level": 0,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
+    ClusterMetadata,
     ConfigResource,
     NewTopic,
     OffsetSpec,
@@ -29,6 +30,7 @@ from confluent_kafka.admin import (
     TopicMetadata,
 )
 
+from millrace.bus.client_config import kafka_client_config
 from millrace.bus.timeouts import bounded
 from millrace.config.durations import parse_duration_ms
 from millrace.config.settings import Settings
@@ -39,6 +41,13 @@ MAX_BUCKETS = 1024
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _TIMEOUT_S = 15.0
 _FOREVER = ("forever", "infinite", "-1")
+_LOGIN_CHECK_S = 1.0
+_REFUSED_LOGINS = (
+    KafkaError._AUTHENTICATION,
+    KafkaError._SSL,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+)
+_NO_ANSWER_YET = (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
 
 
 @dataclass(frozen=True)
@@ -131,10 +140,7 @@ def create_stream(
 
 def list_streams(settings: Settings) -> list[str]:
     """The names of all streams, sorted; Kafka's internal topics are left out."""
-    try:
-        metadata = admin_client(settings).list_topics(timeout=bounded(_TIMEOUT_S))
-    except KafkaException as error:
-        raise bus_error("could not list the streams", error, settings) from None
+    metadata = _metadata(settings, None, "could not list the streams")
     return sorted(name for name in metadata.topics if not name.startswith("__"))
 
 
@@ -249,21 +255,52 @@ def admin_client(settings: Settings) -> AdminClient:
         >>> admin_client(settings).list_topics(timeout=5).topics  # doctest: +SKIP
         {'clicks': TopicMetadata(clicks, 4 partitions), ...}
     """
-    return _admin_for(settings.bootstrap_servers)
+    return _admin_for(tuple(kafka_client_config(settings).items())).client
+
+
+@dataclass
+class _Admin:
+    """An admin client and the refusals of its logins (TLS or SASL) that Kafka reported."""
+
+    client: AdminClient
+    refusals: list[KafkaError]
 
 
 @functools.cache
-def _admin_for(bootstrap_servers: str) -> AdminClient:
-    # One client per cluster for the life of the process: a client that is garbage-collected
-    # while a request is pending fails that request.
-    return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+def _admin_for(config: tuple[tuple[str, str], ...]) -> _Admin:
+    # One client per cluster and login for the life of the process: a client that is
+    # garbage-collected while a request is pending fails that request.
+    refusals: list[KafkaError] = []
+
+    def reported(error: KafkaError) -> None:
+        if error.code() in _REFUSED_LOGINS:
+            refusals.append(error)
+
+    return _Admin(AdminClient({**dict(config), "log_level": 0}, error_cb=reported), refusals)
+
+
+def _metadata(settings: Settings, topic: str | None, what: str) -> ClusterMetadata:
+    """The bus's metadata (of `topic`, or of all streams), or the `BusError` saying `what` failed.
+
+    librdkafka answers a refused login with a timeout; its error callback, served between
+    short waits, tells the refusal within a second or two instead.
+    """
+    admin = _admin_for(tuple(kafka_client_config(settings).items()))
+    deadline = time.monotonic() + bounded(_TIMEOUT_S)
+    while True:
+        try:
+            wait_s = min(_LOGIN_CHECK_S, max(0.0, deadline - time.monotonic()))
+            return admin.client.list_topics(topic=topic, timeout=wait_s)
+        except KafkaException as error:
+            admin.client.poll(0)
+            if admin.refusals:
+                raise bus_error(what, KafkaException(admin.refusals.pop()), settings) from None
+            if time.monotonic() >= deadline or error.args[0].code() not in _NO_ANSWER_YET:
+                raise bus_error(what, error, settings) from None
 
 
 def _topic(settings: Settings, name: str) -> TopicMetadata:
-    try:
-        metadata = admin_client(settings).list_topics(topic=name, timeout=bounded(_TIMEOUT_S))
-    except KafkaException as error:
-        raise bus_error(f"could not look up stream {name!r}", error, settings) from None
+    metadata = _metadata(settings, name, f"could not look up stream {name!r}")
     topic = metadata.topics.get(name)
     if topic is None or topic.error is not None:
         raise _not_found(name)
@@ -285,7 +322,17 @@ def bus_error(what: str, error: KafkaException, settings: Settings) -> BusError:
         >>> raise bus_error("could not list the streams", error, settings)  # doctest: +SKIP
         BusError: could not list the streams: ... (bus at 127.0.0.1:9092)
     """
-    return BusError(
-        f"{what}: {error.args[0].str()} (bus at {settings.bootstrap_servers})",
-        hint="is the broker up? `millrace status` tells, `millrace up` starts it",
-    )
+    where = settings.bootstrap_servers
+    if settings.kafka_security_protocol != "PLAINTEXT":
+        where += f", {settings.kafka_security_protocol}"
+    if settings.kafka_uses_sasl:
+        where += f", user {settings.kafka_user!r} ({settings.kafka_sasl_mechanism})"
+    hint = "is the broker up? `millrace status` tells, `millrace up` starts it"
+    if error.args[0].code() == KafkaError._SSL:
+        hint = "check kafka.ssl_ca_file: it must hold the CA that signed the brokers' certificates"
+    elif error.args[0].code() in _REFUSED_LOGINS:
+        hint = (
+            "check kafka.user and the password (MILLRACE_KAFKA_PASSWORD or "
+            "kafka.password_file), and kafka.sasl_mechanism"
+        )
+    return BusError(f"{what}: {error.args[0].str()} (bus at {where})", hint=hint)

@@ -14,9 +14,10 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from millrace.config.alerts import parse_alert_rules
 from millrace.config.durations import parse_duration_ms
@@ -75,10 +76,81 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds `millrace up` waits for the local broker to accept connections.",
     ),
     Setting(
+        "kafka.security_protocol",
+        "MILLRACE_KAFKA_SECURITY_PROTOCOL",
+        "How clients talk to Kafka: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT (a user and password "
+        "without TLS) or SASL_SSL (both). With the local broker, `millrace up` starts it "
+        "with a listener of this protocol.",
+    ),
+    Setting(
+        "kafka.sasl_mechanism",
+        "MILLRACE_KAFKA_SASL_MECHANISM",
+        "How a SASL user proves who it is: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+    ),
+    Setting(
+        "kafka.user",
+        "MILLRACE_KAFKA_USER",
+        "SASL user name of every Kafka client (with SASL_PLAINTEXT or SASL_SSL).",
+    ),
+    Setting(
+        "kafka.password",
+        "MILLRACE_KAFKA_PASSWORD",
+        "SASL password of kafka.user. Better kept out of this file: set the environment "
+        "variable, or name a file with kafka.password_file.",
+    ),
+    Setting(
+        "kafka.password_file",
+        "MILLRACE_KAFKA_PASSWORD_FILE",
+        "File whose first line is the SASL password, instead of kafka.password; a relative "
+        "path is relative to the workspace.",
+    ),
+    Setting(
+        "kafka.ssl_ca_file",
+        "MILLRACE_KAFKA_SSL_CA_FILE",
+        "PEM file of the certificate authorities that clients trust (with SSL or SASL_SSL); "
+        "empty trusts the system's, or the local broker's own CA when it runs.",
+    ),
+    Setting(
+        "kafka.ssl_certificate_file",
+        "MILLRACE_KAFKA_SSL_CERTIFICATE_FILE",
+        "PEM file of the client's certificate, for a cluster that asks clients for one.",
+    ),
+    Setting(
+        "kafka.ssl_key_file",
+        "MILLRACE_KAFKA_SSL_KEY_FILE",
+        "PEM file of the client certificate's private key (PKCS#8, not encrypted).",
+    ),
+    Setting(
         "redis.url",
         "MILLRACE_REDIS",
         "URL of an existing Redis for serving tables (redis://host:6379/0). When set, "
         "`millrace up` starts no Redis and every client connects there.",
+    ),
+    Setting(
+        "redis.user",
+        "MILLRACE_REDIS_USER",
+        "Redis ACL user of every Redis client; empty logs in as Redis's default user. With the "
+        "local Redis and a password, `millrace up` creates this user (and turns the default "
+        "user off).",
+    ),
+    Setting(
+        "redis.password",
+        "MILLRACE_REDIS_PASSWORD",
+        "Password of redis.user (or of the default user). Better kept out of this file: set "
+        "the environment variable, or name a file with redis.password_file. With the local "
+        "Redis, `millrace up` starts it requiring this password.",
+    ),
+    Setting(
+        "redis.password_file",
+        "MILLRACE_REDIS_PASSWORD_FILE",
+        "File whose first line is the Redis password, instead of redis.password; a relative "
+        "path is relative to the workspace.",
+    ),
+    Setting(
+        "redis.ssl_ca_file",
+        "MILLRACE_REDIS_SSL_CA_FILE",
+        "PEM file of the certificate authorities trusted for a rediss:// (TLS) redis.url; "
+        "empty trusts the system's.",
     ),
     Setting(
         "redis.port",
@@ -164,7 +236,19 @@ class Settings:
     kafka_controller_port: int = 9093
     kafka_heap: str = "1g"
     kafka_start_timeout_s: float = 90.0
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str = "SCRAM-SHA-512"
+    kafka_user: str = ""
+    kafka_password: str = field(default="", repr=False)
+    kafka_password_file: str = ""
+    kafka_ssl_ca_file: str = ""
+    kafka_ssl_certificate_file: str = ""
+    kafka_ssl_key_file: str = ""
     redis_url: str = ""
+    redis_user: str = ""
+    redis_password: str = field(default="", repr=False)
+    redis_password_file: str = ""
+    redis_ssl_ca_file: str = ""
     redis_port: int = 6379
     redis_lookup_cache_s: float = 10.0
     spark_master: str = "local[*]"
@@ -189,6 +273,29 @@ class Settings:
         return self.kafka_bootstrap or f"127.0.0.1:{self.kafka_port}"
 
     @property
+    def kafka_uses_sasl(self) -> bool:
+        """True when Kafka clients log in with a user and password (SASL_PLAINTEXT, SASL_SSL)."""
+        return self.kafka_security_protocol.startswith("SASL_")
+
+    @property
+    def kafka_uses_tls(self) -> bool:
+        """True when Kafka clients talk TLS (SSL, SASL_SSL)."""
+        return self.kafka_security_protocol.endswith("SSL")
+
+    @property
+    def kafka_sasl_password(self) -> str:
+        """`kafka.password`, or the first line of `kafka.password_file` read now.
+
+        Raises `ConfigError` when both are set or the file cannot be read; the message never
+        holds the password.
+
+        Example:
+            >>> Settings(kafka_password="s3cret").kafka_sasl_password
+            's3cret'
+        """
+        return _secret("kafka.password", self.kafka_password, self.kafka_password_file)
+
+    @property
     def max_future_ms(self) -> int:
         """`events.max_future` in milliseconds."""
         return parse_duration_ms(self.events_max_future, what="events.max_future")
@@ -205,8 +312,51 @@ class Settings:
 
     @property
     def redis(self) -> str:
-        """Where Redis clients connect: the configured URL or the local Redis."""
-        return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
+        """Where Redis clients connect, as a URL with the login and CA file the settings give.
+
+        It holds the password: messages show `redis_address` instead.
+
+        Example:
+            >>> Settings(redis_user="app", redis_password="s3cret").redis
+            'redis://app:s3cret@127.0.0.1:6379/0'
+        """
+        url = urlsplit(self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0")
+        password = self.redis_auth_password
+        if password or self.redis_user:
+            login = quote(self.redis_user, safe="")
+            if password:
+                login += f":{quote(password, safe='')}"
+            url = url._replace(netloc=f"{login}@{url.netloc.rpartition('@')[2]}")
+        if self.redis_ssl_ca_file:
+            ca = f"ssl_ca_certs={quote(self.redis_ssl_ca_file, safe='')}"
+            url = url._replace(query=f"{url.query}&{ca}" if url.query else ca)
+        return urlunsplit(url)
+
+    @property
+    def redis_address(self) -> str:
+        """The configured Redis URL or the local Redis's, without a password: what to show.
+
+        Example:
+            >>> Settings(redis_url="rediss://:s3cret@cache.example.com:6380/0").redis_address
+            'rediss://cache.example.com:6380/0'
+        """
+        return without_password(self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0")
+
+    @property
+    def redis_auth_password(self) -> str:
+        """`redis.password`, or the first line of `redis.password_file` read now."""
+        return _secret("redis.password", self.redis_password, self.redis_password_file)
+
+
+def without_password(url: str) -> str:
+    """`url` with the password, and a user with it, left out, for messages and status lines.
+
+    Example:
+        >>> without_password("redis://app:s3cret@127.0.0.1:6379/0")
+        'redis://127.0.0.1:6379/0'
+    """
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def load_settings(config_file: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -228,7 +378,51 @@ def load_settings(config_file: Path | None, environ: Mapping[str, str] | None = 
         if raw is not None:
             source = f"environment variable {setting.env}"
             values[setting.attribute] = _convert(setting, raw, source)
-    return Settings(**values)
+    settings = Settings(**values)
+    if config_file is None:
+        return settings
+    workspace = config_file.parent
+    files: dict[str, Any] = {
+        attribute: str(workspace / getattr(settings, attribute))
+        for attribute in _FILE_ATTRIBUTES
+        if getattr(settings, attribute)
+    }
+    if settings.uses_local_broker and settings.kafka_uses_tls and not settings.kafka_ssl_ca_file:
+        # `millrace up` makes this CA when it starts the local broker with a TLS listener.
+        files["kafka_ssl_ca_file"] = str(workspace / LOCAL_BROKER_CA)
+    return replace(settings, **files)
+
+
+LOCAL_BROKER_CA = Path("kafka") / "tls" / "ca.pem"
+"""Where, relative to the workspace, the local broker's certificate authority is kept."""
+
+_FILE_ATTRIBUTES = (
+    "kafka_password_file",
+    "kafka_ssl_ca_file",
+    "kafka_ssl_certificate_file",
+    "kafka_ssl_key_file",
+    "redis_password_file",
+    "redis_ssl_ca_file",
+)
+"""Settings that name a file, which a relative path places in the workspace."""
+
+
+def _secret(key: str, value: str, file: str) -> str:
+    if value and file:
+        raise ConfigError(
+            f"both {key} and {key}_file are set",
+            hint=f"keep one: {key}_file (a file holding the password) or {key}",
+        )
+    if not file:
+        return value
+    try:
+        lines = Path(file).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(
+            f"cannot read {key}_file {file}: {getattr(error, 'strerror', None) or error}",
+            hint=f"write the password on the first line of {file}, readable by this user",
+        ) from None
+    return lines[0] if lines else ""
 
 
 def _read_file(config_file: Path) -> dict[str, Any]:
@@ -295,7 +489,22 @@ def _suggest(key: str, by_key: Mapping[str, Setting]) -> str:
 _DURATION_KEYS = ("events.max_future", "events.idle_timeout")
 
 
+_CHOICES = {
+    "kafka.security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    "kafka.sasl_mechanism": ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+}
+"""The values a setting that names one of a few things may take, in Kafka's spelling."""
+
+
 def _convert(setting: Setting, value: Any, where: str) -> Any:
+    choices = _CHOICES.get(setting.key)
+    if choices is not None:
+        if not isinstance(value, str) or value.strip().upper() not in choices:
+            raise ConfigError(
+                f"{setting.key} must be one of {', '.join(choices)}, got {value!r} ({where})",
+                hint=setting.doc,
+            )
+        return value.strip().upper()
     if setting.key in _DURATION_KEYS and isinstance(value, str):
         try:
             parse_duration_ms(value, what=setting.key)

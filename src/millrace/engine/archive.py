@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 
+from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.low_watermark import marker_columns
@@ -57,7 +58,7 @@ def start_archive(
     require_stream(workspace.settings, stream)
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .options(**spark_kafka_options(workspace.settings))
         .option("subscribe", stream)
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")

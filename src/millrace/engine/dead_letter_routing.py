@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
+from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
 from millrace.bus.streams import create_stream, dead_letter_stream, describe_stream
 from millrace.config.workspace import Workspace
@@ -161,7 +162,7 @@ class DeadLetterRouter:
     def _route(self, ranges: dict[int, tuple[int, int]]) -> int:
         raw = (
             self.spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", self.workspace.settings.bootstrap_servers)
+            .options(**spark_kafka_options(self.workspace.settings))
             .option("assign", json.dumps({self.stream: sorted(ranges)}))
             .option(
                 "startingOffsets",
@@ -239,7 +240,7 @@ def write_dead_letters(workspace: Workspace, stream: str, letters: DataFrame) ->
         if count:
             (
                 letters.write.format("kafka")
-                .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+                .options(**spark_kafka_options(workspace.settings))
                 .option("topic", create_dead_letter_stream(workspace, stream))
                 .save()
             )

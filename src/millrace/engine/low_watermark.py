@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
+from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_stream
 from millrace.bus.markers import WATERMARK_HEADER, WRITER_HEADER
 from millrace.bus.streams import require_stream
@@ -120,7 +121,7 @@ def read_buckets(
     for bucket in range(buckets):
         reader = (
             spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+            .options(**spark_kafka_options(workspace.settings))
             .option("assign", json.dumps({stream: [bucket]}))
             .option("startingOffsets", starting_offsets)
             .option("includeHeaders", "true")
@@ -150,7 +151,7 @@ def read_control_stream(
     create_internal_stream(workspace.settings, topic, retention_ms=retention_ms)
     return (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .options(**spark_kafka_options(workspace.settings))
         .option("subscribe", topic)
         .option("startingOffsets", "latest")
         .option("failOnDataLoss", "false")

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
+from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.markers import WRITER_HEADER
 from millrace.bus.streams import (
     describe_stream,
@@ -313,7 +314,7 @@ def _read_bus(spark: SparkSession, workspace: Workspace, stream: str) -> DataFra
     }
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .options(**spark_kafka_options(workspace.settings))
         .option("subscribe", stream)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", json.dumps({stream: ends}))
@@ -358,7 +359,7 @@ def write_stream(
         output.writeStream.format("kafka")
         .queryName(f"{app}.{query}")
         .outputMode(output_mode)
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .options(**spark_kafka_options(workspace.settings))
         .option("kafka.linger.ms", "5")
         .option("checkpointLocation", str(workspace.checkpoint(app, query)))
     )
@@ -391,7 +392,7 @@ def write_batch(
     (
         _as_kafka_records(records, F.lit(stream), key, record_id, buckets, writer)
         .write.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .options(**spark_kafka_options(workspace.settings))
         .save()
     )
 

@@ -47,6 +47,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
+from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.streams import describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.archive import read_archive
@@ -179,7 +180,7 @@ def _read_range(
         }
         raw = (
             spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+            .options(**spark_kafka_options(workspace.settings))
             .option("subscribe", source.stream)
             .option("startingOffsets", "earliest")
             .option("endingOffsets", json.dumps({source.stream: ends}))

@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
+from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.markers import WRITER_HEADER
 from millrace.config.workspace import Workspace
 from millrace.engine.serving_sink import write_table
@@ -93,7 +94,7 @@ def write_output_rows(
                     bucket_by_id(F.col("id"), F.col("key"), buckets).alias("partition"),
                 )
                 .write.format("kafka")
-                .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+                .options(**spark_kafka_options(workspace.settings))
                 .save()
             )
         if on_timers is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import redis
 
 from millrace.config.local_processes import live_command_line, loopback_port_is_free, stop_process
+from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.errors import ServingError
 
@@ -60,7 +61,7 @@ def start_redis(workspace: Workspace) -> RedisStatus:
         )
     _require_free_port(settings.redis_port)
     paths = _RedisPaths(workspace.redis_dir)
-    paths.write_config(settings.redis_port)
+    paths.write_config(settings)
     process = subprocess.Popen(
         [executable, str(paths.config)],
         stdin=subprocess.DEVNULL,
@@ -81,7 +82,7 @@ def start_redis(workspace: Workspace) -> RedisStatus:
             )
         try:
             client.ping()
-            return RedisStatus(settings.redis, True, False, process.pid, started_now=True)
+            return RedisStatus(settings.redis_address, True, False, process.pid, started_now=True)
         except redis.RedisError:
             time.sleep(0.1)
         finally:
@@ -89,7 +90,7 @@ def start_redis(workspace: Workspace) -> RedisStatus:
     process.kill()
     paths.pid_file.unlink(missing_ok=True)
     raise ServingError(
-        f"redis-server did not answer on {settings.redis} within {_START_TIMEOUT_S:.0f} s; "
+        f"redis-server did not answer on {settings.redis_address} within {_START_TIMEOUT_S:.0f} s; "
         f"the end of its log ({paths.log}):\n{paths.log_excerpt()}",
         hint="fix what the log names, then run `millrace up` again",
     )
@@ -108,9 +109,9 @@ def redis_status(workspace: Workspace) -> RedisStatus:
     """Whether the workspace's Redis runs, judged by its pid file and its process."""
     settings = workspace.settings
     if not settings.uses_local_redis:
-        return RedisStatus(settings.redis, True, True)
+        return RedisStatus(settings.redis_address, True, True)
     pid = _RedisPaths(workspace.redis_dir).running_pid()
-    return RedisStatus(settings.redis, pid is not None, False, pid)
+    return RedisStatus(settings.redis_address, pid is not None, False, pid)
 
 
 class _RedisPaths:
@@ -122,9 +123,21 @@ class _RedisPaths:
         self.pid_file = root / "redis.pid"
         self.log = root / "redis.log"
 
-    def write_config(self, port: int) -> None:
+    def write_config(self, settings: Settings) -> None:
+        """Write the server's configuration, readable by this user only: it may hold a password."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(_REDIS_CONF.format(port=port, root=self.root, log=self.log))
+        text = _REDIS_CONF.format(port=settings.redis_port, root=self.root, log=self.log)
+        password = settings.redis_auth_password
+        if password and settings.redis_user:
+            # The ACL user may do everything; the default user, which needs no login, is off.
+            text += "user default off\n"
+            user, login = _quoted(settings.redis_user), _quoted(f">{password}")
+            text += f"user {user} on {login} ~* &* +@all\n"
+        elif password:
+            text += f"requirepass {_quoted(password)}\n"
+        self.config.touch(mode=0o600)
+        self.config.chmod(0o600)
+        self.config.write_text(text)
 
     def running_pid(self) -> int | None:
         """The server's pid if its process is alive and runs this workspace's configuration."""
@@ -140,6 +153,11 @@ class _RedisPaths:
     def log_excerpt(self) -> str:
         lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
         return "\n".join(lines[-25:]) or "(redis-server wrote no log)"
+
+
+def _quoted(text: str) -> str:
+    """`text` as one argument of a redis.conf line: double-quoted, backslash escapes."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _require_free_port(port: int) -> None:

@@ -35,10 +35,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import redis
 
-from millrace.config.settings import Settings
+from millrace.config.settings import Settings, without_password
 from millrace.errors import ServingError, TableNotFoundError, TableSpecError
 
 SIMPLE_TYPES = ("STRING", "BIGINT", "INT", "DOUBLE", "FLOAT", "BOOLEAN")
@@ -494,15 +495,23 @@ class _errors:  # noqa: N801 - used as a `with` block, like contextlib's lowerca
         return None
 
     def __exit__(self, kind: type | None, error: BaseException | None, _: Any) -> Literal[False]:
+        if isinstance(error, redis.AuthenticationError):
+            user = urlsplit(self.url).username or "default"
+            raise ServingError(
+                f"Redis at {without_password(self.url)} refused the login of user {user!r}: "
+                f"{error}",
+                hint="check redis.user and the password (MILLRACE_REDIS_PASSWORD or "
+                "redis.password_file)",
+            ) from None
         if isinstance(error, redis.ConnectionError | redis.TimeoutError):
             raise ServingError(
-                f"cannot reach Redis at {self.url}: {error}",
+                f"cannot reach Redis at {without_password(self.url)}: {error}",
                 hint="start the local one with `millrace up`, or point MILLRACE_REDIS at a "
                 "running Redis",
             ) from None
         if isinstance(error, redis.RedisError):
             raise ServingError(
-                f"Redis at {self.url} refused a command: {error}",
+                f"Redis at {without_password(self.url)} refused a command: {error}",
                 hint="check that it is a Redis 6 or newer, with memory to spare",
             ) from None
         return False
