@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from millrace.bus.client_config import kafka_client_config, spark_kafka_options
-from millrace.config.settings import Settings
+from millrace.config.settings import Settings, load_settings
 from millrace.errors import ConfigError
 from tests.bus.secured_bus import SecuredBus
 
@@ -209,3 +209,17 @@ class _watching_command_lines:  # noqa: N801 - used as a `with` block
     def _watch(self) -> None:
         while not self._done.wait(0.2):
             self._seen += self._bus.command_lines_holding_password()
+
+
+def test_the_production_settings_of_the_operations_page_log_in_as_it_says(
+    tmp_path: Path,
+) -> None:
+    page = Path(__file__).parents[2] / "docs" / "operations.md"
+    config = tmp_path / "millrace.toml"
+    config.write_text("\n".join(re.findall(r"```toml\n(.*?)```", page.read_text(), re.DOTALL)))
+    settings = load_settings(config, {})
+    assert settings.bootstrap_servers == "kafka-1.example.com:9093,kafka-2.example.com:9093"
+    assert (settings.kafka_security_protocol, settings.kafka_user) == ("SASL_SSL", "millrace")
+    assert settings.kafka_password_file == "/etc/millrace/kafka-password"
+    assert settings.redis_address == "rediss://cache.example.com:6380/0"
+    assert settings.redis_password_file == "/etc/millrace/redis-password"
