@@ -56,6 +56,7 @@ from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_s
 from millrace.bus.markers import WATERMARK_HEADER, WRITER_HEADER
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
+from millrace.engine.headers import has_header, header_text
 from millrace.records import format_time_ms
 
 TICK_EVERY_S = 1.0
@@ -205,11 +206,11 @@ def marker_columns(value: Column, headers: Column) -> list[Column]:
     Example:
         >>> raw.select("*", *marker_columns(F.col("value"), F.col("headers")))  # doctest: +SKIP
     """
-    promised = _header_text(headers, WATERMARK_HEADER).try_cast("long")
+    promised = header_text(headers, WATERMARK_HEADER).try_cast("long")
     empty = value.isNull() | (F.length(value) == 0)
     return [
         F.when(empty, promised).alias(MARKER_MS),
-        _header_text(headers, WRITER_HEADER).isNotNull().alias(WRITTEN),
+        has_header(headers, WRITER_HEADER).alias(WRITTEN),
     ]
 
 
@@ -217,11 +218,6 @@ MARKER_MS = "_millrace_marker_ms"
 """The column of `marker_columns` holding a marker's watermark (epoch ms)."""
 WRITTEN = "_millrace_written"
 """The column of `marker_columns` saying whether a millrace app wrote the row."""
-
-
-def _header_text(headers: Column, name: str) -> Column:
-    found = F.filter(headers, lambda header: header.getField("key") == F.lit(name))
-    return F.try_element_at(found, F.lit(1)).getField("value").cast("string")
 
 
 def bucket_watermarked(

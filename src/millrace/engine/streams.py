@@ -42,6 +42,7 @@ from millrace.engine.dead_letter_routing import (
     write_dead_letters,
 )
 from millrace.engine.delivery import drop_duplicate_records
+from millrace.engine.headers import header_text
 from millrace.engine.low_watermark import (
     MARKER_MS,
     WRITTEN,
@@ -484,8 +485,7 @@ def carried_millis(headers: Column) -> Column:
     Example:
         >>> raw.select(carried_millis(F.col("headers")).alias("time_ms"))  # doctest: +SKIP
     """
-    timed = F.filter(headers, lambda header: header.getField("key") == F.lit(TIME_HEADER))
-    time_ms = F.try_element_at(timed, F.lit(1)).getField("value").cast("string").try_cast("long")
+    time_ms = header_text(headers, TIME_HEADER).try_cast("long")
     return F.when(F.abs(time_ms) < LARGEST_EPOCH_MS, time_ms)
 
 
@@ -658,22 +658,13 @@ def event_time_column(raw: Column, arrival: Column) -> Column:
 def record_id_column() -> Column:
     """A Kafka record's id: its `id` header's value, NULL when empty or missing.
 
-    Reads the record's `headers` column, as Kafka's reader or an archive gives it; millrace's
-    writers put the `id` header first, so it is looked for there before the others.
+    Reads the record's `headers` column, as Kafka's reader or an archive gives it.
 
     Example:
         >>> raw.select(record_id_column().alias("record_id"))  # doctest: +SKIP
     """
-    first = F.expr("try_element_at(headers, 1)")
-    searched = F.expr(f"try_element_at(filter(headers, h -> h.key = '{ID_HEADER}'), 1)")
-    found = (
-        F.when(first.getField("key") == ID_HEADER, first)
-        .otherwise(searched)
-        .getField("value")
-        .cast("string")
-    )
     # Another producer's empty header is no id: the record gets its place, as without one.
-    return F.nullif(found, F.lit(""))
+    return F.nullif(header_text(F.col("headers"), ID_HEADER), F.lit(""))
 
 
 def _good_records(

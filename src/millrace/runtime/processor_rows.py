@@ -32,6 +32,7 @@ from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
 from millrace.bus.streams import dead_letter_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
+from millrace.engine.headers import header_text
 from millrace.engine.low_watermark import MARKER_MS, WRITTEN, future_dated_reason, marker_columns
 from millrace.engine.streams import carried_millis
 from millrace.processor.execution import BatchOutcome, DeadLetter
@@ -166,7 +167,6 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
         ...                    Input("clicks", key="user", time="ts"), 64, 300_000)
     """
     placement = _placement(source, buckets)(F.col("value"), carried_millis(F.col("headers")))
-    ids = F.filter("headers", lambda header: header.getField("key") == F.lit(ID_HEADER))
     # Spark's watermark starts at 1970 and never goes back: an earlier time would be late.
     read_ms = F.when(placement.getField("time_ms") >= 0, placement.getField("time_ms"))
     read_time = F.timestamp_millis(read_ms)
@@ -180,9 +180,7 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
         F.col("key").cast("string").alias("record_key"),
         # Another producer's empty id is no id: the record is known by its place, not dropped
         # as a copy of every other record with an empty id.
-        F.nullif(F.try_element_at(ids, F.lit(1)).getField("value").cast("string"), F.lit("")).alias(
-            "record_id"
-        ),
+        F.nullif(header_text(F.col("headers"), ID_HEADER), F.lit("")).alias("record_id"),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
         fault.alias("fault"),

@@ -1,0 +1,36 @@
+"""A Kafka record's headers read as Spark columns, by name, in compiled code.
+
+Kafka's reader gives a record's headers as an array of `(key, value)` structs. Finding one
+by its key with Spark's `filter` runs a lambda row by row outside the generated code, and a
+projection holding such a lambda is left out of whole-stage code generation, which made every
+record of an input cost more. `array_position` over the array of keys is compiled like the
+rest of the query; it finds the first header with the key, as `filter` did.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+
+
+def header_text(headers: Column, name: str) -> Column:
+    """The value of the first header called `name`, as a STRING; NULL when there is none.
+
+    `headers` is the record's headers column, as Kafka's reader or an archive gives it.
+
+    Example:
+        >>> raw.select(header_text(F.col("headers"), "id").alias("id"))  # doctest: +SKIP
+    """
+    position = F.array_position(headers.getField("key"), F.lit(name))
+    return F.when(position > 0, F.element_at(headers, position.cast("int")).getField("value")).cast(
+        "string"
+    )
+
+
+def has_header(headers: Column, name: str) -> Column:
+    """Whether a record has a header called `name`: never NULL, false without headers.
+
+    Example:
+        >>> raw.where(has_header(F.col("headers"), "writer"))  # doctest: +SKIP
+    """
+    return F.coalesce(F.array_contains(headers.getField("key"), F.lit(name)), F.lit(False))
