@@ -1,23 +1,33 @@
 """A pipeline of apps whose drivers are killed with kill -9 and restarted while it runs.
 
 App `filter` (stateless) reads the input stream and writes the events it keeps to a middle
-stream; app `agg` counts and sums the middle stream per category and minute: a SQL app into a
-result table, or a processor (`Aggregator.PROCESSOR`) producing each minute to a result stream
-once the watermark passes it, which a third app, `total` (SQL), sums per category and minute
-into a result table. Every app after the filter reads its input with no lateness: the
-watermark markers of the app writing it move its watermark (docs/concepts.md, Time).
+stream. Two pipelines read it:
+
+- `Pipeline.SQL`: two SQL apps count and sum the middle stream per category and minute into a
+  result table each, one `exactly_once`, one `at_least_once`;
+- `Pipeline.PROCESSOR`: a processor does the same in its keys' state and produces each minute
+  to a result stream once the watermark passes it; a third app, `total` (SQL), sums the
+  productions per category and minute into a result table.
+
+Every app after the filter reads its input with no lateness: the watermark markers of the app
+writing it move its watermark (docs/concepts.md, Time).
 
 Each app runs as `millrace run` does for a user, in a process group of its own, killed whole
-(Python and Spark's JVM) with SIGKILL and started again. The filter is killed just after its
-micro-batch has started writing to the middle stream (its end offsets moved) and so, most of
-the time, before Spark has recorded the batch done: the re-run writes the batch again, which
-makes the copies a reader must drop. The aggregation and the third app are killed at
-random moments of its micro-batches, spread over the first seconds after a commit: kill k of n
-comes in the k-th n-th of them, so that a few kills reach early, middle and late moments
-alike. Then both apps are run to the end of their input with `--available-now`; only then are
-records far ahead of the others (the closing records) written to the middle stream, to move
-the aggregation's watermark past every minute. The answer is computed in plain Python from the
-events.
+(Python and Spark's JVM) with SIGKILL and started again. The filter and the processor are
+killed at the moment where exactly-once can break (`Moment.AFTER_WRITE`): once their running
+micro-batch has written to its output stream and before Spark has recorded the batch done;
+their re-run writes its records again, with the same ids: the copies a reader must drop. The
+SQL aggregations are killed once Spark has logged their micro-batch and before it wrote
+(`Moment.BEFORE_WRITE`): the re-run recomputes the batch from the state before it. (Killed
+after the append to the result table, a re-run finds the batch there and skips it, and
+Spark 4 fails the query because the batch's state stores did not commit,
+STATE_STORE_COMMIT_VALIDATION_FAILED.) The test watches the output and the checkpoint; a kill
+counts once the checkpoint shows the batch left uncommitted, and one that came too late is
+followed by another. After its last kill each app is run to the end of its input with
+`--available-now`, which first runs the uncommitted batch again; only once the filter has
+written every event are records far ahead of the others (the closing records) written to the
+middle stream, to move the readers' watermark past every minute. The answer is computed in
+plain Python from the events.
 
 Used by tests/runtime/test_exactly_once.py (a bounded run in CI, and a longer soak run).
 """
@@ -25,13 +35,13 @@ Used by tests/runtime/test_exactly_once.py (a bounded run in CI, and a longer so
 from __future__ import annotations
 
 import os
-import random
 import signal
 import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -47,23 +57,32 @@ from millrace.records import event_time_ms
 from millrace.runtime.sql_apps import query_result_table
 
 START_MS = 1_767_225_600_000
-STEP_MS = 10
+# A micro-batch of 2,000 events then spans a minute: most micro-batches of the readers close a
+# window once the filter's watermark (its lateness behind) has passed it, and so write.
+STEP_MS = 30
 MINUTE_MS = 60_000
 CATEGORIES = 7
 CLOSING_CATEGORY = "zz_closing"
 # Each closing record goes to a middle bucket chosen by a hash of its id: with 64 of them, a
 # middle bucket misses them in one run in 2**63.
 CLOSING_RECORDS = 64
-# The filter waits this long for its next write before it is killed anyway (at the end of
-# its input, no batch comes).
-_ARMED_TIMEOUT_S = 20.0
-# The aggregation is killed within this long of seeing its micro-batch committed.
-_AGG_KILL_SPAN_S = 3.0
+# How often the test looks at an app's checkpoint and, once it waits for the app's write, at
+# its output: the kill must land between the write and Spark's commit, a fraction of a second.
+_POLL_S = 0.25
+_ARMED_POLL_S = 0.05
+# What a stream's end may move by with no micro-batch writing: the watermark markers an app
+# publishes to each bucket after a commit (one per bucket, two if its held-back time moves
+# apart). A micro-batch of the filter writes hundreds of records per bucket, one of the
+# processor's seven productions or none.
+_FILTER_MARKERS = 50
+_PROCESSOR_MARKERS = 3
 # The micro-batch size of the run to the end, after the kills.
 _FINISHING_BATCH = 100_000
+# Generous: on a busy machine a Spark start takes minutes.
+_FINISH_TIMEOUT_S = 1800
 
 FILTER_APP = """
-CREATE APPLICATION {name} WITH (semantics = '{semantics}', max_records_per_batch = '{batch}');
+CREATE APPLICATION {name} WITH (max_records_per_batch = '{batch}');
 CREATE INPUT TABLE events (event_time, category, amount INT)
   FROM STREAM('{source}') TIME event_time LATENESS '5 minutes';
 INSERT INTO STREAM('{middle}')
@@ -88,7 +107,6 @@ from millrace import Input, MapState, Processor
 
 class CrashAggregation(Processor):
     name = "{name}"
-    semantics = "{semantics}"
     max_records_per_batch = {batch}
     inputs = [Input("{middle}", key="category", time="event_time", lateness="0s")]
     per_minute = MapState(key=int, value=list)
@@ -112,7 +130,7 @@ class CrashAggregation(Processor):
 # The third app of the processor's pipeline: the processor's productions, dated by the time
 # their `time` header carries (the minute's last millisecond), summed per category and minute.
 TOTAL_APP = """
-CREATE APPLICATION {name} WITH (semantics = '{semantics}', max_records_per_batch = '{batch}');
+CREATE APPLICATION {name} WITH (max_records_per_batch = '{batch}');
 CREATE INPUT TABLE minutes (event_time, category, n BIGINT, total BIGINT)
   FROM STREAM('{results}') TIME event_time LATENESS '0 seconds';
 CREATE TABLE per_minute AS
@@ -120,15 +138,15 @@ SELECT category, SUM(n) AS n, SUM(total) AS total FROM minutes [1 minute] GROUP 
 """
 
 
-class Aggregator(Enum):
-    """Which kind of app aggregates the middle stream."""
+class Pipeline(Enum):
+    """Which apps read the filter's middle stream (see the module)."""
 
     SQL = "sql"
     PROCESSOR = "processor"
 
 
 def event(number: int) -> dict:
-    """Event `number` of the input: 10 ms apart, in order, 7 categories, amounts 0-99."""
+    """Event `number` of the input: 30 ms apart, in order, 7 categories, amounts 0-99."""
     return {
         "event_time": START_MS + number * STEP_MS,
         "category": f"c{number % CATEGORIES}",
@@ -177,46 +195,72 @@ def _publish(
     write_batch(frame, workspace, stream)
 
 
+def _last_number(folder: Path) -> int:
+    """The highest numbered file of a checkpoint's `offsets` or `commits`; -1 when none."""
+    if not folder.is_dir():
+        return -1
+    return max((int(path.name) for path in folder.iterdir() if path.name.isdigit()), default=-1)
+
+
+class Moment(Enum):
+    """When in a micro-batch an app is killed (see the module)."""
+
+    AFTER_WRITE = "after its micro-batch wrote, before Spark recorded it done"
+    BEFORE_WRITE = "once its micro-batch is logged, before it wrote"
+
+
 @dataclass
 class _App:
-    """One app's process, what it has committed, and its kills and restarts."""
+    """One app's process, its checkpoint, and its kills and restarts.
+
+    `source` gives the app's text for a micro-batch size; `moment` when the app is killed
+    (None: it is only run to the end). For `Moment.AFTER_WRITE`, `written` tells how much the
+    app has written to its output so far, `markers` how far that may move with no
+    micro-batch writing.
+    """
 
     name: str
-    target: str
-    commits: Path
+    file: Path
+    source: Callable[[int], str]
+    checkpoint: Path
     log: Path
+    moment: Moment | None = None
+    written: Callable[[], int] = lambda: 0
+    markers: int = 0
     process: subprocess.Popen | None = None
     started_at: float = 0.0
     baseline: int = -1
-    armed_at: float | None = None
-    armed_offsets: int = 0
-    kill_delay_s: float = 0.0
+    armed_commit: int | None = None
+    armed_written: int = 0
+    armed_at: float = 0.0
     kills: int = 0
+    attempts: int = 0
     restart_to_batch_s: list[float] = field(default_factory=list)
 
     def last_commit(self) -> int:
-        if not self.commits.is_dir():
-            return -1
-        numbers = [int(path.name) for path in self.commits.iterdir() if path.name.isdigit()]
-        return max(numbers, default=-1)
+        return _last_number(self.checkpoint / "commits")
+
+    def write_source(self, batch: int) -> None:
+        self.file.write_text(self.source(batch))
 
     def start(self, *arguments: str) -> subprocess.Popen:
+        target = f"{self.file}:CrashAggregation" if self.file.suffix == ".py" else str(self.file)
         with open(self.log, "a") as log:
             log.write(f"\n==== start {time.strftime('%H:%M:%S')} {' '.join(arguments)}\n")
             log.flush()
             return subprocess.Popen(
-                [sys.executable, "-m", "millrace.cli.main", "run", self.target, *arguments],
+                [sys.executable, "-m", "millrace.cli.main", "run", target, *arguments],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=os.environ,
                 start_new_session=True,
             )
 
-    def launch(self) -> None:
+    def launch(self, *arguments: str) -> None:
         self.baseline = self.last_commit()
-        self.armed_at = None
+        self.armed_commit = None
         self.started_at = time.monotonic()
-        self.process = self.start()
+        self.process = self.start(*arguments)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -224,15 +268,57 @@ class _App:
             self.process.wait()
         self.process = None
 
-    def finish(self) -> None:
-        """Run the app to the end of its input (`--available-now`) and see it end well."""
-        finished = self.start("--available-now")
+    def watch(self, role: str, kills: int, timeout_s: float) -> None:
+        """One look at the running app: note a new commit, or kill it if its next micro-batch
+        has written (and relaunch it, unless that was its last kill)."""
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"{role} stopped by itself:\n{self.log_tail()}")
+        now = time.monotonic()
+        commit = self.last_commit()
+        if commit > self.baseline and commit != self.armed_commit:
+            if self.armed_commit is None and self.attempts:
+                self.restart_to_batch_s.append(now - self.started_at)
+            self.armed_commit, self.armed_written, self.armed_at = commit, self.written(), now
+            return
+        if self.armed_commit is None or not self._due():
+            waiting = "micro-batch" if self.armed_commit is None else "next micro-batch"
+            since = self.started_at if self.armed_commit is None else self.armed_at
+            if now - since > timeout_s:
+                raise AssertionError(
+                    f"{role}: no {waiting} within {timeout_s} s:\n{self.log_tail()}"
+                )
+            return
+        self.kill()
+        self.attempts += 1
+        # The kill counts if Spark had not recorded done the batch after the armed commit.
+        if self.last_commit() == self.armed_commit:
+            self.kills += 1
+        if self.kills < kills:
+            self.launch()
+
+    def _due(self) -> bool:
+        """Whether the micro-batch after the armed commit is at the app's kill moment."""
+        if self.moment is Moment.BEFORE_WRITE:
+            assert self.armed_commit is not None
+            return _last_number(self.checkpoint / "offsets") > self.armed_commit
+        return self.written() > self.armed_written + self.markers
+
+    def run_to_the_end(self, batch: int = _FINISHING_BATCH) -> None:
+        """Start the app with `--available-now` and micro-batches of `batch` (`finished`
+        waits)."""
+        self.write_source(batch)
+        self.launch("--available-now")
+
+    def finished(self) -> None:
+        """Wait for the run to the end of the input and see it end well."""
+        process = self.process
+        assert process is not None
         try:
-            finished.wait(timeout=1800)
+            process.wait(timeout=_FINISH_TIMEOUT_S)
         finally:
-            if finished.poll() is None:
-                os.killpg(finished.pid, signal.SIGKILL)
-        assert finished.returncode == 0, f"{self.name} did not finish:\n{self.log_tail()}"
+            self.kill()
+        assert process.returncode == 0, f"{self.name} did not finish:\n{self.log_tail()}"
 
     def log_tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
@@ -240,12 +326,19 @@ class _App:
 
 @dataclass(frozen=True)
 class CrashRun:
-    """What a run saw: the result table, the middle stream's records, the kills."""
+    """What a run saw: the result tables, the middle stream's records, the kills.
 
-    results: dict[tuple[int, str], tuple[int, int]]
+    `results` maps the role of each app with a result table (`exactly_once`, `at_least_once`
+    or `total`) to its rows; `copies_in_results` counts the productions of the processor's
+    result stream that repeat an id written before.
+    """
+
+    results: dict[str, dict[tuple[int, str], tuple[int, int]]]
     middle_ids: Counter
     middle_counts: dict[tuple[int, str], int]
+    copies_in_results: int
     kills: dict[str, int]
+    attempts: dict[str, int]
     restart_to_batch_s: list[float]
     events: int
 
@@ -255,17 +348,19 @@ class CrashRun:
         return sum(count - 1 for count in self.middle_ids.values())
 
     def summary(self, answer: dict[tuple[int, str], tuple[int, int]]) -> dict:
-        counted = sum(n for n, _ in self.results.values())
         expected = sum(n for n, _ in answer.values())
-        missing = sum(
-            max(0, n - self.results.get(key, (0, 0))[0]) for key, (n, _) in answer.items()
-        )
+        tables = {}
+        for role, results in self.results.items():
+            counted = sum(n for n, _ in results.values())
+            missing = sum(max(0, n - results.get(key, (0, 0))[0]) for key, (n, _) in answer.items())
+            tables[role] = {"events_lost": missing, "counted_twice": max(0, counted - expected)}
         return {
             "events": self.events,
             "kills": self.kills,
-            "events_lost": missing,
-            "counted_twice": max(0, counted - expected),
+            "kill_attempts": self.attempts,
+            "results": tables,
             "copies_in_middle_stream": self.copies_in_middle,
+            "copies_in_result_stream": self.copies_in_results,
             "median_restart_to_first_batch_s": (
                 round(statistics.median(self.restart_to_batch_s), 1)
                 if self.restart_to_batch_s
@@ -280,127 +375,109 @@ def run_with_kills(
     folder: Path,
     *,
     run: str,
-    semantics: str,
     events: int,
     kills: int,
     batch: int,
-    seed: int,
-    aggregator: Aggregator = Aggregator.SQL,
+    pipeline: Pipeline = Pipeline.SQL,
     timeout_s: float = 900.0,
 ) -> CrashRun:
-    """Publish `events`, run the pipeline, kill each app `kills` times, then finish it."""
-    rng = random.Random(seed)
+    """Publish `events`, run the pipeline, kill each app but `total` `kills` times at its
+    write, then run each to the end."""
     source, middle = f"test.crash-in.{run}", f"test.crash-mid.{run}"
     results = f"test.crash-out.{run}"
-    processor = aggregator is Aggregator.PROCESSOR
     create_stream(workspace.settings, source, buckets=2)
     create_stream(workspace.settings, middle, buckets=2)
-    if processor:
+    if pipeline is Pipeline.PROCESSOR:
         create_stream(workspace.settings, results, buckets=1)
     _publish(spark, workspace, source, range(events), events, run)
-    names = {"filter": f"crash_filter_{run}", "agg": f"crash_agg_{run}"}
-    templates = {"filter": FILTER_APP, "agg": AGG_PROCESSOR if processor else AGG_APP}
-    files = {
-        "filter": folder / "filter.sql",
-        "agg": folder / ("agg.py" if processor else "agg.sql"),
-    }
-    if processor:
-        names["total"] = f"crash_total_{run}"
-        templates["total"] = TOTAL_APP
-        files["total"] = folder / "total.sql"
 
-    def write_app(role: str, batch: int) -> None:
-        files[role].write_text(
-            templates[role].format(
-                name=names[role],
-                semantics=semantics,
-                batch=batch,
-                source=source,
-                middle=middle,
-                results=results,
-                minute_ms=MINUTE_MS,
-            )
-        )
+    def new_app(role: str, template: str, query: str, semantics: str = "exactly_once") -> _App:
+        name = f"crash_{role}_{run}"
+        values = {"name": name, "semantics": semantics, "minute_ms": MINUTE_MS}
+        values |= {"source": source, "middle": middle, "results": results}
 
-    queries = {
-        "filter": f"insert.{middle}",
-        "agg": "processor" if processor else "table.per_minute",
-        "total": "table.per_minute",
-    }
-    for role in files:
-        write_app(role, batch)
-    apps = {
-        role: _App(
-            names[role],
-            f"{files[role]}:CrashAggregation" if files[role].suffix == ".py" else str(files[role]),
-            workspace.checkpoint(names[role], queries[role]) / "commits",
+        def text(batch: int) -> str:
+            return template.format(batch=batch, **values)
+
+        suffix = ".py" if template is AGG_PROCESSOR else ".sql"
+        made = _App(
+            name,
+            folder / f"{role}{suffix}",
+            text,
+            workspace.checkpoint(name, query),
             folder / f"{role}.log",
         )
-        for role in files
-    }
+        made.write_source(batch)
+        return made
 
-    def middle_end() -> int:
-        return sum(
-            bucket.end_offset for bucket in describe_stream(workspace.settings, middle).buckets
+    def stream_end(stream: str) -> Callable[[], int]:
+        return lambda: sum(
+            bucket.end_offset for bucket in describe_stream(workspace.settings, stream).buckets
         )
 
+    apps = {"filter": new_app("filter", FILTER_APP, f"insert.{middle}")}
+    apps["filter"].moment = Moment.AFTER_WRITE
+    apps["filter"].written, apps["filter"].markers = stream_end(middle), _FILTER_MARKERS
+    if pipeline is Pipeline.SQL:
+        for semantics in ("exactly_once", "at_least_once"):
+            apps[semantics] = new_app(semantics, AGG_APP, "table.per_minute", semantics)
+            apps[semantics].moment = Moment.BEFORE_WRITE
+    else:
+        apps["processor"] = new_app("processor", AGG_PROCESSOR, "processor")
+        apps["processor"].moment = Moment.AFTER_WRITE
+        apps["processor"].written = stream_end(results)
+        apps["processor"].markers = _PROCESSOR_MARKERS
+        apps["total"] = new_app("total", TOTAL_APP, "table.per_minute")
+    killed = {role: app for role, app in apps.items() if app.moment is not None}
+
     try:
-        for app in apps.values():
+        for app in killed.values():
             app.launch()
-        while any(app.kills < kills for app in apps.values()):
-            for role, app in apps.items():
-                if app.kills >= kills:
-                    continue
-                assert app.process is not None
-                if app.process.poll() is not None:
-                    raise AssertionError(f"{role} stopped by itself:\n{app.log_tail()}")
-                now = time.monotonic()
-                if app.armed_at is None:
-                    if app.last_commit() > app.baseline:
-                        if app.kills:
-                            app.restart_to_batch_s.append(now - app.started_at)
-                        app.armed_at = now
-                        app.armed_offsets = middle_end()
-                        app.kill_delay_s = _AGG_KILL_SPAN_S * (app.kills + rng.random()) / kills
-                    elif now - app.started_at > timeout_s:
-                        raise AssertionError(
-                            f"{role}: no new micro-batch within {timeout_s} s:\n{app.log_tail()}"
-                        )
-                    continue
-                # The filter dies once its running micro-batch has written some records; the
-                # aggregation at a random moment.
-                due = (
-                    middle_end() > app.armed_offsets
-                    if role == "filter"
-                    else now - app.armed_at >= app.kill_delay_s
-                )
-                if due or now - app.armed_at > _ARMED_TIMEOUT_S:
-                    app.kill()
-                    app.kills += 1
-                    app.launch()
-            # Each look at the middle stream's end offsets is a few requests to the broker.
-            time.sleep(0.25)
+        while any(app.kills < kills for app in killed.values()):
+            for role, app in killed.items():
+                if app.kills < kills:
+                    app.watch(role, kills, timeout_s)
+            # The filter runs to the end of its input once its kills are done, while the apps
+            # after it, still at theirs, read what it writes. Its micro-batches stay small:
+            # its markers after each one move the readers' watermarks, so that their
+            # micro-batches close windows (and write) all along the middle stream.
+            filter_ = apps["filter"]
+            if filter_.kills >= kills and filter_.process is None:
+                filter_.run_to_the_end(batch)
+            elif filter_.kills >= kills and filter_.process.poll() not in (None, 0):
+                raise AssertionError(f"filter did not finish:\n{filter_.log_tail()}")
+            armed = any(a.armed_commit is not None for a in killed.values() if a.kills < kills)
+            time.sleep(_ARMED_POLL_S if armed else _POLL_S)
+        apps["filter"].finished()
+        # The closing records come once the filter has written every event, so that they are
+        # the last records of their middle buckets. Had they come amid the events, the
+        # filter's two tasks writing to the middle stream at once could put them ahead of
+        # events not yet written, and the readers would set those aside as late once they had
+        # moved their watermark.
+        _publish(spark, workspace, middle, range(events, events + CLOSING_RECORDS), events, run)
+        after_filter = [app for role, app in killed.items() if role != "filter"]
+        for app in after_filter:
+            app.run_to_the_end()
+        for app in after_filter:
+            app.finished()
+        if pipeline is Pipeline.PROCESSOR:
+            apps["total"].run_to_the_end()
+            apps["total"].finished()
     finally:
         for app in apps.values():
             app.kill()
-    # The end: each app processes what its input holds, in larger micro-batches, and stops.
-    # The closing records are written to the middle stream once the filter has written every
-    # event, so that they are the last records of their middle buckets. Had they come amid the
-    # events, the filter's two tasks writing to the middle stream at once could put them ahead
-    # of events not yet written, and the aggregation would set those aside as late once they
-    # had moved its watermark. (The filter would pass them as they are: a run of it for them
-    # alone would cost one more Spark start and show nothing.)
-    for role in files:
-        write_app(role, _FINISHING_BATCH)
-    apps["filter"].finish()
-    _publish(spark, workspace, middle, range(events, events + CLOSING_RECORDS), events, run)
-    apps["agg"].finish()
-    if processor:
-        apps["total"].finish()
-        produced = _results_of_table(spark, workspace, apps["total"].name)
-    else:
-        produced = _results_of_table(spark, workspace, apps["agg"].name)
-    return _observe(workspace, apps, middle, events, produced)
+    tables = ["exactly_once", "at_least_once"] if pipeline is Pipeline.SQL else ["total"]
+    middle_ids, middle_counts = _middle_records(workspace, middle)
+    return CrashRun(
+        results={role: _results_of_table(spark, workspace, apps[role].name) for role in tables},
+        middle_ids=middle_ids,
+        middle_counts=middle_counts,
+        copies_in_results=_copies(workspace, results) if pipeline is Pipeline.PROCESSOR else 0,
+        kills={role: app.kills for role, app in killed.items()},
+        attempts={role: app.attempts for role, app in killed.items()},
+        restart_to_batch_s=[s for app in killed.values() for s in app.restart_to_batch_s],
+        events=events,
+    )
 
 
 def _results_of_table(
@@ -417,13 +494,11 @@ def _results_of_table(
     }
 
 
-def _observe(
-    workspace: Workspace,
-    apps: dict[str, _App],
-    middle: str,
-    events: int,
-    results: dict[tuple[int, str], tuple[int, int]],
-) -> CrashRun:
+def _middle_records(
+    workspace: Workspace, middle: str
+) -> tuple[Counter, dict[tuple[int, str], int]]:
+    """The middle stream's records but the closing ones: how often each id was written, and
+    how many records each (minute, category) got, copies included."""
     ids: Counter = Counter()
     counts: Counter = Counter()
     for record in tail(middle, TailStart(from_beginning=True), settings=workspace.settings):
@@ -432,11 +507,13 @@ def _observe(
         ids[record.id] += 1
         minute = (event_time_ms(record.value, "event_time") - START_MS) // MINUTE_MS
         counts[(minute, record.value["category"])] += 1
-    return CrashRun(
-        results=results,
-        middle_ids=ids,
-        middle_counts=dict(counts),
-        kills={role: app.kills for role, app in apps.items()},
-        restart_to_batch_s=[s for app in apps.values() for s in app.restart_to_batch_s],
-        events=events,
+    return ids, dict(counts)
+
+
+def _copies(workspace: Workspace, stream: str) -> int:
+    """Records of `stream` that repeat an id written before."""
+    ids = Counter(
+        record.id
+        for record in tail(stream, TailStart(from_beginning=True), settings=workspace.settings)
     )
+    return sum(count - 1 for count in ids.values())
