@@ -4,8 +4,9 @@ Nodes are the apps the monitor knows, the streams they read and write, their dea
 streams, SQL apps' result tables and the serving tables deployed SQL apps look up or fill.
 An app reads the streams its checkpoints and batches name, and writes the streams its
 watermark markers are found on (`millrace.monitor.pipeline`); a deployed SQL app's file
-adds its serving tables. An edge into an app carries the records per second the app read
-from that stream over the last minute and its processing lag there.
+adds the streams it inserts into and its serving tables. An edge into an app carries the
+records per second the app read from that stream over the last minute and its processing lag
+there.
 """
 
 from __future__ import annotations
@@ -122,14 +123,13 @@ def build_pipeline(workspace: Workspace, monitor: Monitor) -> Pipeline:
                 edges.append(Edge(source=app_id, target=add("stream", dead_letter_stream(stream))))
         for table in result_tables(workspace, status.name):
             edges.append(Edge(source=app_id, target=add("result_table", f"{status.name}.{table}")))
+        written = {stream for stream, by_writer in writers.items() if status.name in by_writer}
         if record is not None and record.kind == "sql":
-            looked_up, served = _serving_tables(Path(record.source))
+            looked_up, served, inserted = _declared(Path(record.source))
             edges += [Edge(source=add("serving_table", t), target=app_id) for t in looked_up]
             edges += [Edge(source=app_id, target=add("serving_table", t)) for t in served]
-    for stream, by_writer in sorted(writers.items()):
-        for writer in sorted(by_writer):
-            if f"app:{writer}" in nodes:
-                edges.append(Edge(source=f"app:{writer}", target=add("stream", stream)))
+            written |= set(inserted)
+        edges += [Edge(source=app_id, target=add("stream", s)) for s in sorted(written)]
     return Pipeline(nodes=sorted(nodes.values(), key=lambda node: node.id), edges=edges)
 
 
@@ -150,15 +150,19 @@ def _input_rates(batches: list[Batch]) -> dict[str, float]:
     return {stream: count / (RATE_WINDOW_MS / 1000) for stream, count in read.items()}
 
 
-def _serving_tables(source: Path) -> tuple[list[str], list[str]]:
-    """The serving tables a SQL app's file looks up, and those its result tables fill."""
+def _declared(source: Path) -> tuple[list[str], list[str], list[str]]:
+    """The serving tables a SQL app's file looks up, those it fills, the streams it inserts into.
+
+    A busy stream's writer may have no watermark marker among the messages the monitor looks
+    at; the file names the streams all the same.
+    """
     try:
         app = load_app(source)
     except (MillraceError, OSError):
-        # A file changed or removed since the deploy: the graph goes without its tables.
-        return [], []
+        # A file changed or removed since the deploy: the graph goes without what it names.
+        return [], [], []
     queries = [view.query for view in app.views] + [table.query for table in app.tables]
     queries += [insert.query for insert in app.inserts]
     looked_up = sorted({lookup.table for query in queries for lookup in query.lookups})
     served = sorted({table.serve for table in app.tables if table.serve})
-    return looked_up, served
+    return looked_up, served, sorted({insert.stream for insert in app.inserts})

@@ -1,7 +1,7 @@
 """The pipeline graph as SVG: nodes in columns by how far downstream they are, edges between.
 
-A node with nothing feeding it stands in the first column; every other node one column
-right of the furthest node feeding it (a cycle stops at the number of nodes). Within a
+A node stands one column right of the furthest node feeding it (a cycle stops at the number
+of nodes), and a node nothing feeds just left of the first node it feeds. Within a
 column nodes keep the order of their ids. Apps and streams link to their pages, result
 tables to their app's results page. An edge into an app is labelled with the records per
 second the app read from it in the last minute and its lag there.
@@ -14,10 +14,10 @@ from urllib.parse import quote
 from millrace.api.dashboard.html import escape, number
 from millrace.api.pipeline import Edge, Node, Pipeline
 
-NODE_W, NODE_H = 190, 44
-COLUMN_GAP, ROW_GAP = 90, 26
+NODE_W, NODE_H = 170, 44
+COLUMN_GAP, ROW_GAP = 96, 22
 _MARGIN = 16
-_NAME_CHARS = 26
+_NAME_CHARS = 24
 _KIND_LABEL = {
     "app": "app",
     "stream": "stream",
@@ -44,8 +44,11 @@ def pipeline_svg(pipeline: Pipeline) -> str:
         f'<svg class="graph" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         'role="img" aria-label="pipeline graph">'
     ]
-    parts += [_edge(edge, places) for edge in pipeline.edges if _drawn(edge, places)]
+    drawn = [edge for edge in pipeline.edges if _drawn(edge, places)]
+    parts += [_edge(edge, places) for edge in drawn]
     parts += [_node(node, *places[node.id]) for node in pipeline.nodes]
+    # Labels last, so that no line or box hides one.
+    parts += [_edge_label(edge, places) for edge in drawn]
     parts.append("</svg>")
     return "".join(parts)
 
@@ -67,6 +70,14 @@ def _layout(pipeline: Pipeline) -> dict[str, tuple[int, int]]:
                     moved = True
         if not moved:
             break
+    # A node nothing feeds (a source stream, a serving table) stands just left of its readers.
+    fed = {edge.target for edge in pipeline.edges}
+    for node in pipeline.nodes:
+        readers = [
+            depth[e.target] for e in pipeline.edges if e.source == node.id and e.target in depth
+        ]
+        if node.id not in fed and readers:
+            depth[node.id] = max(0, min(readers) - 1)
     places: dict[str, tuple[int, int]] = {}
     filled: dict[int, int] = {}
     for node in pipeline.nodes:
@@ -113,25 +124,33 @@ def _link(node: Node) -> str | None:
     return None
 
 
-def _edge(edge: Edge, places: dict[str, tuple[int, int]]) -> str:
+def _ends(edge: Edge, places: dict[str, tuple[int, int]]) -> tuple[float, float, float, float]:
     left, top = _corner(places[edge.source])
     right, bottom = _corner(places[edge.target])
-    x1, y1 = left + NODE_W, top + NODE_H / 2
-    x2, y2 = right, bottom + NODE_H / 2
+    return left + NODE_W, top + NODE_H / 2, right, bottom + NODE_H / 2
+
+
+def _edge(edge: Edge, places: dict[str, tuple[int, int]]) -> str:
+    x1, y1, x2, y2 = _ends(edge, places)
     bend = max(30.0, (x2 - x1) / 2)
-    path = (
+    return (
         f'<path class="edge" d="M{x1:.0f},{y1:.0f} C{x1 + bend:.0f},{y1:.0f} '
         f'{x2 - bend:.0f},{y2:.0f} {x2:.0f},{y2:.0f}" '
         f'data-source="{escape(edge.source)}" data-target="{escape(edge.target)}"/>'
     )
+
+
+def _edge_label(edge: Edge, places: dict[str, tuple[int, int]]) -> str:
+    """The rate and lag of an edge into an app, above the middle of its line."""
     label = []
     if edge.rows_per_second is not None:
         label.append(f"{number(edge.rows_per_second)}/s")
     if edge.lag_records is not None:
         label.append(f"lag {number(edge.lag_records)}")
     if not label:
-        return path
-    return path + (
+        return ""
+    x1, y1, x2, y2 = _ends(edge, places)
+    return (
         f'<text class="edge-label" x="{(x1 + x2) / 2:.0f}" y="{(y1 + y2) / 2 - 4:.0f}" '
         f'text-anchor="middle">{escape(" · ".join(label))}</text>'
     )

@@ -149,7 +149,7 @@ def app_page(
             f"<h1>{escape(app)} {state_badge(state)} "
             f"{state_badge(status.activity if status else None)}</h1>{results}"
             f'<div class="panel">{_summary(status)}</div>'
-            f'<h2>Last {escape(span)} <span class="spans">{spans}</span> '
+            f'<h2>Charts over the last <span class="spans">{spans}</span> '
             f'<span class="muted">({figures.batches} batches)</span></h2>'
             f'<div class="charts">{charts}</div>'
             f"<h2>Watermark per input</h2>{_watermarks(details)}"
