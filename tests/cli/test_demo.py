@@ -25,6 +25,7 @@ from millrace.config.workspace import Workspace
 from millrace.runtime import registry
 from millrace.runtime.demo import APP_NAMES, RANKER, RANKER_TABLE, topic_line
 from millrace.runtime.result_files import read_result_rows
+from tests.chromium import chromium, save_docs_screenshot, wants_docs_screenshot
 from tests.ports import free_port
 
 TOPICS = ["games", "movies", "music", "news", "sports"]
@@ -49,8 +50,16 @@ def test_the_demo_prints_top_events_per_topic_and_stops_its_apps_on_ctrl_c(
         "MILLRACE_REDIS_PORT": str(free_port()),
     }
     workspace = Workspace.locate(environment)
+    dashboard_port = free_port()
     demo = subprocess.Popen(
-        [sys.executable, "-m", "millrace.cli.main", "demo"],
+        [
+            sys.executable,
+            "-m",
+            "millrace.cli.main",
+            "demo",
+            "--dashboard-port",
+            str(dashboard_port),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -62,6 +71,9 @@ def test_the_demo_prints_top_events_per_topic_and_stops_its_apps_on_ctrl_c(
     reader.start()
     try:
         assert first_window.wait(FIRST_WINDOW_DEADLINE_S), "\n".join(lines)
+        dashboard = f"http://127.0.0.1:{dashboard_port}/ui/"
+        assert f"dashboard: {dashboard} (the pipeline live in a browser)" in lines
+        _look_at_the_dashboard(dashboard)
         # A window's topic lines are printed right after its heading; then Ctrl-C.
         time.sleep(2)
         demo.send_signal(signal.SIGINT)
@@ -109,6 +121,26 @@ def test_the_demo_prints_top_events_per_topic_and_stops_its_apps_on_ctrl_c(
         for app in APP_NAMES:
             millrace_subprocess("stop", app, environment=environment)
         millrace("down", environment=environment)
+
+
+def _look_at_the_dashboard(dashboard: str) -> None:
+    """The dashboard shows the demo's pipeline, the Filterer feeding the Joiner through the
+    stream its SQL inserts into; with MILLRACE_DOCS_SCREENSHOT=1, as docs/dashboard.png."""
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1900, "height": 760})
+        page.goto(dashboard)
+        for app in APP_NAMES:
+            page.wait_for_selector(f'[data-node="app:{app}"]', timeout=60_000)
+        for source, target in (
+            ("stream:trending.events", "app:trending_filterer"),
+            ("app:trending_filterer", "stream:trending.filtered"),
+            ("stream:trending.filtered", "app:trending_joiner"),
+            (f"app:{RANKER}", f"result_table:{RANKER}.{RANKER_TABLE}"),
+        ):
+            edge = f'[data-source="{source}"][data-target="{target}"]'
+            page.wait_for_selector(edge, state="attached", timeout=30_000)
+        if wants_docs_screenshot():
+            save_docs_screenshot(page)
 
 
 def _read(demo: subprocess.Popen, lines: list[str], first_window: threading.Event) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from millrace.bus.broker import broker_status, start_broker, stop_broker
 from millrace.bus.streams import list_streams
 from millrace.config.local_processes import loopback_port_is_free
 from millrace.config.workspace import Workspace, init_workspace
-from millrace.errors import BusError, MillraceError, ServingError
+from millrace.errors import BusError, ConfigError, MillraceError, ServingError
 from millrace.serving.server import redis_status, start_redis, stop_redis
 from millrace.serving.tables import list_tables
 
@@ -163,12 +165,28 @@ def status() -> None:
     default=None,
     help="Stop after this many seconds (exit 1 if no top-K appeared); default: until Ctrl-C.",
 )
-def demo(rate: float, seconds: float | None) -> None:
+@click.option(
+    "--dashboard-port",
+    default=8321,
+    show_default=True,
+    help="Serve the dashboard on this loopback port while the demo runs (0: do not).",
+)
+def demo(rate: float, seconds: float | None, dashboard_port: int) -> None:
     """Run the trending-events pipeline live: generator, 4 apps, top 3 events per topic."""
+    from millrace.api.app import background_service
     from millrace.runtime.demo import run_demo
 
     workspace = Workspace.locate()
     init_workspace(workspace)
-    run = run_demo(workspace, rate=rate, seconds=seconds, say=click.echo)
+    with contextlib.ExitStack() as dashboard:
+        try:
+            if dashboard_port:
+                url = dashboard.enter_context(
+                    background_service(workspace, host="127.0.0.1", port=dashboard_port)
+                )
+                click.echo(f"dashboard: {url}/ui/ (the pipeline live in a browser)")
+        except ConfigError as error:
+            click.echo(f"no dashboard: {error.message}; pass --dashboard-port N")
+        run = run_demo(workspace, rate=rate, seconds=seconds, say=click.echo)
     if seconds is not None and run.first_results_s is None:
         raise SystemExit(1)
