@@ -1,20 +1,26 @@
-"""CLI verbs for SQL apps: `millrace check`, `millrace run` (or `run --batch`), `millrace query`."""
+"""CLI verbs for apps: `millrace check`, `millrace run` (or `run --batch`), `millrace query`.
+
+`run` parses its options, loads the app (`millrace.runtime.apps`) and hands it to the runner
+(`millrace.runtime.runner`), which prints its progress; both load Spark, so they are
+imported when `run` runs.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import click
 
 from millrace.cli.rows import json_line
-from millrace.cli.times import epoch_ms
+from millrace.cli.times import epoch_ms, iso
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import ConfigError
-from millrace.runtime import registry
 from millrace.runtime.app_sources import source_kind
-from millrace.runtime.registry import DEPLOYED_APP_ENV
+
+if TYPE_CHECKING:
+    from millrace.runtime.apps import BatchResult
 
 
 @click.command()
@@ -80,68 +86,89 @@ def run(
     deployed) is refused. So is one whose queries ran before but lost their checkpoints: they
     would write all their output again; --fresh starts every query over on purpose.
     """
-    deployed = os.environ.get(DEPLOYED_APP_ENV)
-    try:
-        _run(app, available_now, batch, start, end, trigger, master, force, fresh)
-    except BaseException as error:
-        if deployed:
-            code = error.code if isinstance(error, SystemExit) else 1
-            registry.record_exit(Workspace.locate(), deployed, code if isinstance(code, int) else 1)
-        raise
-    if deployed:
-        registry.record_exit(Workspace.locate(), deployed, 0)
-
-
-def _run(
-    app: str,
-    available_now: bool,
-    batch: bool,
-    start: str | None,
-    end: str | None,
-    trigger_text: str | None,
-    master: str | None,
-    force: bool,
-    fresh: bool,
-) -> None:
-    from millrace.cli import foreground
-
-    if available_now and trigger_text is not None:
+    if available_now and trigger is not None:
         raise click.UsageError("use --available-now or --trigger, not both")
-    trigger = Trigger("available-now") if available_now else None
-    if trigger_text is not None:
+    parsed = Trigger("available-now") if available_now else None
+    if trigger is not None:
         try:
-            trigger = Trigger.parse(trigger_text)
+            parsed = Trigger.parse(trigger)
         except ConfigError as error:
             raise click.BadParameter(error.message, param_hint="--trigger") from None
-    processor = source_kind(app) == "processor"
-    app_file = Path(app)
-    if not processor and not app_file.is_file():
+    if source_kind(app) == "sql" and not Path(app).is_file():
         raise click.UsageError(
             f"no file {app!r}: give a SQL app's file, or a processor as module:Class"
         )
     if not batch:
         if start is not None or end is not None:
             raise click.UsageError("--from and --to go with --batch")
-        if processor:
-            foreground.stream_processor(app, trigger, master, force, fresh)
-        else:
-            foreground.stream_sql_app(app_file, trigger, master, force, fresh)
+        _stream(app, parsed, master, force, fresh)
         return
     if fresh:
         raise click.UsageError("--fresh goes with streaming runs, not --batch")
     if available_now:
         raise click.UsageError("use --batch or --available-now, not both")
-    if trigger is not None:
+    if parsed is not None:
         raise click.UsageError("--trigger goes with streaming runs, not --batch")
     if start is None or end is None:
         raise click.UsageError("--batch needs --from and --to, such as --from 2026-01-01T00:00:00Z")
     start_ms, end_ms = epoch_ms("--from", start), epoch_ms("--to", end)
     if start_ms >= end_ms:
         raise click.UsageError(f"--to ({end}) must come after --from ({start})")
-    if processor:
-        foreground.batch_processor(app, start_ms, end_ms, master)
-    else:
-        foreground.batch_sql_app(app_file, start_ms, end_ms, master)
+    _batch(app, start_ms, end_ms, master)
+
+
+def _stream(
+    source: str, trigger: Trigger | None, master: str | None, force: bool, fresh: bool
+) -> None:
+    from millrace.runtime import runner
+    from millrace.runtime.apps import App
+
+    app = App.load(source)
+    workspace = runner.on_master(Workspace.locate().require_initialized(), master)
+    app.require_streamable()
+    runner.stream(workspace, app, trigger=trigger, force=force, fresh=fresh, say=click.echo)
+
+
+def _batch(source: str, start_ms: int, end_ms: int, master: str | None) -> None:
+    from millrace.runtime import runner
+    from millrace.runtime.apps import App
+
+    app = App.load(source)
+    workspace = runner.on_master(Workspace.locate().require_initialized(), master)
+    result = runner.run_batch(workspace, app, start_ms=start_ms, end_ms=end_ms)
+    echo_batch(result, "ran")
+
+
+def echo_batch(result: BatchResult, done: Literal["ran", "backfilled"]) -> None:
+    """Print what a batch run (`run --batch`) or a backfill of an app wrote.
+
+    Example:
+        >>> echo_batch(result, "ran")  # doctest: +SKIP
+        app 'top_events' ran over 2026-01-01T00:00:00Z to 2026-01-02T00:00:00Z
+        table top_events_5min: 288 rows merged
+    """
+    from millrace.runtime.progress_lines import count
+
+    span = f"over {iso(result.start_ms)} to {iso(result.end_ms)}"
+    if result.kind == "processor":
+        wrote = (
+            f"{count(result.productions, 'production')}, "
+            f"{count(result.dead_letters, 'dead letter')}"
+        )
+        if done == "ran":
+            click.echo(f"processor {result.app!r} ran {span}")
+            click.echo(wrote)
+        else:
+            click.echo(f"processor {result.app!r} backfilled {span} from the warehouse: {wrote}")
+        return
+    read_from = "" if done == "ran" else " from the warehouse"
+    click.echo(f"app {result.app!r} {done} {span}{read_from}")
+    for table, rows in result.tables.items():
+        click.echo(f"table {table}: {count(rows, 'row')} merged")
+    for stream, records in result.streams.items():
+        click.echo(f"stream {stream}: {count(records, 'record')} written")
+    for routed in result.routed:
+        click.echo(routed.line())
 
 
 @click.command()

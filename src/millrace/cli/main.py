@@ -13,7 +13,7 @@ import click
 
 # Every verb's module is imported to list it in --help, so the modules import at their top
 # only what is cheap: a verb that needs Spark, Delta, pandas or the SQL compiler imports them
-# when it runs (in its function, or through `millrace.cli.foreground`), and `--help`, `status`,
+# when it runs (in its function, with the runtime modules it calls), and `--help`, `status`,
 # `tail`, `publish` and `ps` answer without loading them.
 from millrace.cli import apps, infra, lifecycle, monitor, records, streams, tables, warehouse
 from millrace.config.workspace import Workspace

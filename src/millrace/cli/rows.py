@@ -1,4 +1,4 @@
-"""How the CLI prints rows of tables: JSON lines, table cells and counts, with times in UTC.
+"""How the CLI prints rows of tables: JSON lines and table cells, with times in UTC.
 
 A time prints as ISO-8601 UTC with milliseconds and `Z`, the form `millrace tail` and the HTTP
 API use: `2026-01-01T12:00:00.000Z`. Spark gives a `TIMESTAMP` as a datetime without a zone in
@@ -48,17 +48,6 @@ def format_time(moment: datetime) -> str:
     """
     utc = moment.astimezone(UTC)
     return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def count(number: int, noun: str) -> str:
-    """`number` and `noun`, plural but for 1.
-
-    Example:
-        >>> count(2, "micro-batch"), count(1, "record")
-        ('2 micro-batches', '1 record')
-    """
-    plural = noun + ("es" if noun.endswith("ch") else "s")
-    return f"{number} {noun if number == 1 else plural}"
 
 
 def _json_default(value: Any) -> str:

@@ -10,8 +10,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from millrace.cli.rows import cell, count, json_line
-from millrace.cli.times import epoch_ms, iso
+from millrace.cli.rows import cell, json_line
+from millrace.cli.times import epoch_ms
 from millrace.config.workspace import Workspace
 from millrace.warehouse.layout import archive_path, streams_marked_for_archive
 
@@ -39,10 +39,9 @@ def archive(
     <workspace>/warehouse/<stream>, partitioned by event date. A job that is stopped and
     started again goes on from where it stopped, writing no record twice.
     """
-    from millrace.cli.foreground import echo_progress
-    from millrace.cli.progress_lines import ProgressLines
     from millrace.engine.archive import ARCHIVE_APP, read_archive, start_archive
     from millrace.engine.session import spark_session, stop_spark_session
+    from millrace.runtime.progress_lines import ProgressLines, count
 
     workspace = Workspace.locate().require_initialized()
     names = list(dict.fromkeys([*streams, *(streams_marked_for_archive(workspace) * all_marked)]))
@@ -59,11 +58,11 @@ def archive(
         click.echo(f"archiving {', '.join(names)} (Ctrl-C stops)")
         lines = ProgressLines(ARCHIVE_APP)
         while any(query.isActive for query in queries):
-            echo_progress(queries, lines)
+            lines.say_new(queries, click.echo)
             time.sleep(_PROGRESS_EVERY_S)
         for query in queries:
             query.awaitTermination()
-        echo_progress(queries, lines)
+        lines.say_new(queries, click.echo)
         for name in names:
             records = read_archive(spark, workspace, name).count()
             path = archive_path(workspace, name)
@@ -93,10 +92,9 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
     of its streaming run; the outputs named by --into get the same final results as the
     streaming run, merged by key, so running a backfill again changes nothing.
     """
-    from millrace.cli.foreground import echo_dead_letters
+    from millrace.cli.apps import echo_batch
     from millrace.engine.session import spark_session, stop_spark_session
     from millrace.runtime.backfill import backfill as run_backfill
-    from millrace.runtime.processor_batch import ProcessorBatchRun
 
     start_ms, end_ms = epoch_ms("--from", start), epoch_ms("--to", end)
     if start_ms >= end_ms:
@@ -113,22 +111,7 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
         )
     finally:
         stop_spark_session()
-    if isinstance(result, ProcessorBatchRun):
-        click.echo(
-            f"processor {result.processor.name!r} backfilled over {iso(start_ms)} to "
-            f"{iso(end_ms)} from the warehouse: {count(result.productions, 'production')}, "
-            f"{count(result.dead_letters, 'dead letter')}"
-        )
-        return
-    click.echo(
-        f"app {result.app.name!r} backfilled over {iso(start_ms)} to {iso(end_ms)} "
-        "from the warehouse"
-    )
-    for table, rows in result.tables.items():
-        click.echo(f"table {table}: {count(rows, 'row')} merged")
-    for stream, records in result.streams.items():
-        click.echo(f"stream {stream}: {count(records, 'record')} written")
-    echo_dead_letters(result.app, result.dead_letters)
+    echo_batch(result, "backfilled")
 
 
 @click.command()
@@ -173,6 +156,8 @@ def sql(query: str, as_json: bool, app_files: tuple[Path, ...], limit: int) -> N
 
 def print_table(result: QueryResult) -> None:
     """Print the rows of `result` as a table, then their count."""
+    from millrace.runtime.progress_lines import count
+
     table = Table(*result.columns)
     for row in result.rows:
         table.add_row(*(cell(row[column]) for column in result.columns))

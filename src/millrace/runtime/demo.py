@@ -11,8 +11,10 @@ result table, which `millrace serve` answers at `/apps/trending_ranker/tables/to
 `run_demo` brings Kafka and Redis up, creates what is missing (streams, the dimensions
 table), deploys the four apps detached (`millrace ps` lists them), runs the generator in a
 thread, and prints progress and each new window's top 3 per topic until it is interrupted
-(Ctrl-C or SIGTERM) or `seconds` have passed; then it stops the generator and the apps
-gracefully. Kafka and Redis stay up. The apps keep their checkpoints: a second run resumes.
+(Ctrl-C, or SIGTERM, taken as the runner takes it: `runner.stop_requests`) or `seconds` have
+passed; then it stops the generator and the apps gracefully. Kafka and Redis stay up. The
+apps keep their checkpoints: a second run resumes. Each app runs in the process `deploy`
+starts (`millrace.runtime.deployed`), by the runner that `millrace run` uses.
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Any
 
 from millrace.bus.broker import start_broker
@@ -44,6 +45,7 @@ from millrace.monitor.service import Monitor
 from millrace.runtime import registry
 from millrace.runtime.lifecycle import deploy, stop
 from millrace.runtime.result_files import read_result_rows
+from millrace.runtime.runner import stop_requests
 from millrace.serving.server import start_redis
 
 RANKER = "trending_ranker"
@@ -123,41 +125,43 @@ def run_demo(
     for name, value in LEAN_SPARK.items():
         os.environ.setdefault(name, value)
     stopping = threading.Event()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     deployed: list[str] = []
     sender: threading.Thread | None = None
-    try:
-        for source in generator.APPS:
-            where, _, cls = source.partition(":")
-            record = _deploy(workspace, str(folder / where) + (f":{cls}" if cls else ""), trigger)
-            deployed.append(record.name)
-            say(f"3. deployed {record.name} (pid {record.pid}, log {record.log})")
+    with stop_requests() as asked_to_stop:
+        try:
+            for source in generator.APPS:
+                if asked_to_stop.is_set():
+                    raise KeyboardInterrupt
+                where, _, cls = source.partition(":")
+                path = str(folder / where) + (f":{cls}" if cls else "")
+                record = _deploy(workspace, path, trigger)
+                deployed.append(record.name)
+                say(f"3. deployed {record.name} (pid {record.pid}, log {record.log})")
 
-        def counted(events: int, malformed: int) -> None:
-            run.events, run.malformed = events, malformed
+            def counted(events: int, malformed: int) -> None:
+                run.events, run.malformed = events, malformed
 
-        sender = threading.Thread(
-            target=generator.run,
-            kwargs={"settings": settings, "rate": rate, "stop": stopping, "on_sent": counted},
-            name="generator",
-            daemon=True,
-        )
-        sender.start()
-        say(
-            f"4. generator publishing {rate:g} events/s to {generator.EVENTS}; the apps start "
-            "their Spark sessions (a minute or two on a busy machine), then the first "
-            "10-second windows close"
-        )
-        _watch(workspace, run, deployed, seconds, say)
-    except KeyboardInterrupt:
-        say("interrupted")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        stopping.set()
-        if sender is not None:
-            sender.join(timeout=10)
-        _stop_all(workspace, deployed, say)
-        _summary(run, generator.EVENTS, _dead_letter_count(workspace, generator.EVENTS), say)
+            sender = threading.Thread(
+                target=generator.run,
+                kwargs={"settings": settings, "rate": rate, "stop": stopping, "on_sent": counted},
+                name="generator",
+                daemon=True,
+            )
+            sender.start()
+            say(
+                f"4. generator publishing {rate:g} events/s to {generator.EVENTS}; the apps "
+                "start their Spark sessions (a minute or two on a busy machine), then the "
+                "first 10-second windows close"
+            )
+            _watch(workspace, run, deployed, seconds, say, asked_to_stop)
+        except KeyboardInterrupt:
+            say("interrupted")
+        finally:
+            stopping.set()
+            if sender is not None:
+                sender.join(timeout=10)
+            _stop_all(workspace, deployed, say)
+            _summary(run, generator.EVENTS, _dead_letter_count(workspace, generator.EVENTS), say)
     return run
 
 
@@ -176,13 +180,18 @@ def _watch(
     apps: list[str],
     seconds: float | None,
     say: Callable[[str], None],
+    asked_to_stop: threading.Event,
 ) -> None:
-    """Print progress every few seconds and each new window's top K, until time is up."""
+    """Print progress every few seconds and each new window's top K, until time is up.
+
+    Raises `KeyboardInterrupt` once the process is asked to stop (SIGTERM), as Ctrl-C does.
+    """
     monitor = Monitor(workspace)
     shown: set[Any] = set()
     last_events, last_time = 0, time.monotonic()
     while seconds is None or time.monotonic() - run.started < seconds:
-        time.sleep(5)
+        if asked_to_stop.wait(5):
+            raise KeyboardInterrupt
         for name in apps:
             record = registry.load(workspace, name)
             if record.status != "running":
@@ -304,10 +313,6 @@ def _summary(
         f"`millrace query {RANKER}.{RANKER_TABLE} --last 3`, or `millrace serve` and "
         f"GET /apps/{RANKER}/tables/{RANKER_TABLE}?topic=sports&last=3"
     )
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def _load(path: Path) -> ModuleType:

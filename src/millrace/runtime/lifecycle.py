@@ -1,10 +1,11 @@
 """Deployed apps: starting them detached, watching, stopping, restarting, rolling back.
 
-`deploy` starts `millrace run SOURCE` as a process of its own (its own Spark application,
-in its own process group, its output appended to `<workspace>/apps/<app>/app.log`) and
-records it in the registry (`millrace.runtime.registry`). `stop` sends that process SIGTERM,
-which `millrace run` answers by letting each query finish its running micro-batch, stopping
-the queries and routing their dead letters; the process group is killed only if it has not
+`deploy` starts the app's driver as a process of its own (`millrace.runtime.deployed`: its
+own Spark application, in its own process group, its output appended to
+`<workspace>/apps/<app>/app.log`) and records it in the registry
+(`millrace.runtime.registry`). `stop` sends that process SIGTERM, which the runner answers by
+letting each query finish its running micro-batch, stopping the queries and routing their
+dead letters (`millrace.runtime.runner`); the process group is killed only if it has not
 ended within the timeout. `restart` stops the app and deploys it again from its source, with
 a new hash when the code changed, resuming from the checkpoint: offsets and state. Before an
 app starts, `millrace.runtime.state_schema` checks that its state can be carried over.
@@ -17,8 +18,6 @@ app's driver lock (`millrace.runtime.drivers`) and goes through `check_start`: i
 checkpoint's files can be read, no query that ran before has lost its checkpoint, its state
 can be carried over. `deploy`, `restart` and `rollback` take the lock before they touch the
 checkpoint and hand it to the process they start. `start_over` is `--fresh`.
-
-`stop_gracefully` is the other half of a graceful stop: what `millrace run` does on SIGTERM.
 """
 
 from __future__ import annotations
@@ -36,73 +35,36 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pyspark.sql.streaming import StreamingQuery
-
 from millrace.bus.offsets import stream_offsets
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AlreadyDeployedError, AppNotFoundError, LifecycleError
-from millrace.processor.loading import load_processor
-from millrace.processor.processor import Processor
 from millrace.runtime import checkpoints, drivers, registry
-from millrace.runtime.app_sources import source_kind
+from millrace.runtime.apps import App
 from millrace.runtime.drivers import DriverLock
 from millrace.runtime.registry import STOP_TIMEOUT_S, AppRecord
-from millrace.runtime.state_schema import (
-    Fingerprint,
-    check_state,
-    processor_fingerprint,
-    sql_fingerprint,
-)
-from millrace.sql.compiler import require_streaming_aggregates
-from millrace.sql.parser import SqlApp, load_app
+from millrace.runtime.state_schema import check_state
 
-GRACE_S = 60.0
-"""How long a stopping app waits for a query to be between micro-batches before stopping it."""
+DEPLOYED_MODULE = "millrace.runtime.deployed"
+"""The module a deployed app's process runs (`python -m`): the app's driver."""
 
 LOCK_WAIT_S = 30.0
 """How long a restart or rollback waits for the stopped app's process to let its lock go."""
 
-PROCESSOR_QUERIES = ("processor",)
-"""The queries of a processor app: one, whose checkpoint is `<app>/processor`."""
-
-_IDLE_POLL_S = 0.05
 _KILLED_WAIT_S = 10.0
 
 
-@dataclass(frozen=True)
-class AppSource:
-    """What a source names: the app's kind and name, the source as `run` takes it, its state.
-
-    `queries` are the names of its streaming queries (their checkpoints' folders), `tables`
-    those of a SQL app's result tables.
-    """
-
-    kind: registry.Kind
-    name: str
-    source: str
-    fingerprint: Fingerprint
-    queries: tuple[str, ...] = PROCESSOR_QUERIES
-    tables: tuple[str, ...] = ()
-
-
-def sql_queries(app: SqlApp) -> tuple[str, ...]:
-    """The streaming queries of SQL app `app`: `insert.<stream>` and `table.<name>`."""
-    inserts = tuple(f"insert.{insert.stream}" for insert in app.inserts)
-    return inserts + tuple(f"table.{table.name}" for table in app.tables)
-
-
-def check_start(workspace: Workspace, described: AppSource, *, force: bool = False) -> None:
+def check_start(workspace: Workspace, app: App, *, force: bool = False) -> None:
     """What every start of an app checks, before Spark: checkpoint files, lost checkpoints, state.
 
     Raises `CheckpointCorruptError` for a log file Spark would fail on, `CheckpointMissingError`
     when a query that ran before has no checkpoint now, and (unless `force`)
     `StateSchemaError` when the checkpoint holds state the code cannot carry over.
     """
-    checkpoints.verify(workspace, described.name)
-    checkpoints.require_checkpoints(workspace, described.name, described.queries, described.tables)
+    checkpoints.verify(workspace, app.name)
+    checkpoints.require_checkpoints(workspace, app.name, app.queries, app.tables)
     if not force:
-        check_state(workspace, described.name, described.fingerprint)
+        check_state(workspace, app.name, app.fingerprint)
 
 
 def start_over(workspace: Workspace, name: str) -> Path | None:
@@ -116,45 +78,16 @@ def start_over(workspace: Workspace, name: str) -> Path | None:
     return moved
 
 
-def describe_source(source: str) -> AppSource:
-    """Load the app `source` names (a SQL file, `module:Class` or `file.py:Class`), checked.
-
-    Paths are made absolute, so the deployed process finds them from any folder.
+def load_streamable(source: str) -> App:
+    """The app `source` names (`App.load`), checked to run as a stream, before any Spark.
 
     Example:
-        >>> describe_source("examples/top_events.sql").name  # doctest: +SKIP
+        >>> load_streamable("examples/top_events.sql").name  # doctest: +SKIP
         'top_events'
     """
-    if source_kind(source) == "processor":
-        where, _, name = source.rpartition(":")
-        if where.endswith(".py"):
-            source = f"{Path(where).absolute()}:{name}"
-        return describe_processor(load_processor(source), source)
-    path = Path(source)
-    if not path.is_file():
-        raise LifecycleError(
-            f"no file {source!r}",
-            hint="give a SQL app's file, or a processor as module:Class or file.py:Class",
-        )
-    return describe_sql(load_app(path), path)
-
-
-def describe_sql(app: SqlApp, path: Path) -> AppSource:
-    """What SQL app `app`, loaded from `path`, is to the lifecycle; checked to stream.
-
-    Raises `SqlError` for an aggregate Spark cannot run on a stream (`COUNT(DISTINCT x)`),
-    before any Spark starts.
-    """
-    require_streaming_aggregates(app)
-    tables = tuple(table.name for table in app.tables)
-    return AppSource(
-        "sql", app.name, str(path.absolute()), sql_fingerprint(app), sql_queries(app), tables
-    )
-
-
-def describe_processor(processor: type[Processor], source: str) -> AppSource:
-    """What `processor`, loaded from `source` (`module:Class`), is to the lifecycle."""
-    return AppSource("processor", processor.name, source, processor_fingerprint(processor))
+    app = App.load(source)
+    app.require_streamable()
+    return app
 
 
 def deploy(
@@ -177,17 +110,17 @@ def deploy(
         >>> deploy(workspace, "examples/top_events.sql", trigger=trigger)  # doctest: +SKIP
         AppRecord(name='top_events', kind='sql', ..., status='running')
     """
-    described = describe_source(source)
+    app = load_streamable(source)
     try:
-        existing: AppRecord | None = registry.load(workspace, described.name)
+        existing: AppRecord | None = registry.load(workspace, app.name)
     except AppNotFoundError:
         existing = None
     if existing is not None and existing.status == "running":
         raise AlreadyDeployedError(
-            f"app {described.name!r} already runs (pid {existing.pid}, from {existing.source})",
-            app=described.name,
-            hint=f"`millrace restart {described.name}` starts it again with new code; "
-            f"`millrace stop {described.name}` stops it",
+            f"app {app.name!r} already runs (pid {existing.pid}, from {existing.source})",
+            app=app.name,
+            hint=f"`millrace restart {app.name}` starts it again with new code; "
+            f"`millrace stop {app.name}` stops it",
         )
     config: dict[str, Any] = {
         "trigger": str(trigger or Trigger()),
@@ -195,11 +128,11 @@ def deploy(
         "cwd": str(Path.cwd()),
         "force": force,
     }
-    with drivers.acquire(workspace, described.name, "deploy", source=described.source) as lock:
+    with drivers.acquire(workspace, app.name, "deploy", source=app.source) as lock:
         if fresh:
-            start_over(workspace, described.name)
-        check_start(workspace, described, force=force)
-        return _start(workspace, described, config, lock, "deploy")
+            start_over(workspace, app.name)
+        check_start(workspace, app, force=force)
+        return _start(workspace, app, config, lock, "deploy")
 
 
 def restart(
@@ -228,16 +161,16 @@ def restart(
         True
     """
     record = registry.load(workspace, name)
-    described = describe_source(source or record.source)
-    if described.name != name:
+    app = load_streamable(source or record.source)
+    if app.name != name:
         raise LifecycleError(
-            f"{described.source} holds app {described.name!r}, not {name!r}",
+            f"{app.source} holds app {app.name!r}, not {name!r}",
             hint="restart takes the app's own source; deploy another app with `millrace deploy`",
         )
     _require_no_other_driver(workspace, record)
     if not fresh:
         # Checked before stopping, so that code that cannot run leaves the app running.
-        check_start(workspace, described, force=force)
+        check_start(workspace, app, force=force)
     if record.status == "running":
         stop(workspace, name, timeout_s=timeout_s)
     config = dict(record.config)
@@ -255,7 +188,7 @@ def restart(
                     workspace.checkpoints_dir / name,
                     lambda stream: stream_offsets(workspace.settings, stream, start_from),
                 )
-        return _start(workspace, described, config, lock, "restart")
+        return _start(workspace, app, config, lock, "restart")
 
 
 def stop(workspace: Workspace, name: str, *, timeout_s: float = STOP_TIMEOUT_S) -> AppRecord:
@@ -362,29 +295,9 @@ def rollback(
         checkpoints.forget(workspace, name, [q for q, n in targets.items() if n < 0])
         restarted = None
         if start and record is not None:
-            described = describe_source(record.source)
-            restarted = _start(workspace, described, dict(record.config), lock, "rollback")
+            app = load_streamable(record.source)
+            restarted = _start(workspace, app, dict(record.config), lock, "rollback")
     return RolledBack(done, restarted)
-
-
-def stop_gracefully(queries: list[StreamingQuery], timeout_s: float = GRACE_S) -> None:
-    """Stop each query between two micro-batches: once it runs no trigger, or at `timeout_s`.
-
-    Spark's `stop` cancels a micro-batch in flight (it runs again at the next start, so
-    nothing is lost, but its work is); this waits for the moment a query is between two
-    micro-batches. A micro-batch that starts in the instant between the look and the stop
-    is cancelled as by `stop`.
-
-    Example:
-        >>> stop_gracefully(running.queries)  # doctest: +SKIP
-    """
-    deadline = time.monotonic() + timeout_s
-    for query in queries:
-        while query.isActive and time.monotonic() < deadline:
-            if not query.status["isTriggerActive"]:
-                break
-            time.sleep(_IDLE_POLL_S)
-        query.stop()
 
 
 def _require_no_other_driver(workspace: Workspace, record: AppRecord) -> None:
@@ -396,32 +309,33 @@ def _require_no_other_driver(workspace: Workspace, record: AppRecord) -> None:
 
 def _start(
     workspace: Workspace,
-    described: AppSource,
+    app: App,
     config: dict[str, Any],
     lock: DriverLock,
     started_by: drivers.StartedBy,
 ) -> AppRecord:
     """Start the app's process, handing it `lock`, which it keeps for as long as it lives."""
-    folder = registry.app_dir(workspace, described.name)
+    folder = registry.app_dir(workspace, app.name)
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "app.log"
-    command = [sys.executable, "-m", "millrace.cli.main", "run", described.source]
-    command += ["--trigger", str(config.get("trigger") or Trigger())]
+    command = [sys.executable, "-m", DEPLOYED_MODULE, "--workspace", str(workspace.root)]
+    command += ["--app", app.name, "--trigger", str(config.get("trigger") or Trigger())]
     if config.get("master"):
         command += ["--master", str(config["master"])]
     if config.get("force"):
         command += ["--force"]
+    command.append(app.source)
     environment = {
         **os.environ,
-        registry.DEPLOYED_APP_ENV: described.name,
         **lock.handed_over(),
+        # For the app's own code, such as a Publisher that locates the workspace.
         "MILLRACE_HOME": str(workspace.root),
         # Output goes to a file: Python must not hold it back in a buffer.
         "PYTHONUNBUFFERED": "1",
     }
-    registry.clear_exit(workspace, described.name)
+    registry.clear_exit(workspace, app.name)
     with log.open("ab") as output:
-        output.write(f"--- {registry.now_iso()} millrace run {described.source}\n".encode())
+        output.write(f"--- {registry.now_iso()} millrace run {app.source}\n".encode())
         output.flush()
         process = subprocess.Popen(
             command,
@@ -433,13 +347,13 @@ def _start(
             start_new_session=True,
             pass_fds=(lock.descriptor,),
         )
-    lock.describe(process.pid, started_by, described.source)
+    lock.describe(process.pid, started_by, app.source)
     record = AppRecord(
-        name=described.name,
-        kind=described.kind,
-        source=described.source,
-        source_hash=registry.source_hash(described.source),
-        checkpoint=str(workspace.checkpoints_dir / described.name),
+        name=app.name,
+        kind=app.kind,
+        source=app.source,
+        source_hash=registry.source_hash(app.source),
+        checkpoint=str(workspace.checkpoints_dir / app.name),
         log=str(log),
         config=config,
         pid=process.pid,

@@ -29,9 +29,6 @@ Kind = Literal["sql", "processor"]
 STOP_TIMEOUT_S = 120.0
 """How long `millrace stop` waits for an app's running micro-batches before killing it."""
 
-DEPLOYED_APP_ENV = "MILLRACE_DEPLOYED_APP"
-"""Set in a deployed app's environment to its name, so that its process records its exit."""
-
 
 @dataclass(frozen=True)
 class AppRecord:
@@ -103,7 +100,7 @@ def list_apps(workspace: Workspace) -> list[AppRecord]:
 
 
 def record_exit(workspace: Workspace, name: str, code: int) -> None:
-    """Called by a deployed app's process as it ends: its exit code, for `status`."""
+    """Called by a deployed app's process as it ends (`runtime.deployed`): its exit code."""
     _write_json(app_dir(workspace, name) / "exit.json", {"code": code, "at": now_iso()})
 
 

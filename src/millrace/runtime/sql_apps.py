@@ -13,7 +13,8 @@ writes (`millrace.engine.output_watermark`), so that their readers need no laten
 own for the order it writes in.
 
 `run_sql_app_batch` runs the same app once over an event-time range of its inputs, writing
-the same tables (merged by key, so a range can be run again) and streams.
+the same tables (merged by key, so a range can be run again) and streams; `select_outputs`
+keeps the outputs a backfill names.
 
 Semantics (docs/semantics.md): an insert's records get ids derived from their input records'
 (`with_insert_ids`), and a table's emitted rows ids naming the result, so a re-run writes the
@@ -27,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ from millrace.engine.serving_sink import write_table
 from millrace.engine.session import checkpoint_state_store, state_store
 from millrace.engine.streams import StreamInput, write_batch, write_stream
 from millrace.engine.triggers import Trigger
-from millrace.errors import ServingError, SqlError, StreamNotFoundError
+from millrace.errors import ServingError, SqlError, StreamNotFoundError, WarehouseError
 from millrace.serving.tables import TableSpec, create_table
 from millrace.sql.compiler import CompiledApp, compile_app, group_key_columns
 from millrace.sql.parser import ResultTable, SqlApp
@@ -342,6 +343,43 @@ def run_sql_app_batch(
             streams[table.emit] = streams.get(table.emit, 0) + tables[table.name]
     dead_letters = {name: source.dead_letter_count for name, source in compiled.inputs.items()}
     return BatchRun(app, tables, streams, dead_letters)
+
+
+def select_outputs(app: SqlApp, into: Sequence[str]) -> SqlApp:
+    """`app` keeping only the outputs `into` names: result tables and output streams.
+
+    A table is kept when it or the stream it emits to is named; an `INSERT INTO STREAM`
+    when its stream is named. Raises `WarehouseError` when `into` names nothing, or an
+    output the app does not have, listing those it has (a backfill's `--into`).
+
+    Example:
+        >>> select_outputs(load_app(Path("examples/top_events.sql")),  # doctest: +SKIP
+        ...                ["superbowl_posts"]).tables
+        ()
+    """
+    if not into:
+        raise WarehouseError(
+            f"no output of app {app.name!r} to backfill was named",
+            hint=f"name some with --into; app {app.name!r} has: {_output_names(app)}",
+        )
+    names = set(into)
+    tables = tuple(table for table in app.tables if {table.name, table.emit} & names)
+    inserts = tuple(insert for insert in app.inserts if insert.stream in names)
+    known = {table.name for table in app.tables} | {insert.stream for insert in app.inserts}
+    known |= {table.emit for table in app.tables if table.emit is not None}
+    unknown = sorted(names - known)
+    if unknown:
+        raise WarehouseError(
+            f"app {app.name!r} has no result table or output stream {unknown[0]!r}",
+            hint=f"--into takes one of: {_output_names(app)}",
+        )
+    return replace(app, tables=tables, inserts=inserts)
+
+
+def _output_names(app: SqlApp) -> str:
+    names = [table.name for table in app.tables] + [insert.stream for insert in app.inserts]
+    names += [table.emit for table in app.tables if table.emit is not None]
+    return ", ".join(dict.fromkeys(names)) or "(no outputs)"
 
 
 def explain_sql_app(spark: SparkSession, workspace: Workspace, app: SqlApp) -> dict[str, str]:

@@ -1,4 +1,7 @@
-"""The lines `millrace run` prints: one per micro-batch of each query, and totals when it stops.
+"""The lines an app's run prints: one per micro-batch of each query, and totals when it stops.
+
+`millrace run` prints them to the terminal, a deployed app's process to its log (where `ps`
+reads its input rate), an archive job to its terminal.
 
 Each query's micro-batches are read from Spark's recent progress (the last 100 of them), not
 only its last, so that a look every few seconds prints every batch finished since the one
@@ -10,6 +13,7 @@ back (`engine.metrics.InputProgress`, as `millrace ps --json` shows it).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -17,8 +21,18 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.internal import is_internal_stream
-from millrace.cli.rows import count
 from millrace.engine.metrics import InputProgress, metrics_record
+
+
+def count(number: int, noun: str) -> str:
+    """`number` and `noun`, plural but for 1.
+
+    Example:
+        >>> count(2, "micro-batch"), count(1, "record")
+        ('2 micro-batches', '1 record')
+    """
+    plural = noun + ("es" if noun.endswith("ch") else "s")
+    return f"{number} {noun if number == 1 else plural}"
 
 
 @dataclass
@@ -76,6 +90,23 @@ class ProgressLines:
             self._inputs.follow(record)
             lines.append(self._line(record, progress.sink.numOutputRows))
         return lines
+
+    def say_new(self, queries: Iterable[StreamingQuery], say: Callable[[str], None]) -> bool:
+        """Say the line of each micro-batch the queries finished since the last look.
+
+        Returns whether any had.
+
+        Example:
+            >>> ProgressLines("top_events").say_new(running.queries, print)  # doctest: +SKIP
+            top_events.insert.kept: batch 3, 500 records read (812/s): 480 written, ...
+            True
+        """
+        said = False
+        for query in queries:
+            for line in self.new_batches(query):
+                say(line)
+                said = True
+        return said
 
     def _line(self, record: dict[str, Any], written: int) -> str:
         totals = self.totals.setdefault(record["query"], QueryTotals())
