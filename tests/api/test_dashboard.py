@@ -15,8 +15,9 @@ from millrace.config.workspace import Workspace
 from millrace.runtime.result_files import read_result_rows
 from tests.api.live_dashboard import MALFORMED, RESULT_TABLE, TOKEN, LivePipeline
 
-APPEAR_MS = 120_000
-"""How long an app may take to run its first batches, or a window to close."""
+APPEAR_MS = 300_000
+"""How long an app may take to run its first batches, or a window to close: on the 2-core
+machine shared with other test runs they took 60 to 150 s, and longer at its busiest."""
 
 
 def test_the_pipeline_page_shows_the_apps_and_the_streams_they_read_and_write(
