@@ -1,11 +1,12 @@
 """Processor apps next to the same per-key counter hand-written on PySpark's transformWithState.
 
 Run it with `.venv/bin/python benchmarks/processors.py [--records N] [--keys K ...]
-[--batch-records B] [--rounds R] [--only SIDE ...]` after `make setup`. For each key count K
-(1,000 and 100,000 by default) it loads N records with K distinct keys into a Kafka stream of
-its own, then runs the sides below over them R times, interleaved, each over all its input
-(trigger available-now, at most B records a micro-batch, a fresh checkpoint and output stream
-each time), after one round of each that warms the JVM up and is not kept:
+[--batch-records B] [--rounds R] [--only SIDE ...] [--notes TEXT]` after `make setup` (and
+`bash benchmarks/setup_peers.sh` for the peers). For each key count K (1,000 and 100,000 by
+default) it loads N records with K distinct keys into a Kafka stream of its own, then runs
+the sides below over them R times, interleaved, each over all its input (trigger
+available-now, at most B records a micro-batch, a fresh checkpoint and output stream each
+time), after one round of each that warms the JVM up and is not kept:
 
 - `millrace_stateful`: a millrace `Processor` counting in a `ValueState` with per-record
   Python logic (`on_record`), as `millrace.runtime.processors` runs it, `exactly_once` (the
@@ -44,6 +45,30 @@ Loading the stream is not measured.
   its wall-clock time, so compare it with the millrace sides' `wall` figures
   (`*_to_bytewax_wall_ratio`), which include starting and stopping the query.
 
+Two peers give the millrace sides' guarantee (durable state, exactly-once), each run from a
+virtualenv of its own that `bash benchmarks/setup_peers.sh` creates (their pins clash with the
+project's), as a subprocess running a script of benchmarks/peers/ that reads the same topic
+and writes each key's count once to a Kafka stream, checked like every side:
+
+- `pyflink`: the counter in PyFlink's DataStream API (`KeyedProcessFunction`, `ValueState`
+  on RocksDB through `EmbeddedRocksDBStateBackend`, an event-time timer per key, exactly-once
+  checkpoints every 2 s and a transactional Kafka sink, parallelism 2, on Flink's local
+  mini-cluster), its Kafka source bounded at the offsets the topic has when the job starts.
+  Its processing time runs from the first record a task saw to the job's end (the last
+  checkpoint's commit included; deploying the tasks and starting their Python workers, which
+  Flink's own net run time counts, are not);
+- `quix_streams`: the counter in Quix Streams with `processing_guarantee="exactly-once"`, a
+  per-record Python reducer over RocksDB state in a tumbling window spanning all the records,
+  emitted once per key by `final(closing_strategy="partition")` when the closing record
+  passes (Quix Streams has no timers). The closing records open a window that never closes,
+  so this side's output is checked against the counts without the closing key. Its processing
+  time runs from its first record to its stop.
+
+Both peers' wall-clock figures include starting their interpreter (and Flink's JVM). Each
+side's `*_to_fastest_peer_ratio` is its median over the faster peer's median (`fastest_peer`
+names it, by records/s; `*_to_fastest_peer_wall_ratio` compares wall-clock figures), and the
+peers' versions and settings go to the result's `peers`.
+
 The result goes to benchmarks/results/processors-*.json.
 """
 
@@ -53,12 +78,14 @@ import argparse
 import json
 import random
 import statistics
+import subprocess
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from _harness import Run, isolated_workspace, processing_seconds, write_results
@@ -77,6 +104,8 @@ RECORDS_PER_S = 10_000
 """Event-time rate of the generated records: N records span N / RECORDS_PER_S seconds."""
 LATENESS_MS = 30_000
 CLOSING_KEY = "closing"
+RECORDS = 400_000
+"""The default number of records loaded for each key count."""
 BATCH_RECORDS = 100_000
 """The default cap on the records of a micro-batch."""
 PARTITIONS = 2
@@ -88,18 +117,27 @@ SIDES = (
     "spark_aggregation",
     "spark_aggregation_dedup",
     "bytewax",
+    "pyflink",
+    "quix_streams",
 )
+PEERS = {"pyflink": "flink", "quix_streams": "quix"}
+"""Each peer's name in benchmarks/.venv-<name> and benchmarks/peers/<name>_counter.py."""
+FLINK_KAFKA_CONNECTOR = "5.0.0-2.2"
+"""The version of flink-sql-connector-kafka that benchmarks/setup_peers.sh fetches."""
+PEER_IDLE_TIMEOUT_S = 120
+"""Quix Streams stops after this long without a record if it has not seen every key's count."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=400_000)
+    parser.add_argument("--records", type=int, default=RECORDS)
     parser.add_argument(
         "--keys", type=int, action="append", help="distinct keys (repeatable; 1000 and 100000)"
     )
     parser.add_argument("--batch-records", type=int, default=BATCH_RECORDS)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", action="append", choices=SIDES, help="run this side")
+    parser.add_argument("--notes", help="what to know about this run, kept in the result")
     options = parser.parse_args()
     key_counts = options.keys or [1_000, 100_000]
     sides = [side for side in SIDES if not options.only or side in options.only]
@@ -109,6 +147,7 @@ def main() -> None:
 
         workspace = Workspace.locate()
         spark = spark_session(workspace.settings, app_name="millrace-bench-processors")
+        peers: dict[str, object] = {}
         results: dict[str, object] = {
             "records": options.records,
             "batch_records": options.batch_records,
@@ -118,12 +157,15 @@ def main() -> None:
                 "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
                 "state_store": spark.conf.get("spark.sql.streaming.stateStore.providerClass"),
             },
+            "peers": peers,
         }
+        if options.notes:
+            results["notes"] = options.notes
         try:
             for keys in key_counts:
                 load = _load(workspace, options.records, keys)
-                runners = _runners(spark, workspace, load, options.batch_records)
-                results[_workload(keys, options.batch_records)] = {
+                runners = _runners(spark, workspace, load, options.batch_records, peers)
+                results[_workload(keys, options.records, options.batch_records)] = {
                     "keys": keys,
                     **_compare(
                         spark,
@@ -138,18 +180,22 @@ def main() -> None:
     write_results("processors", results)
 
 
-def _workload(keys: int, batch_records: int) -> str:
-    """The result's name for a key count: micro-batches of another size are another workload,
-    so that `benchmarks/render.py` shows them beside the default ones, not instead of them."""
-    if batch_records == BATCH_RECORDS:
-        return f"keys_{keys}"
-    return f"keys_{keys}_batch_records_{batch_records}"
+def _workload(keys: int, records: int, batch_records: int) -> str:
+    """The result's name for a key count: another input size or micro-batches of another size
+    are another workload, so that `benchmarks/render.py` shows them beside the default ones,
+    not instead of them."""
+    name = f"keys_{keys}"
+    if records != RECORDS:
+        name += f"_records_{records}"
+    if batch_records != BATCH_RECORDS:
+        name += f"_batch_records_{batch_records}"
+    return name
 
 
 def _runners(
-    spark: SparkSession, workspace, load: _Load, batch_records: int
+    spark: SparkSession, workspace, load: _Load, batch_records: int, peers: dict[str, object]
 ) -> dict[str, Callable[[], Run]]:
-    """Each side's run over `load`, by side."""
+    """Each side's run over `load`, by side; the peers record their settings in `peers`."""
     return {
         "millrace_stateful": lambda: _millrace(spark, workspace, load, _counter, batch_records),
         "millrace_stateful_at_least_once": lambda: _millrace(
@@ -166,6 +212,8 @@ def _runners(
             spark, workspace, load, batch_records, deduplicate=True
         ),
         "bytewax": lambda: _bytewax(workspace, load),
+        "pyflink": lambda: _peer(workspace, load, "pyflink", peers),
+        "quix_streams": lambda: _peer(workspace, load, "quix_streams", peers),
     }
 
 
@@ -191,7 +239,7 @@ def _compare(
     for round_number in range(rounds + 1):
         for side, run_side in sides.items():
             run = _retrying(side, run_side)
-            _check(spark, workspace, load, side, run.output)
+            _check(spark, workspace, _expected(load, side), side, run.output)
             # The first round warms the JVM's code and Spark's caches for every side.
             if round_number > 0:
                 runs[side].append(run)
@@ -212,7 +260,24 @@ def _compare(
                 )
                 name = "ratio" if figure == "records_per_s" else "wall_ratio"
                 result[f"{side}_to_{short}_{name}"] = ratio
+    result.update(_to_fastest_peer(result, runs))
     return result
+
+
+def _to_fastest_peer(result: dict[str, Any], runs: dict[str, list[Run]]) -> dict[str, object]:
+    """Each millrace side's medians over those of the peer with the higher median records/s."""
+    ran = [peer for peer in PEERS if peer in runs]
+    if not ran:
+        return {}
+    fastest = max(ran, key=lambda peer: statistics.median(result[f"{peer}_records_per_s"]))
+    ratios: dict[str, object] = {"fastest_peer": fastest}
+    for side in runs:
+        if side.startswith("millrace_"):
+            for figure, name in (("records_per_s", "ratio"), ("wall_records_per_s", "wall_ratio")):
+                ratios[f"{side}_to_fastest_peer_{name}"] = statistics.median(
+                    result[f"{side}_{figure}"]
+                ) / statistics.median(result[f"{fastest}_{figure}"])
+    return ratios
 
 
 def _retrying(side: str, run_side: Callable[[], Run], attempts: int = 3) -> Run:
@@ -232,24 +297,33 @@ def _retrying(side: str, run_side: Callable[[], Run], attempts: int = 3) -> Run:
     raise AssertionError("unreachable")
 
 
-def _check(spark: SparkSession, workspace, load: _Load, side: str, output: str) -> None:
+def _expected(load: _Load, side: str) -> Counter:
+    """The counts `side` must write: Quix Streams' closing window never closes (see above)."""
+    if side == "quix_streams":
+        return Counter({key: n for key, n in load.counts.items() if key != CLOSING_KEY})
+    return load.counts
+
+
+def _check(spark: SparkSession, workspace, counts: Counter, side: str, output: str) -> None:
     """Stop the benchmark unless `output` holds exactly one right count per key."""
     rows = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .option("subscribe", output)
         .load()
+        # Watermark markers (empty values, `millrace.bus.markers`) are no counts.
+        .where(F.length("value") > 0)
         .select(F.from_json(F.col("value").cast("string"), "key STRING, count LONG").alias("c"))
         .select("c.*")
         .collect()
     )
     produced = {row["key"]: row["count"] for row in rows}
-    if len(rows) != len(produced) or produced != dict(load.counts):
-        missing = set(load.counts) - set(produced)
-        wrong = {key for key in produced if produced[key] != load.counts.get(key)}
+    if len(rows) != len(produced) or produced != dict(counts):
+        missing = set(counts) - set(produced)
+        wrong = {key for key in produced if produced[key] != counts.get(key)}
         raise SystemExit(
             f"{side} produced {len(rows)} counts for {len(produced)} keys, expected "
-            f"{len(load.counts)}: {len(missing)} keys missing, {len(wrong)} keys wrong"
+            f"{len(counts)}: {len(missing)} keys missing, {len(wrong)} keys wrong"
         )
 
 
@@ -488,6 +562,40 @@ def _bytewax(workspace, load: _Load) -> Run:
     run_main(flow)
     wall_s = time.perf_counter() - started
     return Run(wall_s, wall_s, output)
+
+
+def _peer(workspace, load: _Load, peer: str, peers: dict[str, object]) -> Run:
+    """The count in a peer, run by its script in its own virtualenv; its settings to `peers`."""
+    name = PEERS[peer]
+    benchmarks = Path(__file__).parent
+    python = benchmarks / f".venv-{name}" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"{peer}: {python} is missing: run `bash benchmarks/setup_peers.sh`")
+    output = _output_stream(workspace)
+    settings = {
+        "bootstrap_servers": workspace.settings.bootstrap_servers,
+        "input": load.stream,
+        "output": output,
+        "emit_ms": load.emit_ms,
+        "start_ms": START_MS,
+        "lateness_ms": LATENESS_MS,
+        "keys": len(_expected(load, peer)),
+        "connector": FLINK_KAFKA_CONNECTOR,
+        "idle_timeout_s": PEER_IDLE_TIMEOUT_S,
+    }
+    started = time.perf_counter()
+    finished = subprocess.run(
+        [str(python), str(benchmarks / "peers" / f"{name}_counter.py"), json.dumps(settings)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall_s = time.perf_counter() - started
+    if finished.returncode != 0:
+        raise SystemExit(f"{peer} failed (exit {finished.returncode}):\n{finished.stderr[-4000:]}")
+    report = json.loads(finished.stdout.strip().splitlines()[-1])
+    peers[peer] = report["settings"]
+    return Run(wall_s, report["processing_s"], output)
 
 
 def _output_stream(workspace) -> str:

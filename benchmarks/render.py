@@ -16,8 +16,10 @@ table of a result) from the newest file that measured it, so a run of some workl
   distribution (docs/benchmarks/<file>-latency.png).
 
 The page names the command, the machine and the time of every result, so each figure can be
-reproduced. The page is generated: edit this script, not the page. A workload that a
-benchmark no longer runs stays on the page until its result files are deleted.
+reproduced, with the versions and settings of the peers a benchmark ran (`peers`) and the
+notes it was given about the run (`notes`, e.g. that the machine was loaded). The page is
+generated: edit this script, not the page. A workload that a benchmark no longer runs stays
+on the page until its result files are deleted.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ PAGE = DOCS / "benchmarks.md"
 PLOTS = DOCS / "benchmarks"
 _MILLRACE, _BASELINE = "#3b6ea5", "#a0a0a0"
 # Top-level tables of a result that describe how it ran rather than a workload measured.
-_SETTINGS = {"machine", "versions", "spark", "event_time_rates"}
+_SETTINGS = {"machine", "versions", "spark", "event_time_rates", "peers"}
 
 INTRODUCTION = """# Benchmarks
 
@@ -50,6 +52,12 @@ processing at all), interleaved, and reports ratios: these machines are noisy, s
 figures move between runs and ratios move less. Throughputs are medians of the runs, over the
 time the query spends in micro-batches unless a benchmark says otherwise; the JSON files hold
 every run and the wall-clock figures.
+
+The processors benchmark also runs two peers that give millrace's guarantee (durable state,
+exactly-once), PyFlink and Quix Streams, each from a virtualenv of its own that
+`bash benchmarks/setup_peers.sh` creates, with the scripts in `benchmarks/peers/`; the
+docstring of `benchmarks/processors.py` says how each counts and what its processing time
+covers, and each result lists the peers' versions and settings.
 """
 
 
@@ -105,6 +113,11 @@ def _part(path: Path, result: dict) -> str:
     if versions:
         ran = ", ".join(f"{package} {version}" for package, version in versions.items() if version)
         lines += [f"Versions: {ran}.", ""]
+    for peer, settings in result.get("peers", {}).items():
+        ran = ", ".join(f"{name} {value}" for name, value in settings.items())
+        lines += [f"Peer {peer}: {ran}.", ""]
+    if result.get("notes"):
+        lines += [f"Notes: {result['notes']}", ""]
     throughputs = list(_throughputs(result))
     if throughputs:
         lines += ["| workload | side | median per second |", "| --- | --- | ---: |"]
