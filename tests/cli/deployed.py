@@ -8,6 +8,8 @@ from millrace.config.workspace import Workspace
 from millrace.runtime import registry
 
 WAIT_S = 600  # generous: the machine running the suite may be busy with other Spark work
+# Each look reads the app's record and log, and what `check` reads: a fraction of a second.
+_POLL_S = 0.25
 
 
 def wait_for(what: str, check: Callable[[], bool], app: str, workspace: Workspace) -> None:
@@ -18,4 +20,4 @@ def wait_for(what: str, check: Callable[[], bool], app: str, workspace: Workspac
         log = Path(record.log).read_text() if Path(record.log).is_file() else ""
         assert record.status == "running", f"app {record.status} while waiting for {what}:\n{log}"
         assert time.monotonic() < deadline, f"no {what} within {WAIT_S} s:\n{log}"
-        time.sleep(1.0)
+        time.sleep(_POLL_S)

@@ -83,7 +83,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
     first = ["a", "b", "a", "c", "a"]
     _publish(workspace, stream, first, 0)
 
-    deployed = millrace_subprocess("deploy", str(source), "--trigger", "interval:2s")
+    deployed = millrace_subprocess("deploy", str(source), "--trigger", "interval:1s")
     assert deployed.returncode == 0, deployed.stderr
     assert f"app '{name}' deployed: pid " in deployed.stdout
     try:
@@ -96,7 +96,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
         record = registry.load(workspace, name)
         assert record.status == "running" and record.source == str(source)
         assert record.source_hash == registry.source_hash(str(source))
-        assert record.trigger == "interval:2s"
+        assert record.trigger == "interval:1s"
 
         listed = millrace("ps", "--json")
         assert listed.returncode == 0, listed.stderr
@@ -105,7 +105,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
             for line in listed.stdout.splitlines()
             if json.loads(line)["app"] == name
         ]
-        assert (row["status"], row["pid"], row["trigger"]) == ("running", record.pid, "interval:2s")
+        assert (row["status"], row["pid"], row["trigger"]) == ("running", record.pid, "interval:1s")
         assert row["last_batch"]["table.per_category"] >= 0
         assert set(row) >= {"input_rate", "processing_lag", "watermark_lag", "uptime"}
         shown = millrace("ps")

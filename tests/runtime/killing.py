@@ -47,7 +47,7 @@ def run_killed_and_restarted(
         while not read(workspace, watched_output):
             assert app.poll() is None, "the app stopped by itself"
             assert time.monotonic() < deadline, "no production within 6 minutes"
-            time.sleep(0.5)
+            time.sleep(0.25)
         while_running()
         time.sleep(1.0)
     finally:
