@@ -188,6 +188,35 @@ def test_at_most_once_does_not_write_a_batch_marked_as_started(
     assert written == second
 
 
+@pytest.mark.parametrize("semantics", ["exactly_once", "at_most_once"])
+def test_a_batch_re_run_after_its_result_was_written_commits_its_state_and_writes_nothing_twice(
+    spark: SparkSession, workspace: Workspace, semantics: str
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    source, output = f"test.rerun-in.{run}", f"test.rerun-out.{run}"
+    create_stream(workspace.settings, source, buckets=1)
+    create_stream(workspace.settings, output)
+    events = [*_events()[:100], _events()[-1]]
+    _publish(workspace, source, events)
+    name = f"rerun_{semantics}_{run}"
+    app = parse_app(_app(name, semantics, source, output, batch=50, store="rocksdb"))
+    start_sql_app(spark, workspace, app, available_now=True).await_termination()
+    expected = _per_minute(spark, workspace, name)
+    # As if the driver had been killed after the last micro-batch wrote the result table and
+    # before Spark recorded it done: the restart runs that batch again. Spark refuses to go on
+    # unless the re-run commits the batch's state, although it writes nothing.
+    commits = workspace.checkpoint(name, "table.per_minute") / "commits"
+    last = max(int(path.name) for path in commits.iterdir() if path.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+
+    start_sql_app(spark, workspace, app, available_now=True).await_termination()
+
+    assert (commits / str(last)).exists()
+    assert _per_minute(spark, workspace, name) == expected
+    assert expected == _answer(events, copies=semantics == "at_most_once")
+
+
 def test_at_most_once_runs_a_write_once_per_batch(tmp_path: Path) -> None:
     once = AtMostOnce(tmp_path / "marks")
     calls: list[int] = []

@@ -77,13 +77,29 @@ def drop_duplicate_records(records: DataFrame, *, key: str = "record_id") -> Dat
     )
 
 
+def run_without_writing(batch: DataFrame) -> None:
+    """Run micro-batch `batch` to its end and write none of its rows.
+
+    For a micro-batch run again whose output was written before it stopped: its state must
+    still be committed. Stateful operators commit their state only when the batch's plan
+    runs, and Spark refuses to go on from a micro-batch that committed none
+    (`STATE_STORE_COMMIT_VALIDATION_FAILED`), so an app killed after writing a batch and before
+    Spark recorded it done could not start again.
+
+    Example:
+        >>> if not once.write(batch_id, write):  # doctest: +SKIP
+        ...     run_without_writing(batch)
+    """
+    batch.write.format("noop").mode("overwrite").save()
+
+
 class AtMostOnce:
     """Writes each micro-batch at most once: the batch id is recorded first, then the batch.
 
     On a re-run of a batch whose id is recorded (the app stopped while writing it, or after
     writing it but before Spark recorded it done) the write is skipped: what that batch had
     not yet written is lost, nothing is written twice. The marks live in `folder`, under the
-    query's checkpoint.
+    query's checkpoint. A skipped batch must still run (`run_without_writing`).
 
     Example:
         >>> once = AtMostOnce(checkpoint / "at_most_once")  # doctest: +SKIP

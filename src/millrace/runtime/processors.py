@@ -63,7 +63,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
-from millrace.engine.delivery import AtMostOnce
+from millrace.engine.delivery import AtMostOnce, run_without_writing
 from millrace.engine.disk_full import disk_full_error
 from millrace.engine.low_watermark import (
     MARKER_MS,
@@ -371,7 +371,8 @@ def _semantics_writer(
 
     def write(batch: DataFrame, batch_id: int) -> None:
         if processor_class.semantics == "at_most_once":
-            once.write(batch_id, lambda: _write_outputs(running(), workspace, batch))
+            if not once.write(batch_id, lambda: _write_outputs(running(), workspace, batch)):
+                run_without_writing(batch)
         else:
             _write_outputs(running(), workspace, batch)
 

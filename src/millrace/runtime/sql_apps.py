@@ -42,7 +42,7 @@ from pyspark.sql.streaming import StreamingQuery
 from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.engine.delivery import AtMostOnce
+from millrace.engine.delivery import AtMostOnce, run_without_writing
 from millrace.engine.disk_full import disk_full_error
 from millrace.engine.metrics import publish_metrics
 from millrace.engine.output_watermark import OutputWatermark
@@ -511,10 +511,11 @@ def _insert_at_most_once(
     once = AtMostOnce(checkpoint / _MARKS)
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        once.write(
+        if not once.write(
             batch_id,
             lambda: write_batch(batch, workspace, stream, key=_key_column(batch), writer=marked_by),
-        )
+        ):
+            run_without_writing(batch)
 
     writer = (
         records.writeStream.queryName(f"{app}.insert.{stream}")
@@ -529,7 +530,8 @@ def _insert_at_most_once(
 def _once(
     once: AtMostOnce, write: Callable[[DataFrame, int], None], batch: DataFrame, batch_id: int
 ) -> None:
-    once.write(batch_id, lambda: write(batch, batch_id))
+    if not once.write(batch_id, lambda: write(batch, batch_id)):
+        run_without_writing(batch)
 
 
 class _ResultTableWriter:
@@ -598,6 +600,8 @@ class _ResultTableWriter:
                         .save(self.path)
                     )
                     self._appended = batch_id
+                else:
+                    run_without_writing(batch)
             else:
                 self._merge(batch)
             if self.serving is not None:
