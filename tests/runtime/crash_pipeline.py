@@ -13,15 +13,13 @@ Every app after the filter reads its input with no lateness: the watermark marke
 writing it move its watermark (docs/concepts.md, Time).
 
 Each app runs as `millrace run` does for a user, in a process group of its own, killed whole
-(Python and Spark's JVM) with SIGKILL and started again. The filter and the processor are
-killed at the moment where exactly-once can break (`Moment.AFTER_WRITE`): once their running
-micro-batch has written to its output stream and before Spark has recorded the batch done;
-their re-run writes its records again, with the same ids: the copies a reader must drop. The
-SQL aggregations are killed once Spark has logged their micro-batch and before it wrote
-(`Moment.BEFORE_WRITE`): the re-run recomputes the batch from the state before it. (Killed
-after the append to the result table, a re-run finds the batch there and skips it, and
-Spark 4 fails the query because the batch's state stores did not commit,
-STATE_STORE_COMMIT_VALIDATION_FAILED.) The test watches the output and the checkpoint; a kill
+(Python and Spark's JVM) with SIGKILL and started again. Every app killed is killed at the
+moment where exactly-once can break (`Moment.AFTER_WRITE`): once its running micro-batch has
+written its output and before Spark has recorded the batch done. The filter's and the
+processor's re-runs write their records again, with the same ids: the copies a reader must
+drop. An aggregation's re-run finds its batch appended to the result table already and
+writes nothing, but still runs the batch so that its state is committed (Spark 4 refuses to
+go on otherwise). The test watches the output and the checkpoint; a kill
 counts once the checkpoint shows the batch left uncommitted, and one that came too late is
 followed by another. After its last kill each app is run to the end of its input with
 `--available-now`, which first runs the uncommitted batch again; only once the filter has
@@ -54,7 +52,7 @@ from millrace.bus.streams import create_stream, describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.streams import write_batch
 from millrace.records import event_time_ms
-from millrace.runtime.sql_apps import query_result_table
+from millrace.runtime.sql_apps import query_result_table, result_table_path
 
 START_MS = 1_767_225_600_000
 # A micro-batch of 2,000 events then spans a minute: most micro-batches of the readers close a
@@ -206,7 +204,6 @@ class Moment(Enum):
     """When in a micro-batch an app is killed (see the module)."""
 
     AFTER_WRITE = "after its micro-batch wrote, before Spark recorded it done"
-    BEFORE_WRITE = "once its micro-batch is logged, before it wrote"
 
 
 @dataclass
@@ -299,9 +296,6 @@ class _App:
 
     def _due(self) -> bool:
         """Whether the micro-batch after the armed commit is at the app's kill moment."""
-        if self.moment is Moment.BEFORE_WRITE:
-            assert self.armed_commit is not None
-            return _last_number(self.checkpoint / "offsets") > self.armed_commit
         return self.written() > self.armed_written + self.markers
 
     def run_to_the_end(self, batch: int = _FINISHING_BATCH) -> None:
@@ -421,7 +415,10 @@ def run_with_kills(
     if pipeline is Pipeline.SQL:
         for semantics in ("exactly_once", "at_least_once"):
             apps[semantics] = new_app(semantics, AGG_APP, "table.per_minute", semantics)
-            apps[semantics].moment = Moment.BEFORE_WRITE
+            apps[semantics].moment = Moment.AFTER_WRITE
+            apps[semantics].written = _table_versions(
+                result_table_path(workspace, apps[semantics].name, "per_minute")
+            )
     else:
         apps["processor"] = new_app("processor", AGG_PROCESSOR, "processor")
         apps["processor"].moment = Moment.AFTER_WRITE
@@ -478,6 +475,18 @@ def run_with_kills(
         restart_to_batch_s=[s for app in killed.values() for s in app.restart_to_batch_s],
         events=events,
     )
+
+
+def _table_versions(table: Path) -> Callable[[], int]:
+    """How many commits a Delta table has: an aggregation appends one each micro-batch."""
+
+    def count() -> int:
+        log = table / "_delta_log"
+        if not log.is_dir():
+            return 0
+        return sum(1 for path in log.glob("*.json") if path.stem.isdigit())
+
+    return count
 
 
 def _results_of_table(

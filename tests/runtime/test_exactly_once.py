@@ -13,9 +13,9 @@ Why one kill each suffices: a kill anywhere else in the filter's micro-batch eit
 nothing written (the re-run writes the batch once) or comes after the commit (no re-run),
 so the kill after the write is the one that makes copies, and its checkpoint shows that it
 came before the commit. The processor's kill is the same moment for its productions. A SQL
-aggregation is killed once its micro-batch is logged, before it writes, so that the re-run
-recomputes the batch from the state stored before it (see `crash_pipeline` for the kill after
-its append). The soak run kills each app 15 times.
+aggregation is killed after its micro-batch appended to its result table and before Spark
+recorded it done: its re-run finds the batch there, writes nothing, and must still commit
+the batch's state for the app to go on. The soak run kills each app 15 times.
 """
 
 import uuid
@@ -73,15 +73,16 @@ def sql_run(
 
 def test_exactly_once_the_result_equals_the_answer_whatever_the_kills(sql_run: CrashRun) -> None:
     """Kills: the filter once, after its micro-batch wrote part of its records to the middle
-    stream (its re-run writes them again: the copies); the aggregation once, while a
-    micro-batch Spark has logged runs (its re-run recomputes it from the state before)."""
+    stream (its re-run writes them again: the copies); the aggregation once, after its
+    micro-batch appended to the result table (its re-run writes nothing twice)."""
     # No event lost, none counted twice: the copies were dropped by the aggregation's reader.
     assert sql_run.results["exactly_once"] == known_answer(EVENTS)
 
 
 def test_at_least_once_the_result_counts_the_copies_a_re_run_wrote(sql_run: CrashRun) -> None:
     """The same run's middle stream, read by an `at_least_once` aggregation, itself killed
-    once while a micro-batch Spark has logged runs, as the test above kills its own."""
+    once after its micro-batch appended to the result table, as the test above kills its
+    own."""
     results = sql_run.results["at_least_once"]
     answer = known_answer(EVENTS)
 
