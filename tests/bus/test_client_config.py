@@ -9,7 +9,7 @@ import pytest
 from millrace.bus.client_config import kafka_client_config, spark_kafka_options
 from millrace.config.settings import Settings, load_settings
 from millrace.errors import ConfigError
-from tests.bus.secured_bus import SecuredBus
+from tests.secured_workspace import SecuredWorkspace
 
 
 def test_a_plaintext_bus_needs_nothing_but_its_address() -> None:
@@ -106,7 +106,7 @@ def test_missing_credentials_or_files_are_named_before_any_client_connects(
 
 
 def test_publish_tail_a_sql_app_and_a_processor_all_log_in_to_a_sasl_ssl_broker(
-    secured_bus: SecuredBus, tmp_path: Path
+    secured_bus: SecuredWorkspace, tmp_path: Path
 ) -> None:
     bus = secured_bus
     for stream in ("secure.clicks", "secure.big", "secure.doubled"):
@@ -158,7 +158,7 @@ def test_publish_tail_a_sql_app_and_a_processor_all_log_in_to_a_sasl_ssl_broker(
 
 
 def test_a_wrong_password_is_a_clear_error_within_seconds(
-    secured_bus: SecuredBus, tmp_path: Path
+    secured_bus: SecuredWorkspace, tmp_path: Path
 ) -> None:
     wrong = secured_bus.workspace.root / "wrong-password"
     wrong.write_text("not-the-password\n")
@@ -192,7 +192,7 @@ class _watching_command_lines:  # noqa: N801 - used as a `with` block
     """Within the block, the command lines that hold the secured bus's password, as `ps`
     would show them, looked at every 0.2 s."""
 
-    def __init__(self, bus: SecuredBus) -> None:
+    def __init__(self, bus: SecuredWorkspace) -> None:
         self._bus = bus
         self._seen: list[str] = []
         self._done = threading.Event()

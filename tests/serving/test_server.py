@@ -14,11 +14,11 @@ from millrace.config.workspace import Workspace
 from millrace.errors import ServingError
 from millrace.serving.tables import TableSpec, create_table, get_row, write_rows
 from tests.ports import free_port
-from tests.serving.secured_redis import SecuredRedis
+from tests.secured_workspace import SecuredWorkspace
 
 
 def test_a_table_is_fed_and_read_through_a_local_redis_that_wants_an_acl_users_password(
-    secured_redis: SecuredRedis, workspace: Workspace, stream_name: str
+    secured_redis: SecuredWorkspace, workspace: Workspace, stream_name: str
 ) -> None:
     port = secured_redis.workspace.settings.redis_port
     with pytest.raises(redis.AuthenticationError):
