@@ -14,8 +14,8 @@ writing it move its watermark (docs/concepts.md, Time).
 
 Each app runs as `millrace run` does for a user, in a process group of its own, killed whole
 (Python and Spark's JVM) with SIGKILL and started again. Every app killed is killed at the
-moment where exactly-once can break (`Moment.AFTER_WRITE`): once its running micro-batch has
-written its output and before Spark has recorded the batch done. The filter's and the
+moment where exactly-once can break: once its running micro-batch has written its output and
+before Spark has recorded the batch done. The filter's and the
 processor's re-runs write their records again, with the same ids: the copies a reader must
 drop. An aggregation's re-run finds its batch appended to the result table already and
 writes nothing, but still runs the batch so that its state is committed (Spark 4 refuses to
@@ -200,20 +200,14 @@ def _last_number(folder: Path) -> int:
     return max((int(path.name) for path in folder.iterdir() if path.name.isdigit()), default=-1)
 
 
-class Moment(Enum):
-    """When in a micro-batch an app is killed (see the module)."""
-
-    AFTER_WRITE = "after its micro-batch wrote, before Spark recorded it done"
-
-
 @dataclass
 class _App:
     """One app's process, its checkpoint, and its kills and restarts.
 
-    `source` gives the app's text for a micro-batch size; `moment` when the app is killed
-    (None: it is only run to the end). For `Moment.AFTER_WRITE`, `written` tells how much the
-    app has written to its output so far, `markers` how far that may move with no
-    micro-batch writing.
+    `source` gives the app's text for a micro-batch size; `killed` whether the app is killed
+    after a micro-batch wrote and before Spark recorded it done (else it is only run to the
+    end). `written` tells how much the app has written to its output so far, `markers` how
+    far that may move with no micro-batch writing.
     """
 
     name: str
@@ -221,7 +215,7 @@ class _App:
     source: Callable[[int], str]
     checkpoint: Path
     log: Path
-    moment: Moment | None = None
+    killed: bool = False
     written: Callable[[], int] = lambda: 0
     markers: int = 0
     process: subprocess.Popen | None = None
@@ -295,7 +289,7 @@ class _App:
             self.launch()
 
     def _due(self) -> bool:
-        """Whether the micro-batch after the armed commit is at the app's kill moment."""
+        """Whether the micro-batch after the armed commit has written."""
         return self.written() > self.armed_written + self.markers
 
     def run_to_the_end(self, batch: int = _FINISHING_BATCH) -> None:
@@ -410,22 +404,22 @@ def run_with_kills(
         )
 
     apps = {"filter": new_app("filter", FILTER_APP, f"insert.{middle}")}
-    apps["filter"].moment = Moment.AFTER_WRITE
+    apps["filter"].killed = True
     apps["filter"].written, apps["filter"].markers = stream_end(middle), _FILTER_MARKERS
     if pipeline is Pipeline.SQL:
         for semantics in ("exactly_once", "at_least_once"):
             apps[semantics] = new_app(semantics, AGG_APP, "table.per_minute", semantics)
-            apps[semantics].moment = Moment.AFTER_WRITE
+            apps[semantics].killed = True
             apps[semantics].written = _table_versions(
                 result_table_path(workspace, apps[semantics].name, "per_minute")
             )
     else:
         apps["processor"] = new_app("processor", AGG_PROCESSOR, "processor")
-        apps["processor"].moment = Moment.AFTER_WRITE
+        apps["processor"].killed = True
         apps["processor"].written = stream_end(results)
         apps["processor"].markers = _PROCESSOR_MARKERS
         apps["total"] = new_app("total", TOTAL_APP, "table.per_minute")
-    killed = {role: app for role, app in apps.items() if app.moment is not None}
+    killed = {role: app for role, app in apps.items() if app.killed}
 
     try:
         for app in killed.values():
