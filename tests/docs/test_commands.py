@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from millrace.cli.main import cli
 
@@ -59,6 +60,21 @@ def _resolve(words: list[str]) -> tuple[click.Command, list[str]]:
     return command, words
 
 
+def _parse(words: list[str]) -> None:
+    """Parse `words` as `millrace` does: each command's context a child of its group's.
+
+    A command's context made without its group's would not take the group's settings (`-h`
+    for help), and Click keeps the help option that a command's first context makes: `millrace
+    ... -h` run later in the same process would then be refused.
+    """
+    parent: click.Context | None = None
+    name, command = "millrace", cli
+    while isinstance(command, click.Group) and words and words[0] in command.commands:
+        parent = click.Context(command, parent=parent, info_name=name, **command.context_settings)
+        name, command, words = words[0], command.commands[words[0]], words[1:]
+    command.make_context(name, words, parent=parent)
+
+
 def _option_names(command: click.Command) -> set[str]:
     names = {"--help", "-h"}
     for parameter in command.params:
@@ -70,10 +86,10 @@ def _option_names(command: click.Command) -> set[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_every_command_in_a_code_block_parses_as_written(page: Path) -> None:
     for words in _block_commands(page.read_text()):
-        command, rest = _resolve(words)
+        command, _ = _resolve(words)
         assert command is not cli, f"{page.name}: `millrace {shlex.join(words)}` names no command"
         try:
-            command.make_context(command.name or "", rest)
+            _parse(words)
         except click.UsageError as error:
             pytest.fail(f"{page.name}: `millrace {shlex.join(words)}` does not parse: {error}")
 
@@ -86,6 +102,14 @@ def test_every_command_quoted_in_prose_names_a_verb_and_options_that_exist(page:
         named_options = set(re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", " ".join(rest)))
         unknown = named_options - _option_names(command)
         assert not unknown, f"{page.name}: `millrace {quoted}`: no option {sorted(unknown)}"
+
+
+def test_checking_a_command_leaves_the_cli_as_users_run_it() -> None:
+    _parse(["table", "get", "classifications", "d1"])
+
+    shown = CliRunner().invoke(cli, ["table", "get", "-h"])
+    assert shown.exit_code == 0, shown.output
+    assert "-h, --help" in shown.output
 
 
 def test_the_pages_show_commands_to_check() -> None:
