@@ -31,7 +31,11 @@ Each runs twice over:
   hand-written query that gives the same guarantee. Workload
   `kafka_tumbling_topk_exactly_once_pair` runs only those two sides (there the
   `handwritten_pyspark` side is the exactly-once query), since the other sides, run in the
-  same session, may weigh on the ratio.
+  same session, may weigh on the ratio. Workload `kafka_tumbling_topk_low_watermark_mechanism`
+  adds a third side, the hand-written exactly-once query reading each bucket with a Kafka
+  source and a watermark of its own (`handwritten_pyspark_per_bucket`): its
+  `handwritten_pyspark_per_bucket_ratio_of_medians` is what millrace's low watermark costs by
+  its mechanism alone, before anything else millrace does per record.
 - from memory (M events, already decoded, read as a stream from a Delta table): the query
   plan alone, millrace's compiled plan against Spark's own, both appending to Delta. The
   sliding count runs twice, on events 100,000 and 1,000,000 to a second of event time (10
@@ -69,6 +73,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 STREAM = "bench.events"
+BUCKETS = 2
 KEYS = 10_000
 CATEGORIES = 20
 EVENT_NAMES = 1_000
@@ -123,8 +128,8 @@ def main() -> None:
                 memory[rate]
             )
 
-        def kafka(deduplicate: bool = False) -> DataFrame:
-            return _kafka_events(spark, workspace, deduplicate)
+        def kafka(deduplicate: bool = False, per_bucket: bool = False) -> DataFrame:
+            return _kafka_events(spark, workspace, deduplicate, per_bucket)
 
         def in_memory(rate: int = EVENTS_PER_S) -> DataFrame:
             return spark.readStream.format("delta").load(memory[rate])
@@ -160,6 +165,20 @@ def main() -> None:
                     "handwritten_pyspark": lambda: handwritten(
                         workspace, _handwritten_topk(kafka(deduplicate=True))
                     ),
+                },
+            ),
+            # What the low watermark's mechanism costs a query written by hand: the same
+            # exactly-once query, reading each bucket with a source and a watermark of its own.
+            "kafka_tumbling_topk_low_watermark_mechanism": (
+                options.events,
+                {
+                    "handwritten_pyspark": lambda: handwritten(
+                        workspace, _handwritten_topk(kafka(deduplicate=True))
+                    ),
+                    "handwritten_pyspark_per_bucket": lambda: handwritten(
+                        workspace, _handwritten_topk(kafka(deduplicate=True, per_bucket=True))
+                    ),
+                    "millrace": lambda: millrace_app(spark, workspace, TOPK_APP),
                 },
             ),
             "kafka_sliding_count_30s_1s": (
@@ -285,27 +304,42 @@ def _summary(spark: SparkSession, table: str) -> tuple[int, int]:
     return row[0], row[1]
 
 
-def _kafka_events(spark: SparkSession, workspace, deduplicate: bool) -> DataFrame:
+def _kafka_events(
+    spark: SparkSession, workspace, deduplicate: bool, per_bucket: bool = False
+) -> DataFrame:
     """The loaded events decoded, with a watermark; with `deduplicate`, each id's first only.
 
     Deduplicating is how a query written by hand gets exactly-once input from a stream that
     may hold copies of a record: by the id header the producer set, within the watermark.
+    With `per_bucket`, each bucket is read by a Kafka source and watermarked on its own, and
+    the buckets are unioned, so that Spark takes the least of their watermarks: the low
+    watermark's mechanism (`millrace.engine.low_watermark`) and nothing else of millrace.
     """
-    raw = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-        .option("subscribe", STREAM)
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", str(deduplicate).lower())
-        .load()
-    )
     schema = "time BIGINT, key STRING, category STRING, event STRING, score DOUBLE"
     id_header = F.expr("element_at(filter(headers, h -> h.key = 'id'), 1).value").cast("string")
-    events = raw.select(
-        F.from_json(F.col("value").cast("string"), schema).alias("e"),
-        *([id_header.alias("id")] if deduplicate else []),
-    ).select("e.*", *(["id"] if deduplicate else []))
-    events = _watermarked(events.withColumn("time", F.timestamp_millis("time")))
+    subscriptions = (
+        [("assign", json.dumps({STREAM: [bucket]})) for bucket in range(BUCKETS)]
+        if per_bucket
+        else [("subscribe", STREAM)]
+    )
+    frames = []
+    for how, what in subscriptions:
+        raw = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+            .option(how, what)
+            .option("startingOffsets", "earliest")
+            .option("includeHeaders", str(deduplicate).lower())
+            .load()
+        )
+        events = raw.select(
+            F.from_json(F.col("value").cast("string"), schema).alias("e"),
+            *([id_header.alias("id")] if deduplicate else []),
+        ).select("e.*", *(["id"] if deduplicate else []))
+        frames.append(_watermarked(events.withColumn("time", F.timestamp_millis("time"))))
+    events = frames[0]
+    for frame in frames[1:]:
+        events = events.unionByName(frame)
     if deduplicate:
         return events.dropDuplicatesWithinWatermark(["id"]).drop("id")
     return events
@@ -364,7 +398,7 @@ def _handwritten_sliding(events: DataFrame) -> DataFrame:
 def _load_events(workspace, count: int) -> None:
     from millrace.bus.streams import create_stream
 
-    create_stream(workspace.settings, STREAM, buckets=2)
+    create_stream(workspace.settings, STREAM, buckets=BUCKETS)
     producer = Producer(
         {
             "bootstrap.servers": workspace.settings.bootstrap_servers,
