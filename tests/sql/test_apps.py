@@ -13,8 +13,9 @@ from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
 from millrace.records import Record
 from millrace.runtime.sql_apps import query_result_table, start_sql_app
-from millrace.sql.parser import parse_app
+from millrace.sql.parser import load_app, parse_app
 from millrace.testing import SqlAppTester
+from tests.sql.file_sources import run_from_files
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "top_events.sql"
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -75,7 +76,7 @@ def test_an_unknown_column_is_reported_at_its_place_in_the_file(
         "SELECT event, scroe FROM events;\n"
     )
     with pytest.raises(SqlError) as raised:
-        SqlAppTester(app, spark=spark, workspace=workspace).run({"events": []})
+        run_from_files(spark, workspace, load_app(app), {"events": []})
     assert raised.value.message.startswith(f"{app}:4:15: ")
     assert "scroe" in raised.value.message
 

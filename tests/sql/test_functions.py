@@ -1,4 +1,7 @@
-"""Python functions in SQL apps: plain and vectorised, from a module that is not installed."""
+"""Python functions in SQL apps: plain and vectorised, from a module that is not installed.
+
+The apps read their records from files (`tests.sql.file_sources`): what is tested is how the
+compiler loads and calls functions, not reading the bus."""
 
 import re
 import sys
@@ -10,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
-from millrace.testing import SqlAppTester
+from tests.sql.file_sources import run_from_files
 
 APP = """
 CREATE APPLICATION functions;
@@ -48,8 +51,11 @@ def functions_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_app_calls_plain_and_vectorised_python_functions(
     spark: SparkSession, workspace: Workspace, functions_module: None
 ) -> None:
-    result = SqlAppTester(APP, spark=spark, workspace=workspace).run(
-        {"posts": [{"text": "hello", "likes": 2}, {"text": "quiet", "likes": 0}]}
+    result = run_from_files(
+        spark,
+        workspace,
+        APP,
+        {"posts": [{"text": "hello", "likes": 2}, {"text": "quiet", "likes": 0}]},
     )
     assert result.streams["loud_posts"] == [{"text": "HELLO!", "likes": 4.0}]
 
@@ -66,7 +72,7 @@ def test_a_function_that_cannot_be_loaded_is_reported_at_its_statement(
 ) -> None:
     app = APP.replace("'post_functions.shout'", f"'{target}'")
     with pytest.raises(SqlError, match=rf"<string>:4:1: function shout: {message}"):
-        SqlAppTester(app, spark=spark, workspace=workspace).run({"posts": []})
+        run_from_files(spark, workspace, app, {"posts": []})
 
 
 @pytest.mark.parametrize(
@@ -93,7 +99,7 @@ def test_a_function_module_that_cannot_run_is_named_at_its_line(
     app = APP.replace("'post_functions.shout'", "'broken_functions.shout'")
 
     with pytest.raises(SqlError) as raised:
-        SqlAppTester(app, spark=spark, workspace=workspace).run({"posts": []})
+        run_from_files(spark, workspace, app, {"posts": []})
 
     assert raised.value.message.startswith(f"<string>:4:1: function shout: {tmp_path}/")
     assert re.search(message, raised.value.message), raised.value.message

@@ -1,4 +1,7 @@
-"""Windows and aggregates of SQL apps, checked against the same answer computed in Python."""
+"""Windows and aggregates of SQL apps, checked against the same answer computed in Python.
+
+The apps read their records from files (`tests.sql.file_sources`): what is tested is the
+compiled plan, not reading the bus."""
 
 import random
 from collections import defaultdict
@@ -12,7 +15,7 @@ from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
 from millrace.sql.compiler import compile_app
 from millrace.sql.parser import parse_app
-from millrace.testing import SqlAppTester
+from tests.sql.file_sources import FileRun, run_from_files
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -78,9 +81,9 @@ def _expected(clicks: list[dict], size_s: int, slide_s: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def result(spark: SparkSession, workspace: Workspace) -> tuple[list[dict], object]:
+def result(spark: SparkSession, workspace: Workspace) -> tuple[list[dict], FileRun]:
     clicks = _clicks(400, seed=7)
-    return clicks, SqlAppTester(APP, spark=spark, workspace=workspace).run({"clicks": clicks})
+    return clicks, run_from_files(spark, workspace, APP, {"clicks": clicks})
 
 
 def test_a_sliding_window_gives_every_aggregate_of_every_window(result) -> None:
@@ -162,4 +165,4 @@ def test_topk_needs_a_positive_whole_k(
         f"CREATE TABLE t AS SELECT page, {call} AS top FROM clicks [1 minute] GROUP BY page;\n"
     )
     with pytest.raises(SqlError, match=r"<string>:4:1: TOPK takes \(item, weight, k\)"):
-        SqlAppTester(app, spark=spark, workspace=workspace).run({"clicks": []})
+        run_from_files(spark, workspace, app, {"clicks": []})
