@@ -1,6 +1,7 @@
 """The dashboard in a real browser: with a generator feeding a SQL app and a processor, the
 pipeline graph shows them, an app's charts fill and move, the newest result window comes
-first, a malformed record shows with its reason, and without the token nothing is shown.
+first, a stream's page shows each bucket's rate and a malformed record with its reason, and
+without the token nothing is shown.
 Each browser test leaves a screenshot in test-artifacts/dashboard/."""
 
 from datetime import datetime, timedelta
@@ -93,6 +94,22 @@ def test_a_malformed_record_shows_in_the_dead_letter_view_with_its_reason(
     assert cells[2] == live_pipeline.stream
     assert cells[3].isdigit() and cells[4].isdigit()
     assert cells[5] == MALFORMED.decode()
+
+
+def test_a_streams_page_shows_the_records_each_bucket_gets_per_second(
+    live_pipeline: LivePipeline, page: Page
+) -> None:
+    page.goto(f"{live_pipeline.url}/ui/streams/{live_pipeline.stream}")
+    buckets = page.locator("h2:text-is('Buckets') + .panel")
+    column = buckets.locator("th").all_inner_texts().index("records/s, last minute")
+    rates = [
+        float(row.locator("td").nth(column).inner_text())
+        for row in buckets.locator("tbody tr").all()
+    ]
+
+    assert len(rates) == 2
+    # The generator publishes twenty events a second at most, over both buckets.
+    assert 0 < sum(rates) <= 21
 
 
 def test_without_the_token_nothing_is_shown_and_with_it_in_the_fragment_the_pages_are(

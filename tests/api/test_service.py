@@ -9,6 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from millrace.api.app import create_app, serve
 from millrace.bus.internal import end_offsets
+from millrace.bus.publisher import Publisher
+from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import ConfigError
 from tests.monitor.chain import publish_chain
@@ -62,6 +64,20 @@ def test_apps_and_streams_as_json(
     assert {b["bucket"]: b["end_offset"] for b in described["buckets"]} == ends
     assert described["records"] == 15
     assert stream in [listed["name"] for listed in client.get("/streams").json()]
+
+
+def test_a_streams_buckets_give_the_records_appended_per_second_over_the_last_minute(
+    workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=2)
+    with Publisher(stream_name, settings=workspace.settings) as publisher:
+        for n in range(30):
+            publisher.send({"n": n}, bucket=0)
+
+    described = TestClient(create_app(workspace)).get(f"/streams/{stream_name}").json()
+
+    rates = {bucket["bucket"]: bucket["records_per_second"] for bucket in described["buckets"]}
+    assert rates == {0: 0.5, 1: 0.0}
 
 
 def test_an_apps_history_details_and_input_records_as_json(

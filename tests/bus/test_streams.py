@@ -1,7 +1,11 @@
+import time
+
 import pytest
 
+from millrace.bus.internal import read_after
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import (
+    appended_since,
     create_stream,
     delete_stream,
     describe_stream,
@@ -31,6 +35,27 @@ def test_a_stream_is_created_listed_described_and_deleted(
 
     delete_stream(settings, stream_name)
     assert stream_name not in list_streams(settings)
+
+
+def test_appended_since_counts_the_records_each_bucket_got_from_a_time_on(
+    settings: Settings, stream_name: str
+) -> None:
+    create_stream(settings, stream_name, buckets=2)
+    with Publisher(stream_name, settings=settings) as publisher:
+        for n in range(3):
+            publisher.send({"n": n}, bucket=0)
+    earlier, _ = read_after(settings, stream_name, {0: 0, 1: 0})
+    last_arrival_ms = max(stamped.append_ms or 0 for stamped in earlier)
+    # The bus stamps arrivals with this machine's clock, to the millisecond.
+    while time.time() * 1000 <= last_arrival_ms + 1:
+        time.sleep(0.001)
+    with Publisher(stream_name, settings=settings) as publisher:
+        for n in range(3, 6):
+            publisher.send({"n": n}, bucket=n % 2)
+
+    assert appended_since(settings, stream_name, last_arrival_ms + 1) == {0: 1, 1: 2}
+    assert appended_since(settings, stream_name, 0) == {0: 4, 1: 2}
+    assert appended_since(settings, stream_name, int(time.time() * 1000) + 60_000) == {0: 0, 1: 0}
 
 
 def test_creating_an_existing_stream_is_refused_unless_asked_to_accept_it(

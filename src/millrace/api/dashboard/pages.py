@@ -1,8 +1,9 @@
 """The dashboard's pages under `/ui/`: the pipeline, an app, a stream, results and alerts.
 
 Each page is HTML rendered here from the same functions as the JSON routes
-(`build_pipeline`, `app_figures`, `app_details`, `newest_records`, `read_result_rows`), with
-its charts as SVG, and fetches itself again every few seconds (`assets/dashboard.js`).
+(`build_pipeline`, `app_figures`, `app_details`, `stream_summary`, `newest_records`,
+`read_result_rows`), with its charts as SVG, and fetches itself again every few seconds
+(`assets/dashboard.js`).
 A name that does not exist gets a page saying so (404), a failure the service knows (the bus
 down) a page with the error's message and hint; neither is a 500.
 
@@ -35,11 +36,11 @@ from millrace.api.dashboard.html import (
 from millrace.api.deps import UnauthorizedError, get_monitor, get_workspace
 from millrace.api.errors import error_response, status_of, workspace_paths
 from millrace.api.history import app_figures
-from millrace.api.monitoring import iso_time
+from millrace.api.monitoring import iso_time, stream_summary
 from millrace.api.pipeline import build_pipeline
 from millrace.api.records import newest_records
 from millrace.api.results import result_tables
-from millrace.bus.streams import dead_letter_stream, describe_stream
+from millrace.bus.streams import dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import MillraceError, StreamNotFoundError
 from millrace.monitor.service import Monitor
@@ -198,11 +199,11 @@ def stream_page(
     name: str,
     workspace: Workspace = Depends(get_workspace),  # noqa: B008
 ) -> HTMLResponse:
-    """A stream's buckets, newest records, and dead letters with their reasons."""
+    """A stream's buckets and their rates, newest records, and dead letters with their reasons."""
 
     def render() -> HTMLResponse:
         try:
-            info = describe_stream(workspace.settings, name)
+            info = stream_summary(workspace, name)
         except StreamNotFoundError:
             return not_found_page(
                 f"no stream {name!r}", "the pipeline page links to the streams the apps use"
@@ -212,7 +213,8 @@ def stream_page(
                 str(bucket.bucket),
                 _num(bucket.start_offset),
                 _num(bucket.end_offset),
-                _num(bucket.record_count),
+                _num(bucket.records),
+                _num(bucket.records_per_second),
             ]
             for bucket in info.buckets
         ]
@@ -229,13 +231,15 @@ def stream_page(
         retention = (
             "forever" if info.retention_ms < 0 else f"{number(info.retention_ms / 3_600_000)} h"
         )
-        buckets_table = table(["bucket", "first offset", "end offset", "records"], buckets)
+        buckets_table = table(
+            ["bucket", "first offset", "end offset", "records", "records/s, last minute"], buckets
+        )
         records_table = table(
             ["bucket", "offset", "key", "event time", "value"], records, empty="no records"
         )
         body = (
             f"<h1>Stream {escape(name)}</h1>"
-            f'<div class="panel figures"><div>records kept<b>{number(info.record_count)}</b>'
+            f'<div class="panel figures"><div>records kept<b>{number(info.records)}</b>'
             f"</div><div>buckets<b>{len(info.buckets)}</b></div>"
             f"<div>retention<b>{retention}</b></div></div>"
             "<h2>Buckets</h2>"
