@@ -1,12 +1,16 @@
 """MillWheel's latency experiment (section 8.1): one keyed stage at a fixed input rate.
 
 Run it with `.venv/bin/python benchmarks/latency.py [--rate R | --fraction F] [--seconds S]
-[--warmup-seconds W] [--only SIDE ...]` after `make setup`. A publisher process writes R
-records a second, each stamped with the wall-clock time it was made, to a fresh stream; the
-stage under test passes each record on, keyed, to an output stream; a consumer in this process
-reads the output as it arrives. A record's latency is the time it was read minus the time it
-was stamped: publish, the stage and the output write, end to end. Records stamped in the first
-W seconds are left out (start-up and the first micro-batches).
+[--warmup-seconds W] [--only SIDE ...] [--peer-commit-ms C] [--notes TEXT]` after `make setup`
+(and `bash benchmarks/setup_peers.sh` for the peers). A publisher process writes R records a
+second, each stamped with the wall-clock time it was made and numbered, to a fresh stream;
+the stage under test passes each record on, keyed, to an output stream; a consumer in this
+process reads the output as it arrives (committed records only, as a consumer of Kafka
+transactions does). A record's latency is the time it was read minus the time it was stamped:
+publish, the stage and the output write, end to end. Records stamped in the first W seconds
+are left out (start-up and the first micro-batches). Each side's output is checked: every
+record published comes out once, by its number (a mismatch stops the benchmark with
+SystemExit).
 
 Sides, run one after the other in the same sitting:
 
@@ -16,7 +20,15 @@ Sides, run one after the other in the same sitting:
   default trigger (micro-batches as fast as they go);
 - `pyspark_real_time`: the same query with Spark's real-time mode trigger, the fastest
   trigger a stateless Kafka-to-Kafka query supports; when this Spark refuses it, the result
-  says why.
+  says why;
+- `pyflink` and `quix_streams`: the peers of `benchmarks/processors.py`, with the guarantee
+  millrace gives (exactly-once), each run from its own virtualenv by a script of
+  benchmarks/peers/ (`_peers`): PyFlink keys each record with `key_by` (parallelism 2) and
+  writes through Kafka transactions that its exactly-once checkpoints commit every C
+  milliseconds (`--peer-commit-ms`, default 1,000); Quix Streams keys each record with
+  `group_by` (through a repartition topic) and commits its transactions every C
+  milliseconds. A record of theirs is read once its transaction commits, so C bounds their
+  latency from below; the peers' versions and settings go to the result's `peers`.
 
 The rate is R records a second (default 2,000, well below the stage's limit on a 2-core
 machine), or, with `--fraction F`, F times the highest rate the millrace stage sustains (the
@@ -25,7 +37,8 @@ papers' maximum sustainable throughput). A sustained-rate search (`_load.search`
 stage and for the PySpark pass-through with the default trigger, their probes interleaved;
 then every side's latency is measured at that one rate, so the sides carry the same load. The
 result goes to benchmarks/results/latency-*.json, with the median, p95 and p99, the
-percentiles from 1 to 99 for the plot, and with `--fraction` the search's probes and rates.
+percentiles from 1 to 99 for the plot, the records published and read, and with `--fraction`
+the search's probes and rates.
 """
 
 from __future__ import annotations
@@ -36,18 +49,28 @@ import statistics
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from _harness import isolated_workspace, write_results
 from _load import publish_at_rate
+from _peers import FLINK_KAFKA_CONNECTOR, start_peer
 from _sides import Started, sustained
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 KEYS = 1_000
+PEER_COMMIT_MS = 1_000
+"""How often the peers commit their output by default: Flink's checkpoint interval, Quix
+Streams' commit interval."""
 _QUIET_S = 15
-"""Once the publisher is done, the output is read until no record came for this long."""
+"""Once every record published came out, the output is read on until none came for this long
+(a copy would come then)."""
+_STALLED_S = 300
+"""While records are missing, the output is read on until none came for this long: a first
+micro-batch may take a minute on a loaded machine."""
 
 
 def main() -> None:
@@ -61,6 +84,8 @@ def main() -> None:
     parser.add_argument("--probe-seconds", type=float, default=60)
     parser.add_argument("--start-rate", type=int, default=2_000)
     parser.add_argument("--refinements", type=int, default=2)
+    parser.add_argument("--peer-commit-ms", type=int, default=PEER_COMMIT_MS)
+    parser.add_argument("--notes", help="what to know about this run, kept in the result")
     options = parser.parse_args()
     with isolated_workspace():
         from millrace.config.workspace import Workspace
@@ -68,17 +93,27 @@ def main() -> None:
 
         workspace = Workspace.locate()
         spark = spark_session(workspace.settings, app_name="millrace-bench-latency")
+        peers: dict[str, object] = {}
         sides: dict[str, Callable[[str, str], Started]] = {
             "millrace_processor": lambda source, out: _millrace(spark, workspace, source, out),
             "pyspark_default": lambda source, out: _pyspark(spark, workspace, source, out),
             "pyspark_real_time": lambda source, out: _pyspark(
                 spark, workspace, source, out, real_time=True
             ),
+            "pyflink": lambda source, out: _peer(
+                workspace, "pyflink", source, out, options.peer_commit_ms, peers
+            ),
+            "quix_streams": lambda source, out: _peer(
+                workspace, "quix_streams", source, out, options.peer_commit_ms, peers
+            ),
         }
         results: dict[str, object] = {
             "seconds": options.seconds,
             "warmup_seconds": options.warmup_seconds,
+            "peers": peers,
         }
+        if options.notes:
+            results["notes"] = options.notes
         try:
             if options.fraction is not None:
                 search = _sustained(workspace, sides, options)
@@ -95,7 +130,7 @@ def main() -> None:
             for name, start in sides.items():
                 if options.only and name not in options.only:
                     continue
-                results[name] = _measure(workspace, start, options)
+                results[name] = _measure(workspace, name, start, options)
                 print(f"{name}: {results[name]}", flush=True)
         finally:
             stop_spark_session()
@@ -127,7 +162,7 @@ def _sustained(workspace, sides: dict[str, Callable[[str, str], Started]], optio
     return search
 
 
-def _measure(workspace, start: Callable[[str, str], Started], options) -> dict:
+def _measure(workspace, side: str, start: Callable[[str, str], Started], options) -> dict:
     """Latencies of one side: start it, feed it at the rate, read its output as it comes."""
     from millrace.bus.streams import create_stream
 
@@ -139,11 +174,10 @@ def _measure(workspace, start: Callable[[str, str], Started], options) -> dict:
         started = start(source, output)
     except Exception as error:  # a refused trigger is a result, not a crash
         return {"unsupported": str(error).strip().splitlines()[0]}
-    latencies: list[float] = []
-    published = threading.Event()
+    read = _Output()
     reader = threading.Thread(
         target=_read_latencies,
-        args=(workspace.settings.bootstrap_servers, output, options, published, latencies),
+        args=(workspace.settings.bootstrap_servers, output, options, read),
         daemon=True,
     )
     reader.start()
@@ -155,14 +189,18 @@ def _measure(workspace, start: Callable[[str, str], Started], options) -> dict:
         stamped_records,
     )
     publisher.join()
-    published.set()
+    read.published = _published(workspace.settings.bootstrap_servers, source)
     reader.join()
     started.stop()
+    _check_once(side, read)
+    latencies = read.latencies
     if not latencies:
-        return {"records": 0}
+        return {"records": 0, "records_in": read.published}
     ranked = statistics.quantiles(latencies, n=100, method="inclusive")
     return {
         "records": len(latencies),
+        "records_in": read.published,
+        "records_out": read.numbers.total(),
         "median_ms": statistics.median(latencies),
         "p95_ms": ranked[94],
         "p99_ms": ranked[98],
@@ -170,14 +208,24 @@ def _measure(workspace, start: Callable[[str, str], Started], options) -> dict:
     }
 
 
-def _read_latencies(
-    bootstrap_servers: str,
-    stream: str,
-    options,
-    published: threading.Event,
-    latencies: list[float],
-) -> None:
-    """Read `stream` until the output goes quiet after `published`; latencies after warm-up."""
+@dataclass
+class _Output:
+    """A side's output as read: latencies after warm-up, how often each record's number came,
+    and, once the publisher is done, how many records were published."""
+
+    latencies: list[float] = field(default_factory=list)
+    numbers: Counter = field(default_factory=Counter)
+    published: int | None = None
+
+    def done(self, quiet_s: float) -> bool:
+        """Whether to stop reading, no record having come for `quiet_s`."""
+        if self.published is None:
+            return False
+        return quiet_s >= (_QUIET_S if len(self.numbers) >= self.published else _STALLED_S)
+
+
+def _read_latencies(bootstrap_servers: str, stream: str, options, read: _Output) -> None:
+    """Read `stream` into `read` until it is `done`."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap_servers,
@@ -191,26 +239,51 @@ def _read_latencies(
     last_seen = time.monotonic()
     try:
         # The stage may lag behind the publisher: read on until nothing came for a while.
-        while not published.is_set() or time.monotonic() - last_seen < _QUIET_S:
-            messages = consumer.consume(10_000, timeout=0.2)
-            if messages:
-                last_seen = time.monotonic()
-            for message in messages:
-                if message.error():
+        while not read.done(time.monotonic() - last_seen):
+            for message in consumer.consume(10_000, timeout=0.2):
+                # Watermark markers (empty values, `millrace.bus.markers`) are no records.
+                if message.error() or not message.value():
                     continue
+                last_seen = time.monotonic()
                 received_ms = time.time() * 1000
-                sent_ms = json.loads(message.value())["sent_ms"]
+                record = json.loads(message.value())
+                read.numbers[record["n"]] += 1
+                sent_ms = record["sent_ms"]
                 if sent_ms >= measured_from_ms:
-                    latencies.append(received_ms - sent_ms)
+                    read.latencies.append(received_ms - sent_ms)
     finally:
         consumer.close()
 
 
+def _published(bootstrap_servers: str, source: str) -> int:
+    """The records in `source`: the records published, numbered from 0."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "latency-count"})
+    try:
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(source, bucket), timeout=10)[1]
+            for bucket in range(2)
+        )
+    finally:
+        consumer.close()
+
+
+def _check_once(side: str, read: _Output) -> None:
+    """Stop the benchmark unless every record published came out of `side` once."""
+    numbers, published = read.numbers, read.published or 0
+    missing = sum(1 for number in range(published) if number not in numbers)
+    copies = numbers.total() - len(numbers)
+    if missing or copies or len(numbers) != published:
+        raise SystemExit(
+            f"{side} wrote {numbers.total()} records for {len(numbers)} of the {published} "
+            f"published: {missing} missing, {copies} copies"
+        )
+
+
 def stamped_records(first: int, count: int) -> list[bytes]:
-    """`count` records stamped with the current time, for the fixed-rate publisher."""
+    """`count` records stamped with the current time and numbered, for the publisher."""
     now_ms = int(time.time() * 1000)
-    keys = ((first + offset) % KEYS for offset in range(count))
-    return [f'{{"time":{now_ms},"key":"k{key}"}}'.encode() for key in keys]
+    numbers = range(first, first + count)
+    return [f'{{"time":{now_ms},"key":"k{n % KEYS}","n":{n}}}'.encode() for n in numbers]
 
 
 def _millrace(spark: SparkSession, workspace, source: str, output: str) -> Started:
@@ -222,7 +295,8 @@ def _millrace(spark: SparkSession, workspace, source: str, output: str) -> Start
         inputs = [Input(source, key="key", time="time", lateness="1s")]  # noqa: RUF012
 
         def on_record(self, key, record, ctx):
-            ctx.produce(output, {"key": key, "sent_ms": ctx.event_time_ms}, key=key)
+            sent = {"key": key, "sent_ms": ctx.event_time_ms, "n": record["n"]}
+            ctx.produce(output, sent, key=key)
 
     running = start_processor_app(spark, workspace, Relay, available_now=False)
     return Started([running.query], source, running.stop)
@@ -238,12 +312,10 @@ def _pyspark(
         .option("startingOffsets", "earliest")
         .load()
     )
-    record = F.from_json(F.col("value").cast("string"), "time BIGINT, key STRING")
+    record = F.from_json(F.col("value").cast("string"), "time BIGINT, key STRING, n BIGINT")
+    sent = F.struct(F.col("r.key").alias("key"), F.col("r.time").alias("sent_ms"), F.col("r.n"))
     relayed = raw.select(record.alias("r")).select(
-        F.col("r.key").alias("key"),
-        F.to_json(F.struct(F.col("r.key").alias("key"), F.col("r.time").alias("sent_ms"))).alias(
-            "value"
-        ),
+        F.col("r.key").alias("key"), F.to_json(sent).alias("value")
     )
     writer = (
         relayed.writeStream.format("kafka")
@@ -254,6 +326,25 @@ def _pyspark(
     if real_time:
         writer = writer.trigger(realTime="5 minutes").outputMode("update")
     return Started([writer.start()], source)
+
+
+def _peer(
+    workspace, peer: str, source: str, output: str, commit_ms: int, peers: dict[str, object]
+) -> Started:
+    """The stage in a peer, run by its relay script (`_peers`); its settings to `peers`."""
+    running = start_peer(
+        peer,
+        "relay",
+        {
+            "bootstrap_servers": workspace.settings.bootstrap_servers,
+            "input": source,
+            "output": output,
+            "connector": FLINK_KAFKA_CONNECTOR,
+            "commit_interval_ms": commit_ms,
+        },
+    )
+    peers[peer] = running.settings
+    return Started([], source, running.stop)
 
 
 if __name__ == "__main__":

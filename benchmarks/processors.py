@@ -78,17 +78,16 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from _harness import Run, isolated_workspace, processing_seconds, write_results
+from _peers import FLINK_KAFKA_CONNECTOR, PEERS, run_peer
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -120,10 +119,6 @@ SIDES = (
     "pyflink",
     "quix_streams",
 )
-PEERS = {"pyflink": "flink", "quix_streams": "quix"}
-"""Each peer's name in benchmarks/.venv-<name> and benchmarks/peers/<name>_counter.py."""
-FLINK_KAFKA_CONNECTOR = "5.0.0-2.2"
-"""The version of flink-sql-connector-kafka that benchmarks/setup_peers.sh fetches."""
 PEER_IDLE_TIMEOUT_S = 120
 """Quix Streams stops after this long without a record if it has not seen every key's count."""
 
@@ -565,12 +560,7 @@ def _bytewax(workspace, load: _Load) -> Run:
 
 
 def _peer(workspace, load: _Load, peer: str, peers: dict[str, object]) -> Run:
-    """The count in a peer, run by its script in its own virtualenv; its settings to `peers`."""
-    name = PEERS[peer]
-    benchmarks = Path(__file__).parent
-    python = benchmarks / f".venv-{name}" / "bin" / "python"
-    if not python.exists():
-        raise SystemExit(f"{peer}: {python} is missing: run `bash benchmarks/setup_peers.sh`")
+    """The count in a peer, run by its counter script (`_peers`); its settings to `peers`."""
     output = _output_stream(workspace)
     settings = {
         "bootstrap_servers": workspace.settings.bootstrap_servers,
@@ -583,17 +573,7 @@ def _peer(workspace, load: _Load, peer: str, peers: dict[str, object]) -> Run:
         "connector": FLINK_KAFKA_CONNECTOR,
         "idle_timeout_s": PEER_IDLE_TIMEOUT_S,
     }
-    started = time.perf_counter()
-    finished = subprocess.run(
-        [str(python), str(benchmarks / "peers" / f"{name}_counter.py"), json.dumps(settings)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wall_s = time.perf_counter() - started
-    if finished.returncode != 0:
-        raise SystemExit(f"{peer} failed (exit {finished.returncode}):\n{finished.stderr[-4000:]}")
-    report = json.loads(finished.stdout.strip().splitlines()[-1])
+    wall_s, report = run_peer(peer, "counter", settings)
     peers[peer] = report["settings"]
     return Run(wall_s, report["processing_s"], output)
 

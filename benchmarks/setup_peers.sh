@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The peers that benchmarks/processors.py runs beside millrace, each in a virtualenv of its own:
-# their pins clash with the project's (PyFlink wants older pandas and pyarrow and its own py4j,
-# Quix Streams an older confluent-kafka), so neither goes into .venv. Run it from the
-# repository's root after `make setup`: `bash benchmarks/setup_peers.sh`.
+# The peers that benchmarks/processors.py and benchmarks/latency.py run beside millrace, each in a
+# virtualenv of its own: their pins clash with the project's (PyFlink wants older pandas and
+# pyarrow and its own py4j, Quix Streams an older confluent-kafka), so neither goes into .venv.
+# Run it from the repository's root after `make setup`: `bash benchmarks/setup_peers.sh`.
 set -euo pipefail
 
 FLINK_VERSION=2.2.1

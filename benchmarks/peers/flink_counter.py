@@ -6,10 +6,10 @@ parallelism 2), decodes each record's JSON in Python, assigns event times with 3
 lateness, counts per key in a `KeyedProcessFunction` whose `ValueState` lives in RocksDB
 (`EmbeddedRocksDBStateBackend`) and emits each key's count once, on an event-time timer the
 watermark passes at the end of the input, to the output topic through Kafka transactions
-committed by exactly-once checkpoints. It prints one JSON line: the seconds from the first
-record a task saw to the job's end (the last checkpoint's commit included; deploying the tasks
-and starting their Python workers are not counted), the job's net run time as Flink reports it
-(which counts them) and the settings it ran with.
+committed by exactly-once checkpoints (`flink_kafka`). It prints one JSON line: the seconds
+from the first record a task saw to the job's end (the last checkpoint's commit included;
+deploying the tasks and starting their Python workers are not counted), the job's net run
+time as Flink reports it (which counts them) and the settings it ran with.
 """
 
 import json
@@ -17,26 +17,15 @@ import sys
 import tempfile
 import time
 import uuid
-from importlib import metadata
 from pathlib import Path
 
-from pyflink.common import Configuration, Duration, Types, WatermarkStrategy
-from pyflink.common.serialization import SimpleStringSchema
+from flink_kafka import environment, exactly_once_sink, kafka_source, settings
+from pyflink.common import Duration, Types, WatermarkStrategy
 from pyflink.common.watermark_strategy import TimestampAssigner
-from pyflink.datastream import CheckpointingMode, KeyedProcessFunction, StreamExecutionEnvironment
-from pyflink.datastream.connectors.base import DeliveryGuarantee
-from pyflink.datastream.connectors.kafka import (
-    KafkaOffsetsInitializer,
-    KafkaRecordSerializationSchema,
-    KafkaSink,
-    KafkaSource,
-)
+from pyflink.datastream import KeyedProcessFunction
 from pyflink.datastream.state import ValueStateDescriptor
 
-PARALLELISM = 2
 CHECKPOINT_INTERVAL_MS = 2_000
-TRANSACTION_TIMEOUT_MS = 300_000
-"""Below the broker's transaction.max.timeout.ms (15 minutes), which Flink's 1 hour exceeds."""
 
 
 class _RecordTime(TimestampAssigner):
@@ -77,54 +66,18 @@ def _decoded(value):
 
 def main() -> None:
     run = json.loads(sys.argv[1])
-    jar = Path(sys.prefix) / "jars" / f"flink-sql-connector-kafka-{run['connector']}.jar"
-    checkpoints = Path(tempfile.mkdtemp(prefix="bench-flink-checkpoints-"))
     first_records = Path(tempfile.mkdtemp(prefix="bench-flink-first-records-"))
-    config = Configuration()
-    config.set_string("python.executable", sys.executable)
-    config.set_string("python.client.executable", sys.executable)
-    config.set_string("execution.checkpointing.dir", checkpoints.as_uri())
-    # Flink 2 chooses the state backend by configuration: "rocksdb" is the
-    # EmbeddedRocksDBStateBackend.
-    config.set_string("state.backend.type", "rocksdb")
-    env = StreamExecutionEnvironment.get_execution_environment(config)
-    env.add_jars(jar.as_uri())
-    env.set_parallelism(PARALLELISM)
-    env.enable_checkpointing(CHECKPOINT_INTERVAL_MS, CheckpointingMode.EXACTLY_ONCE)
-    source = (
-        KafkaSource.builder()
-        .set_bootstrap_servers(run["bootstrap_servers"])
-        .set_topics(run["input"])
-        .set_group_id(f"bench-flink-{uuid.uuid4().hex[:8]}")
-        .set_starting_offsets(KafkaOffsetsInitializer.earliest())
-        .set_bounded(KafkaOffsetsInitializer.latest())
-        .set_value_only_deserializer(SimpleStringSchema())
-        .build()
-    )
-    sink = (
-        KafkaSink.builder()
-        .set_bootstrap_servers(run["bootstrap_servers"])
-        .set_record_serializer(
-            KafkaRecordSerializationSchema.builder()
-            .set_topic(run["output"])
-            .set_value_serialization_schema(SimpleStringSchema())
-            .build()
-        )
-        .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-        .set_transactional_id_prefix(f"bench-flink-{uuid.uuid4().hex[:8]}")
-        .set_property("transaction.timeout.ms", str(TRANSACTION_TIMEOUT_MS))
-        .build()
-    )
+    env = environment(run, CHECKPOINT_INTERVAL_MS)
     lateness = WatermarkStrategy.for_bounded_out_of_orderness(
         Duration.of_millis(run["lateness_ms"])
     ).with_timestamp_assigner(_RecordTime())
     (
-        env.from_source(source, WatermarkStrategy.no_watermarks(), "read")
+        env.from_source(kafka_source(run, bounded=True), WatermarkStrategy.no_watermarks(), "read")
         .map(_decoded, output_type=Types.TUPLE([Types.STRING(), Types.LONG()]))
         .assign_timestamps_and_watermarks(lateness)
         .key_by(lambda record: record[0], key_type=Types.STRING())
         .process(_Counter(run["emit_ms"], str(first_records)), output_type=Types.STRING())
-        .sink_to(sink)
+        .sink_to(exactly_once_sink(run))
     )
     result = env.execute(f"bench-flink-{uuid.uuid4().hex[:8]}")
     ended = time.time()
@@ -134,16 +87,7 @@ def main() -> None:
             {
                 "processing_s": ended - first,
                 "net_runtime_s": result.get_net_runtime() / 1000,
-                "settings": {
-                    "apache_flink": metadata.version("apache-flink"),
-                    "kafka_connector": run["connector"],
-                    "parallelism": PARALLELISM,
-                    "state_backend": "EmbeddedRocksDBStateBackend",
-                    "checkpointing": "EXACTLY_ONCE",
-                    "checkpoint_interval_ms": CHECKPOINT_INTERVAL_MS,
-                    "sink_delivery_guarantee": "EXACTLY_ONCE",
-                    "python_execution_mode": "process",
-                },
+                "settings": settings(run, CHECKPOINT_INTERVAL_MS),
             }
         ),
         flush=True,

@@ -13,12 +13,9 @@ to its stop (joining the consumer group is not counted) and the settings it ran 
 
 import json
 import sys
-import tempfile
 import time
-import uuid
-from importlib import metadata
 
-from quixstreams import Application
+from quix_app import application, settings
 
 WINDOW_MS = 2 * 3_600_000
 SHIFT_MS = 3_600_000
@@ -28,14 +25,7 @@ SHIFT_MS = 3_600_000
 
 def main() -> None:
     run = json.loads(sys.argv[1])
-    app = Application(
-        broker_address=run["bootstrap_servers"],
-        consumer_group=f"bench-quix-{uuid.uuid4().hex[:8]}",
-        auto_offset_reset="earliest",
-        processing_guarantee="exactly-once",
-        state_dir=tempfile.mkdtemp(prefix="bench-quix-state-"),
-        use_changelog_topics=True,
-    )
+    app = application(run)
     start_ms = run["start_ms"]
     records = app.topic(
         run["input"],
@@ -70,13 +60,9 @@ def main() -> None:
         json.dumps(
             {
                 "processing_s": stopped - first_record[0],
-                "settings": {
-                    "quixstreams": metadata.version("quixstreams"),
-                    "processing_guarantee": "exactly-once",
-                    "state": "RocksDB, changelog topics",
-                    "counting": "tumbling window, reduce, final(closing_strategy=partition)",
-                    "partitions": "one consumer, both partitions",
-                },
+                "settings": settings(
+                    counting="tumbling window, reduce, final(closing_strategy=partition)"
+                ),
             }
         ),
         flush=True,
