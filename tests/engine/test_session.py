@@ -4,6 +4,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,33 @@ from millrace.engine.session import (
     spark_config,
 )
 from millrace.errors import CheckpointCorruptError
+
+
+def test_setup_gives_a_zip_like_pyspark_zip_bytecode_that_python_uses(tmp_path: Path) -> None:
+    archive = tmp_path / "pyspark.zip"
+    with zipfile.ZipFile(archive, "w") as written:
+        written.writestr("shipped/__init__.py", "")
+        written.writestr("shipped/types.py", "def struct():\n    return 1\n")
+    script = Path(__file__).parents[2] / "scripts" / "pyspark_bytecode.py"
+    subprocess.run([sys.executable, str(script), str(archive)], check=True)
+    once = archive.read_bytes()
+    subprocess.run([sys.executable, str(script), str(archive)], check=True)
+    assert archive.read_bytes() == once
+
+    # As a Spark worker imports PySpark: from the zip, first on its path.
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import shipped.types as types; "
+            "print(types.__file__); print(types.struct.__code__.co_filename)",
+        ],
+        env={"PYTHONPATH": str(archive)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert found == [f"{archive}/shipped/types.pyc", f"{archive}/shipped/types.py"]
 
 
 def test_the_session_runs_in_utc_with_rocksdb_state_and_the_configured_partitions(
