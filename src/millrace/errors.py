@@ -48,6 +48,12 @@ class SetupError(MillraceError):
     code = "setup"
 
 
+class StorageError(MillraceError):
+    """The storage root of checkpoints and tables (`storage.root`) cannot be reached."""
+
+    code = "storage"
+
+
 class BrokerError(MillraceError):
     """The local Kafka broker could not be started, reached or stopped."""
 

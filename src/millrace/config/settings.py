@@ -21,6 +21,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from millrace.config.alerts import parse_alert_rules
 from millrace.config.durations import parse_duration_ms
+from millrace.config.storage import check_root_uri
 from millrace.errors import ConfigError
 
 
@@ -214,6 +215,42 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds between two evaluations of the alert rules by `millrace serve` and `monitor`.",
     ),
     Setting(
+        "storage.root",
+        "MILLRACE_STORAGE_ROOT",
+        "Where checkpoints, result tables, the warehouse and at-most-once marks are kept, "
+        "for executors on other machines to reach: a Hadoop filesystem URI, "
+        "s3a://bucket/prefix or file:///shared/folder. Empty keeps them in the workspace.",
+    ),
+    Setting(
+        "storage.s3_endpoint",
+        "MILLRACE_S3_ENDPOINT",
+        "URL of an S3-compatible store for an s3a:// root (http://host:port); empty is "
+        "AWS's own S3. A set endpoint is reached with path-style requests (host/bucket/key).",
+    ),
+    Setting(
+        "storage.s3_region",
+        "MILLRACE_S3_REGION",
+        "AWS region of the s3a:// root's bucket.",
+    ),
+    Setting(
+        "storage.s3_access_key",
+        "MILLRACE_S3_ACCESS_KEY",
+        "Access key id for the s3a:// root; empty takes the keys from AWS's usual chain "
+        "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, an instance's role).",
+    ),
+    Setting(
+        "storage.s3_secret_key",
+        "MILLRACE_S3_SECRET_KEY",
+        "Secret key of storage.s3_access_key. Better kept out of this file: set the "
+        "environment variable, or name a file with storage.s3_secret_key_file.",
+    ),
+    Setting(
+        "storage.s3_secret_key_file",
+        "MILLRACE_S3_SECRET_KEY_FILE",
+        "File whose first line is the S3 secret key, instead of storage.s3_secret_key; a "
+        "relative path is relative to the workspace.",
+    ),
+    Setting(
         "jvm.jars_dir",
         "MILLRACE_JARS_DIR",
         "Folder of the JVM artifacts resolved by scripts/setup.sh; empty means "
@@ -258,6 +295,12 @@ class Settings:
     events_time_field: str = "time"
     events_max_future: str = "5m"
     events_idle_timeout: str = "1m"
+    storage_root: str = ""
+    storage_s3_endpoint: str = ""
+    storage_s3_region: str = "us-east-1"
+    storage_s3_access_key: str = ""
+    storage_s3_secret_key: str = field(default="", repr=False)
+    storage_s3_secret_key_file: str = ""
     jvm_jars_dir: str = ""
     monitor_webhook_url: str = ""
     monitor_interval_s: float = 10.0
@@ -294,6 +337,13 @@ class Settings:
             's3cret'
         """
         return _secret("kafka.password", self.kafka_password, self.kafka_password_file)
+
+    @property
+    def s3_secret(self) -> str:
+        """`storage.s3_secret_key`, or the first line of `storage.s3_secret_key_file` read now."""
+        return _secret(
+            "storage.s3_secret_key", self.storage_s3_secret_key, self.storage_s3_secret_key_file
+        )
 
     @property
     def max_future_ms(self) -> int:
@@ -403,6 +453,7 @@ _FILE_ATTRIBUTES = (
     "kafka_ssl_key_file",
     "redis_password_file",
     "redis_ssl_ca_file",
+    "storage_s3_secret_key_file",
 )
 """Settings that name a file, which a relative path places in the workspace."""
 
@@ -505,6 +556,11 @@ def _convert(setting: Setting, value: Any, where: str) -> Any:
                 hint=setting.doc,
             )
         return value.strip().upper()
+    if setting.key == "storage.root" and isinstance(value, str):
+        try:
+            return check_root_uri(value)
+        except ConfigError as error:
+            raise ConfigError(f"{error.message} ({where})", hint=error.hint) from None
     if setting.key in _DURATION_KEYS and isinstance(value, str):
         try:
             parse_duration_ms(value, what=setting.key)

@@ -3,6 +3,8 @@
 It is `.millrace/` in the working directory, or the folder `MILLRACE_HOME` names. Inside:
 `millrace.toml`, the local broker's data and logs under `kafka/`, Spark checkpoints under
 `checkpoints/<app>/`, SQL apps' result tables under `tables/<app>/`, and logs under `logs/`.
+Checkpoints, result tables and the warehouse move to the storage root when `storage.root`
+names one (`millrace.config.storage`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from millrace.config.settings import SETTINGS, Settings, load_settings
+from millrace.config.storage import StoragePath, storage_root
 from millrace.errors import ConfigError
 
 CONFIG_FILE_NAME = "millrace.toml"
@@ -56,9 +59,17 @@ class Workspace:
         return self.root / "redis"
 
     @property
-    def checkpoints_dir(self) -> Path:
+    def checkpoints_dir(self) -> StoragePath:
         """Spark checkpoints, one folder per app and one below it per query."""
-        return self.root / "checkpoints"
+        return self.storage / "checkpoints"
+
+    @property
+    def storage(self) -> StoragePath:
+        """The root of checkpoints, result tables and the warehouse (`millrace.config.storage`).
+
+        It is `storage.root`, or this folder when that is empty.
+        """
+        return storage_root(self.root, self.settings)
 
     @property
     def logs_dir(self) -> Path:
@@ -66,11 +77,11 @@ class Workspace:
         return self.root / "logs"
 
     @property
-    def tables_dir(self) -> Path:
+    def tables_dir(self) -> StoragePath:
         """Result tables of SQL apps, as Delta tables: `tables/<app>/<table>`."""
-        return self.root / "tables"
+        return self.storage / "tables"
 
-    def checkpoint(self, app: str, query: str) -> Path:
+    def checkpoint(self, app: str, query: str) -> StoragePath:
         """The checkpoint folder of one streaming query of one app."""
         return self.checkpoints_dir / app / query
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
+from millrace.config.storage import StoragePath, listing
 from millrace.errors import CheckpointCorruptError
 
 Offsets = dict[int, int]
@@ -33,13 +33,13 @@ class UnreadableLogError(CheckpointCorruptError):
         'offsets/3: it is empty'
     """
 
-    def __init__(self, path: Path, reason: str) -> None:
+    def __init__(self, path: StoragePath, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
 
 
-def query_folders(app_folder: Path) -> dict[str, Path]:
+def query_folders(app_folder: StoragePath) -> dict[str, StoragePath]:
     """The checkpoint folder of each query under `app_folder`, by query name, sorted.
 
     A query's folder holds `offsets/`; the dead-letter routers' folders next to it do not.
@@ -48,12 +48,10 @@ def query_folders(app_folder: Path) -> dict[str, Path]:
         >>> query_folders(workspace.checkpoints_dir / "top_events")  # doctest: +SKIP
         {'table.top_events_5min': PosixPath('.../checkpoints/top_events/table.top_events_5min')}
     """
-    if not app_folder.is_dir():
-        return {}
-    return {path.name: path for path in sorted(app_folder.iterdir()) if (path / "offsets").is_dir()}
+    return {path.name: path for path in listing(app_folder) if (path / "offsets").is_dir()}
 
 
-def batch_ids(log: Path) -> list[int]:
+def batch_ids(log: StoragePath) -> list[int]:
     """The batch ids of the files of `log` (a query's `offsets/` or `commits/`), ascending.
 
     Example:
@@ -65,7 +63,7 @@ def batch_ids(log: Path) -> list[int]:
     return sorted(int(path.name) for path in log.iterdir() if path.name.isdigit())
 
 
-def read_offsets(path: Path) -> tuple[dict[str, Any], list[Any]]:
+def read_offsets(path: StoragePath) -> tuple[dict[str, Any], list[Any]]:
     """An `offsets/N` file: its metadata and each source's offsets (None: none yet).
 
     Raises `UnreadableLogError` for a file that is missing or not as Spark writes it.
@@ -82,7 +80,7 @@ def read_offsets(path: Path) -> tuple[dict[str, Any], list[Any]]:
     return _header(path, lines), offsets
 
 
-def read_commit(path: Path) -> dict[str, Any]:
+def read_commit(path: StoragePath) -> dict[str, Any]:
     """A `commits/N` file's metadata; `UnreadableLogError` for one not as Spark writes it.
 
     Example:
@@ -113,7 +111,7 @@ def kafka_offsets(source: Any) -> dict[str, Offsets]:
         return {}  # a bucket or an offset that is not a number
 
 
-def _log_lines(path: Path) -> list[str]:
+def _log_lines(path: StoragePath) -> list[str]:
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -134,7 +132,7 @@ def _log_lines(path: Path) -> list[str]:
     return lines
 
 
-def _header(path: Path, lines: list[str]) -> dict[str, Any]:
+def _header(path: StoragePath, lines: list[str]) -> dict[str, Any]:
     if len(lines) < 2:
         raise UnreadableLogError(
             path, "it ends after its version line: the batch's metadata is missing"
@@ -145,7 +143,7 @@ def _header(path: Path, lines: list[str]) -> dict[str, Any]:
     return header
 
 
-def _json(path: Path, line: str, number: int, what: str) -> Any:
+def _json(path: StoragePath, line: str, number: int, what: str) -> Any:
     try:
         return json.loads(line)
     except json.JSONDecodeError as error:

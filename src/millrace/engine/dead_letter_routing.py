@@ -22,8 +22,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -32,6 +30,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
 from millrace.bus.streams import create_stream, dead_letter_stream, describe_stream
+from millrace.config.storage import storage_path, write_whole
 from millrace.config.workspace import Workspace
 from millrace.engine.low_watermark import bucket_metrics_name
 from millrace.engine.session import add_listener, remove_listener
@@ -115,7 +114,7 @@ class DeadLetterRouter:
             )
         self._batches.join()
         for query in queries:
-            committed = _committed_offsets(query, self.stream)
+            committed = _committed_offsets(query, self.stream, self.workspace)
             if committed is not None:
                 with self._lock:
                     self._look_at(True, None, committed)
@@ -188,10 +187,9 @@ class DeadLetterRouter:
         return {bucket.bucket: bucket.start_offset for bucket in buckets}
 
     def _save(self) -> None:
-        self._state.parent.mkdir(parents=True, exist_ok=True)
-        written = self._state.with_suffix(".tmp")
-        written.write_text(json.dumps({str(b): offset for b, offset in self._looked_at.items()}))
-        written.replace(self._state)
+        write_whole(
+            self._state, json.dumps({str(b): offset for b, offset in self._looked_at.items()})
+        )
 
 
 def dead_letter_records(
@@ -302,15 +300,15 @@ def _offsets_of(text: str | None, stream: str) -> Offsets | None:
     return {int(bucket): int(offset) for bucket, offset in parsed[stream].items()}
 
 
-def _committed_offsets(query: StreamingQuery, stream: str) -> Offsets | None:
+def _committed_offsets(query: StreamingQuery, stream: str, workspace: Workspace) -> Offsets | None:
     """The end offsets of `stream` in the last micro-batch that `query` has committed.
 
     They are read from the checkpoint, where Spark writes a batch's offsets before running it
     (`offsets/<batch>`) and marks it done after (`commits/<batch>`).
     """
     # PySpark does not expose the checkpoint folder; the JVM query does.
-    root = urlparse(query._jsq.streamingQuery().resolvedCheckpointRoot())
-    checkpoint = Path(unquote(root.path))
+    root = query._jsq.streamingQuery().resolvedCheckpointRoot()
+    checkpoint = storage_path(root, workspace.settings)
     batches = [int(path.name) for path in (checkpoint / "commits").glob("*") if path.name.isdigit()]
     if not batches:
         return None

@@ -28,6 +28,7 @@ from typing import Literal, cast, get_args
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
+from millrace.config.storage import StoragePath, listing
 from millrace.errors import EngineError
 
 Semantics = Literal["exactly_once", "at_least_once", "at_most_once"]
@@ -107,7 +108,7 @@ class AtMostOnce:
         True
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: StoragePath) -> None:
         self.folder = folder
         self.skipped: list[int] = []
 
@@ -118,17 +119,25 @@ class AtMostOnce:
             self.skipped.append(batch_id)
             return False
         self.folder.mkdir(parents=True, exist_ok=True)
-        # The mark must be on disk before the first record is: a crash in between loses the
+        # The mark must be stored before the first record is: a crash in between loses the
         # batch (allowed), while the other order could write it twice (not allowed).
-        with open(mark, "w") as handle:
-            handle.flush()
-            os.fsync(handle.fileno())
-        directory = os.open(self.folder, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        if isinstance(mark, Path):
+            _write_synced(mark)
+        else:
+            mark.write_text("")  # an object store has the object once the write returns
         write()
-        for old in sorted(self.folder.iterdir())[:-_MARKERS_KEPT]:
+        for old in listing(self.folder)[:-_MARKERS_KEPT]:
             old.unlink(missing_ok=True)
         return True
+
+
+def _write_synced(mark: Path) -> None:
+    """Create the empty file `mark`, it and its folder's entry flushed to the disk."""
+    with open(mark, "w") as handle:
+        handle.flush()
+        os.fsync(handle.fileno())
+    directory = os.open(mark.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

@@ -41,7 +41,11 @@ def disk_full_error(failure: Exception, workspace: Workspace, app: str) -> DiskF
         ("workspace", workspace.root),
     ]
     free, what, folder = min(
-        ((_free_bytes(folder), what, folder) for what, folder in folders if folder.is_dir()),
+        (
+            (_free_bytes(folder), what, folder)
+            for what, folder in folders
+            if isinstance(folder, Path) and folder.is_dir()
+        ),
         key=lambda found: found[0],
     )
     return DiskFullError(

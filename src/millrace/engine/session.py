@@ -34,6 +34,7 @@ from pyspark.sql.streaming.listener import (
 
 from millrace.config.jvm import jars
 from millrace.config.settings import Settings
+from millrace.config.storage import StoragePath
 from millrace.engine.jvm_stderr import relayed_stderr
 from millrace.errors import CheckpointCorruptError, EngineError
 
@@ -84,6 +85,12 @@ def spark_session(settings: Settings, app_name: str = "millrace") -> SparkSessio
             f"could not start Spark with master {settings.spark_master!r}: {error}",
             hint="check spark.master (MILLRACE_SPARK_MASTER) and that Java 17+ is installed",
         ) from error
+    if settings.storage_s3_access_key:
+        # Set in the running JVM, the keys stay off the command line PySpark started it with
+        # (what `ps` shows); Spark sends the driver's Hadoop configuration with each task.
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        hadoop.set("fs.s3a.access.key", settings.storage_s3_access_key)
+        hadoop.set("fs.s3a.secret.key", settings.s3_secret)
     return spark
 
 
@@ -198,7 +205,7 @@ def state_store(spark: SparkSession, name: str) -> Iterator[None]:
                 spark.conf.set(_PROVIDER_CLASS, before)
 
 
-def checkpoint_state_store(checkpoint: Path) -> str | None:
+def checkpoint_state_store(checkpoint: StoragePath) -> str | None:
     """The store (a key of `STATE_STORES`) a query's checkpoint keeps state in; None if new.
 
     Spark records the session's store in each micro-batch's entry of the offset log, and a
@@ -259,7 +266,25 @@ def spark_config(settings: Settings) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
+        **_s3a_config(settings),
     }
+
+
+def _s3a_config(settings: Settings) -> dict[str, str]:
+    """Hadoop's S3A settings for a storage root under s3a://, but not its keys.
+
+    A custom endpoint (MinIO, Ceph, a stand-in) is reached with path-style requests
+    (`host/bucket/key`), as such stores expect.
+    """
+    if not settings.storage_root.startswith("s3a://"):
+        return {}
+    config = {"spark.hadoop.fs.s3a.endpoint.region": settings.storage_s3_region}
+    if settings.storage_s3_endpoint:
+        config["spark.hadoop.fs.s3a.endpoint"] = settings.storage_s3_endpoint
+        config["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        secure = not settings.storage_s3_endpoint.startswith("http:")
+        config["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(secure).lower()
+    return config
 
 
 def connector_jars(settings: Settings) -> list[Path]:

@@ -9,8 +9,8 @@ records before them are processed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from millrace.config.storage import StoragePath
 from millrace.config.workspace import Workspace
 from millrace.engine.checkpoint_log import (
     Offsets,
@@ -28,7 +28,7 @@ class QueryCheckpoint:
 
     app: str
     query: str
-    path: Path
+    path: StoragePath
     batch_id: int | None = None
     committed_ms: int | None = None
     offsets: dict[str, Offsets] = field(default_factory=dict)
@@ -53,7 +53,7 @@ def app_checkpoints(workspace: Workspace, app: str) -> list[QueryCheckpoint]:
     return [_read_query(app, folder) for folder in folders.values()]
 
 
-def _read_query(app: str, folder: Path) -> QueryCheckpoint:
+def _read_query(app: str, folder: StoragePath) -> QueryCheckpoint:
     commits = batch_ids(folder / "commits")
     if not commits:
         return QueryCheckpoint(app, folder.name, folder)

@@ -24,6 +24,7 @@ from typing import Any
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
 
+from millrace.config.storage import listing
 from millrace.config.workspace import Workspace
 from millrace.engine.archive import archive_view
 from millrace.engine.streams import read_batch
@@ -72,8 +73,7 @@ def register_views(
         name = view_name("warehouse", stream)
         makers[name] = functools.partial(archive_view, spark, workspace, stream)
         described[name] = f"archive of stream {stream}"
-    tables_dir = workspace.tables_dir
-    for table in sorted(tables_dir.glob("*/*")) if tables_dir.is_dir() else []:
+    for table in listing(workspace.tables_dir, "*/*"):
         if (table / "_delta_log").is_dir():
             name = view_name(table.parent.name, table.name)
             makers[name] = functools.partial(spark.read.format("delta").load, str(table))

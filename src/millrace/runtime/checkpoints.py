@@ -37,13 +37,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+from millrace.config.storage import StoragePath, listing, move, relative_to
 from millrace.config.workspace import Workspace
 from millrace.engine.checkpoint_log import (
     UnreadableLogError,
@@ -91,7 +90,7 @@ class Batch:
         }
 
 
-def query_checkpoints(workspace: Workspace, app: str) -> dict[str, Path]:
+def query_checkpoints(workspace: Workspace, app: str) -> dict[str, StoragePath]:
     """The checkpoint folder of each query of `app` that has one, by query name."""
     return query_folders(workspace.checkpoints_dir / app)
 
@@ -174,10 +173,12 @@ class Rollback:
 
     to_batch: dict[str, int]
     removed_batches: dict[str, list[int]]
-    backup: Path
+    backup: StoragePath
 
 
-def rollback(workspace: Workspace, app: str, to_batch: dict[str, int], backup: Path) -> Rollback:
+def rollback(
+    workspace: Workspace, app: str, to_batch: dict[str, int], backup: StoragePath
+) -> Rollback:
     """Move each named query of `app` back to the end of its batch `to_batch[query]`.
 
     Files after that point (log entries after the batch, state versions after batch + 1,
@@ -208,23 +209,21 @@ def rollback(workspace: Workspace, app: str, to_batch: dict[str, int], backup: P
         removed[query] = [n for n in batch_ids(checkpoint / "offsets") if n > batch_id]
         target = backup / query
         if batch_id < 0:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(checkpoint), str(target))
+            move(checkpoint, target)
             continue
         for path in _after(checkpoint, batch_id):
-            destination = target / path.relative_to(checkpoint)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(path), str(destination))
+            destination = target / relative_to(path, checkpoint)
+            move(path, destination)
             # Hadoop's checksum file goes with it, or Spark finds a checksum of nothing.
             crc = path.with_name(f".{path.name}.crc")
             if crc.exists():
-                shutil.move(str(crc), str(destination.with_name(crc.name)))
+                move(crc, destination.with_name(crc.name))
     return Rollback(dict(to_batch), removed, backup)
 
 
-def _after(checkpoint: Path, batch_id: int) -> list[Path]:
+def _after(checkpoint: StoragePath, batch_id: int) -> list[StoragePath]:
     """The files of `checkpoint` that belong to batches after `batch_id`."""
-    found = [
+    found: list[StoragePath] = [
         path
         for log in ("offsets", "commits")
         for path in (checkpoint / log).iterdir()
@@ -240,7 +239,8 @@ def _after(checkpoint: Path, batch_id: int) -> list[Path]:
             if int(versioned["version"]) > batch_id + 1:
                 found.append(path)
             continue
-        in_metadata = any(part in ("_metadata", "_stateSchema") for part in path.parts)
+        parts = relative_to(path, state).split("/")
+        in_metadata = any(part in ("_metadata", "_stateSchema") for part in parts)
         named = _BATCH_NAMED.match(path.name)
         if in_metadata and named is not None and int(named["batch"]) > batch_id:
             found.append(path)
@@ -274,7 +274,7 @@ def _corrupt(
     )
 
 
-def _last_good(checkpoint: Path, before: int) -> int | None:
+def _last_good(checkpoint: StoragePath, before: int) -> int | None:
     """The newest committed batch before `before` whose log files can be read, if any."""
     for batch_id in reversed(batch_ids(checkpoint / "commits")):
         if batch_id >= before:
@@ -398,7 +398,7 @@ def _iso(time_ms: int | None) -> str | None:
 
 
 def seed_start(
-    old: Path, new: Path, offsets_of: Callable[[str], dict[int, int]]
+    old: StoragePath, new: StoragePath, offsets_of: Callable[[str], dict[int, int]]
 ) -> dict[str, dict[str, dict[int, int]]]:
     """Make the fresh checkpoints under `new` start reading where `offsets_of` says.
 
@@ -411,12 +411,11 @@ def seed_start(
     the same streams in the same order. Returns, per query, the offsets written per stream.
     """
     seeded: dict[str, dict[str, dict[int, int]]] = {}
-    for query in sorted(old.iterdir()) if old.is_dir() else []:
-        for source in sorted((query / "sources").glob("*/0")):
+    for query in listing(old):
+        for source in listing(query / "sources", "*/0"):
             _, old_offsets = _read_initial_offsets(source)
             offsets = {stream: offsets_of(stream) for stream in old_offsets}
             target = new / query.name / "sources" / source.parent.name / "0"
-            target.parent.mkdir(parents=True, exist_ok=True)
             text = json.dumps(
                 {
                     stream: {str(b): o for b, o in sorted(by.items())}
@@ -424,6 +423,7 @@ def seed_start(
                 }
             )
             # Spark's Kafka source writes a zero byte first, then its version and the offsets.
+            target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(b"\0v1\n" + text.encode())
             seeded.setdefault(query.name, {}).update(offsets)
         prefix = "dead-letters."
@@ -435,7 +435,7 @@ def seed_start(
     return seeded
 
 
-def _read_initial_offsets(path: Path) -> tuple[str, dict[str, dict[int, int]]]:
+def _read_initial_offsets(path: StoragePath) -> tuple[str, dict[str, dict[int, int]]]:
     try:
         text = path.read_bytes().lstrip(b"\0").decode()
         version, _, offsets = text.partition("\n")

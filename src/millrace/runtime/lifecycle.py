@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from millrace.bus.offsets import stream_offsets
+from millrace.config.storage import StoragePath, move
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AlreadyDeployedError, AppNotFoundError, LifecycleError
@@ -67,7 +67,7 @@ def check_start(workspace: Workspace, app: App, *, force: bool = False) -> None:
         check_state(workspace, app.name, app.fingerprint)
 
 
-def start_over(workspace: Workspace, name: str) -> Path | None:
+def start_over(workspace: Workspace, name: str) -> StoragePath | None:
     """Start app `name` over on purpose (`--fresh`): its checkpoint folder goes under backups.
 
     Every query then starts from nothing, reading its inputs from their earliest records.
@@ -365,19 +365,25 @@ def _start(
     return record
 
 
-def _move_aside(workspace: Workspace, name: str) -> Path | None:
+def _move_aside(workspace: Workspace, name: str) -> StoragePath | None:
     checkpoint = workspace.checkpoints_dir / name
     if not checkpoint.exists():
         return None
     target = _backup_dir(workspace, name, "fresh")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(checkpoint), str(target))
+    move(checkpoint, target)
     return target
 
 
-def _backup_dir(workspace: Workspace, name: str, why: str) -> Path:
+def _backup_dir(workspace: Workspace, name: str, why: str) -> StoragePath:
+    """Where a checkpoint moved aside goes: `apps/<name>/backups/` in the workspace.
+
+    With the checkpoints under a remote storage root, it is `backups/<name>/` there, since a
+    move stays on one store.
+    """
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    return registry.app_dir(workspace, name) / "backups" / f"{stamp}-{why}"
+    if isinstance(workspace.checkpoints_dir, Path):
+        return registry.app_dir(workspace, name) / "backups" / f"{stamp}-{why}"
+    return workspace.storage / "backups" / name / f"{stamp}-{why}"
 
 
 def _reap(pid: int) -> None:

@@ -13,9 +13,9 @@ again after a crash reports the same timers.
 from __future__ import annotations
 
 import json
-import os
 import threading
-from pathlib import Path
+
+from millrace.config.storage import StoragePath, write_whole
 
 
 class PendingTimers:
@@ -28,7 +28,7 @@ class PendingTimers:
         1767225610000
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: StoragePath) -> None:
         self.path = path
         saved = json.loads(path.read_text()) if path.is_file() else {}
         self._timers: dict[int, int] = {int(b): ms for b, ms in saved.get("timers", {}).items()}
@@ -60,9 +60,7 @@ class PendingTimers:
                 self._save()
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        staged = self.path.with_suffix(".tmp")
-        staged.write_text(
-            json.dumps({"timers": self._timers, "streams": sorted(self.streams)}, sort_keys=True)
+        write_whole(
+            self.path,
+            json.dumps({"timers": self._timers, "streams": sorted(self.streams)}, sort_keys=True),
         )
-        os.replace(staged, self.path)

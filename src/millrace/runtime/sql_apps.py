@@ -30,7 +30,6 @@ import functools
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -41,6 +40,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
+from millrace.config.storage import StoragePath, listing
 from millrace.config.workspace import Workspace
 from millrace.engine.delivery import AtMostOnce, run_without_writing
 from millrace.engine.disk_full import disk_full_error
@@ -209,7 +209,7 @@ def state_store_notices(workspace: Workspace, app: SqlApp) -> list[str]:
     """
     notices = []
     root = workspace.checkpoints_dir / app.name
-    for checkpoint in sorted(root.iterdir()) if root.is_dir() else []:
+    for checkpoint in listing(root):
         recorded = checkpoint_state_store(checkpoint)
         if (checkpoint / "state").is_dir() and recorded not in (None, app.state_store):
             notices.append(
@@ -408,7 +408,7 @@ def explain_sql_app(spark: SparkSession, workspace: Workspace, app: SqlApp) -> d
     return plans
 
 
-def result_table_path(workspace: Workspace, app: str, table: str) -> Path:
+def result_table_path(workspace: Workspace, app: str, table: str) -> StoragePath:
     """Where the Delta table of result table `table` of app `app` lives."""
     return workspace.tables_dir / app / table
 
@@ -550,7 +550,8 @@ class _ResultTableWriter:
         self.table = table
         self.marked_by = marked_by
         """The app whose markers tell the progress of the emitted rows (`write_batch`'s writer)."""
-        self.path = str(result_table_path(workspace, app, table.name))
+        self.location = result_table_path(workspace, app, table.name)
+        self.path = str(self.location)
         self.keys = group_key_columns(table.query)
         self.serving: TableSpec | None = None
         self._appended: int | None = None
@@ -624,7 +625,7 @@ class _ResultTableWriter:
         the newest such commit is read outside Spark: Delta's own `txnAppId`/`txnVersion`
         check costs seconds per batch, as it rebuilds the log's state in Spark jobs.
         """
-        metadata = newest_commit_metadata(Path(self.path), self._marker)
+        metadata = newest_commit_metadata(self.location, self._marker)
         return None if metadata is None else int(metadata.removeprefix(self._marker))
 
     def write_range(self, rows: DataFrame) -> None:

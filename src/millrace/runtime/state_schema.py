@@ -19,7 +19,6 @@ decide (`--force`).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from sqlglot import exp
@@ -136,7 +135,7 @@ def record_state(workspace: Workspace, app: str, fingerprint: Fingerprint) -> No
 
 def recorded_state(workspace: Workspace, app: str) -> Fingerprint:
     """The fingerprint recorded for `app`'s checkpoint, or an empty one."""
-    path: Path = workspace.checkpoints_dir / app / FINGERPRINT_FILE
+    path = workspace.checkpoints_dir / app / FINGERPRINT_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
 
 

@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.streams import require_stream
+from millrace.config.storage import delete_tree
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import dead_letter_records, write_dead_letters
 from millrace.engine.serving_sink import write_table
@@ -189,7 +189,7 @@ def delete_stream_table(workspace: Workspace, name: str) -> int:
     Stop its feed first: a feed still running would write rows again.
     """
     removed = drop_table(workspace.settings, name)
-    shutil.rmtree(workspace.checkpoints_dir / feed_app_name(name), ignore_errors=True)
+    delete_tree(workspace.checkpoints_dir / feed_app_name(name))
     return removed
 
 

@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from millrace.config.storage import StoragePath, delta_storage_options
 from millrace.errors import WarehouseError
 
 # How many of the newest commits are read first for a commit's metadata: the one looked for
@@ -34,7 +35,7 @@ class DeltaSnapshot:
         2
     """
 
-    def __init__(self, path: Path, table: DeltaTable) -> None:
+    def __init__(self, path: StoragePath, table: DeltaTable) -> None:
         self.path = path
         self._table = table
         self._dataset = table.to_pyarrow_dataset()
@@ -73,7 +74,7 @@ class DeltaSnapshot:
             raise _unreadable(self.path, error) from None
 
 
-def open_delta_table(path: Path) -> DeltaSnapshot | None:
+def open_delta_table(path: StoragePath) -> DeltaSnapshot | None:
     """The latest version of the Delta table at `path`; None when there is no table there.
 
     Raises `WarehouseError` for a table this reader cannot read (a log or files it cannot
@@ -86,22 +87,25 @@ def open_delta_table(path: Path) -> DeltaSnapshot | None:
     if not is_delta_table(path):
         return None
     try:
-        return DeltaSnapshot(path, DeltaTable(str(path)))
+        return DeltaSnapshot(path, _delta_table(path))
     except (DeltaError, OSError, pa.ArrowException) as error:
         raise _unreadable(path, error) from None
 
 
-def is_delta_table(path: Path) -> bool:
+def is_delta_table(path: StoragePath) -> bool:
     """Whether `path` holds a Delta table with at least one commit.
 
     Example:
         >>> is_delta_table(Path("/nowhere"))
         False
     """
-    return DeltaTable.is_deltatable(str(path))
+    try:
+        return DeltaTable.is_deltatable(str(path), _storage_options(path))
+    except (DeltaError, OSError) as error:
+        raise _unreadable(path, error) from None
 
 
-def newest_commit_metadata(path: Path, prefix: str) -> str | None:
+def newest_commit_metadata(path: StoragePath, prefix: str) -> str | None:
     """The `userMetadata` of the newest commit of the table at `path` that starts with `prefix`.
 
     None when there is no table, or no commit has such metadata. Spark writes a commit's
@@ -114,7 +118,7 @@ def newest_commit_metadata(path: Path, prefix: str) -> str | None:
     if not is_delta_table(path):
         return None
     try:
-        table = DeltaTable(str(path))
+        table = _delta_table(path)
         for limit in (_RECENT_COMMITS, None):
             commits = table.history(limit)
             for commit in commits:
@@ -128,7 +132,16 @@ def newest_commit_metadata(path: Path, prefix: str) -> str | None:
     return None
 
 
-def _unreadable(path: Path, error: Exception) -> WarehouseError:
+def _delta_table(path: StoragePath) -> DeltaTable:
+    return DeltaTable(str(path), storage_options=_storage_options(path))
+
+
+def _storage_options(path: StoragePath) -> dict[str, str] | None:
+    """delta-rs's options to reach `path`: None on the disk, the S3 endpoint and keys else."""
+    return None if isinstance(path, Path) else delta_storage_options(path.settings)
+
+
+def _unreadable(path: StoragePath, error: Exception) -> WarehouseError:
     return WarehouseError(
         f"cannot read the Delta table at {path}: {error}",
         hint='Spark reads every Delta table: `millrace sql "SELECT * FROM <app>__<table>"`',

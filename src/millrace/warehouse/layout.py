@@ -1,6 +1,7 @@
 """Where the warehouse keeps what: archive tables, their checkpoints, and the streams to archive.
 
-The warehouse is the `warehouse/` folder of the workspace, the paper's Hive. Each archived
+The warehouse is the `warehouse/` folder of the storage root (the workspace, or `storage.root`),
+the paper's Hive. Each archived
 stream is one Delta table, `warehouse/<stream>`, holding each record as the bus stored it:
 Kafka's `key`, `value`, `headers`, `partition`, `offset` and `timestamp` (arrival) columns,
 plus the `event_date` partition column: the UTC date of the event time in the value's time
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
+from millrace.config.storage import StoragePath
 from millrace.config.workspace import Workspace
 from millrace.errors import WarehouseError
 
@@ -35,12 +36,12 @@ _MARKED_FILE = "streams.json"
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 
 
-def warehouse_dir(workspace: Workspace) -> Path:
+def warehouse_dir(workspace: Workspace) -> StoragePath:
     """The workspace's warehouse folder, holding one Delta table per archived stream."""
-    return workspace.root / "warehouse"
+    return workspace.storage / "warehouse"
 
 
-def archive_path(workspace: Workspace, stream: str) -> Path:
+def archive_path(workspace: Workspace, stream: str) -> StoragePath:
     """The Delta table that archives `stream`.
 
     Example:
@@ -50,7 +51,7 @@ def archive_path(workspace: Workspace, stream: str) -> Path:
     return warehouse_dir(workspace) / stream
 
 
-def archive_checkpoint(workspace: Workspace, stream: str) -> Path:
+def archive_checkpoint(workspace: Workspace, stream: str) -> StoragePath:
     """The checkpoint folder of the archive job of `stream`."""
     return workspace.checkpoint(ARCHIVE_APP, stream)
 
@@ -68,7 +69,7 @@ def archived_streams(workspace: Workspace) -> list[str]:
     return sorted(path.name for path in folder.iterdir() if (path / "_delta_log").is_dir())
 
 
-def require_archive(workspace: Workspace, stream: str) -> Path:
+def require_archive(workspace: Workspace, stream: str) -> StoragePath:
     """The archive table of `stream`; `WarehouseError` saying how to make it when it is missing.
 
     Example:

@@ -1,0 +1,243 @@
+"""The storage root: where checkpoints, result tables and the warehouse live, on the workspace's
+disk or under an `s3a://` URI (moto's server standing in for S3), and an app that keeps them
+there run, killed with kill -9, restarted, rolled back and read from there."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from millrace.api.app import create_app
+from millrace.bus.publisher import Publisher
+from millrace.bus.streams import create_stream
+from millrace.config.settings import Settings, load_settings
+from millrace.config.storage import RemotePath, move, storage_root
+from millrace.config.workspace import Workspace, init_workspace
+from millrace.engine.session import spark_config
+from millrace.errors import ConfigError, StorageError
+from tests.ports import free_port
+from tests.s3_stand_in import S3StandIn
+
+
+def test_the_storage_root_is_the_workspace_unless_storage_root_names_another(
+    tmp_path: Path,
+) -> None:
+    workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path / "ws")})
+    assert workspace.checkpoint("app", "q") == tmp_path / "ws" / "checkpoints" / "app" / "q"
+
+    shared = tmp_path / "shared"
+    moved = Workspace.locate(
+        {"MILLRACE_HOME": str(tmp_path / "ws"), "MILLRACE_STORAGE_ROOT": shared.as_uri()}
+    )
+    assert moved.checkpoint("app", "q") == shared / "checkpoints" / "app" / "q"
+    assert moved.tables_dir == shared / "tables"
+    assert moved.logs_dir == tmp_path / "ws" / "logs"  # the workspace's own files stay
+
+
+@pytest.mark.parametrize(
+    ("root", "complaint"),
+    [
+        ("s3://data/prod", "Hadoop's S3 connector is s3a://"),
+        ("hdfs://namenode/prod", "is not an s3a:// or file:// URI"),
+        ("s3a:///prod", "names no bucket"),
+        ("file://shared/prod", "is not an absolute file URI"),
+        ("s3a://data/prod?versioned=1", "has a query or fragment"),
+    ],
+)
+def test_a_storage_root_millrace_cannot_reach_is_refused_naming_its_source(
+    root: str, complaint: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(None, {"MILLRACE_STORAGE_ROOT": root})
+    assert complaint in raised.value.message
+    assert "MILLRACE_STORAGE_ROOT" in raised.value.message
+    assert "s3a://bucket/prefix" in (raised.value.hint or "")
+
+
+def test_spark_reaches_a_custom_endpoint_path_style_and_never_gets_the_keys_on_its_command_line(
+    tmp_path: Path,
+) -> None:
+    secret_file = tmp_path / "s3-secret"
+    secret_file.write_text("s3cret-key\n")
+    settings = load_settings(
+        tmp_path / "millrace.toml",
+        {
+            "MILLRACE_STORAGE_ROOT": "s3a://data/prod/",
+            "MILLRACE_S3_ENDPOINT": "http://127.0.0.1:9000",
+            "MILLRACE_S3_ACCESS_KEY": "AKIAEXAMPLE",
+            "MILLRACE_S3_SECRET_KEY_FILE": str(secret_file),
+        },
+    )
+    assert settings.storage_root == "s3a://data/prod"
+    assert settings.s3_secret == "s3cret-key"
+    launched = spark_config(settings)
+    assert {key: value for key, value in launched.items() if ".s3a." in key} == {
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+    }
+    # PySpark starts the JVM with these settings as arguments, which `ps` shows.
+    command_line = json.dumps(launched)
+    assert "s3cret-key" not in command_line and "AKIAEXAMPLE" not in command_line
+    assert "s3cret-key" not in repr(settings)
+
+
+def test_paths_under_an_s3a_root_are_read_written_listed_and_moved_as_paths_are(
+    s3_stand_in: S3StandIn,
+) -> None:
+    prefix = f"paths-{uuid.uuid4().hex[:8]}"
+    settings = load_settings(None, s3_stand_in.environment(prefix))
+    root = storage_root(Path("/unused"), settings)
+    assert isinstance(root, RemotePath)
+    assert str(root / "checkpoints") == f"s3a://{s3_stand_in.bucket}/{prefix}/checkpoints"
+
+    offsets = root / "checkpoints" / "app" / "q" / "offsets"
+    assert not offsets.exists() and not offsets.is_dir() and list(offsets.iterdir()) == []
+    for batch in ("0", "1", "10"):
+        (offsets / batch).write_text(f"v1\n{batch}\n")
+    assert offsets.is_dir() and (offsets / "1").is_file()
+    assert sorted(path.name for path in offsets.iterdir()) == ["0", "1", "10"]
+    assert sorted(path.name for path in (root / "checkpoints").glob("*/*/offsets")) == ["offsets"]
+    assert (offsets / "10").read_text() == "v1\n10\n"
+    assert (offsets / "10").stat().st_size == len("v1\n10\n")
+    with pytest.raises(FileNotFoundError):
+        (offsets / "2").read_text()
+
+    move(root / "checkpoints" / "app", root / "backups" / "app")
+    assert not (root / "checkpoints" / "app").exists()
+    assert s3_stand_in.keys(f"{prefix}/backups") == [
+        f"{s3_stand_in.bucket}/{prefix}/backups/app/q/offsets/{batch}" for batch in ("0", "1", "10")
+    ]
+
+
+def test_an_s3_endpoint_that_does_not_answer_is_a_storage_error_within_seconds() -> None:
+    settings = Settings(
+        storage_root="s3a://data/prod",
+        storage_s3_endpoint=f"http://127.0.0.1:{free_port()}",
+        storage_s3_access_key="AKIAEXAMPLE",
+        storage_s3_secret_key="s3cret-key",
+    )
+    started = time.monotonic()
+    with pytest.raises(StorageError) as raised:
+        (storage_root(Path("/unused"), settings) / "checkpoints").is_dir()
+    assert time.monotonic() - started < 30
+    assert "cannot reach s3a://data/prod/checkpoints" in raised.value.message
+    assert "s3cret-key" not in raised.value.render()
+
+
+APP = """
+CREATE APPLICATION {name};
+CREATE INPUT TABLE events (event_time, category)
+  FROM STREAM('{stream}') TIME event_time LATENESS '1 hour';
+CREATE TABLE per_category WITH (mode = 'updates') AS
+SELECT category, COUNT(*) AS n FROM events GROUP BY category;
+"""
+EVENTS = 3_000
+QUERY = "table.per_category"
+
+
+def publish(workspace: Workspace, stream: str, events: list[dict[str, str]]) -> None:
+    with Publisher(stream, settings=workspace.settings) as publisher:
+        for event in events:
+            publisher.send(event)
+
+
+@pytest.mark.timeout(1200)  # two Spark runs of an app whose every file goes through moto
+def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_rollback(
+    workspace: Workspace, s3_stand_in: S3StandIn, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    name, stream, prefix = f"s3_{run}", f"test.s3.{run}", f"apps-{run}"
+    environment = {
+        **os.environ,
+        **s3_stand_in.environment(prefix),
+        "MILLRACE_HOME": str(tmp_path / "workspace"),
+        "MILLRACE_KAFKA": workspace.settings.bootstrap_servers,
+        "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "1",  # fewer state files to store per batch
+    }
+    shared = Workspace.locate(environment)
+    init_workspace(shared)
+    create_stream(shared.settings, stream, buckets=2)
+    events = [
+        {"event_time": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z", "category": f"c{n % 7}"}
+        for n in range(EVENTS)
+    ]
+    publish(shared, stream, events[: EVENTS // 2])
+    expected = Counter(event["category"] for event in events)
+    source = tmp_path / "app.sql"
+    source.write_text(APP.format(name=name, stream=stream))
+
+    def millrace(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "millrace.cli.main", *arguments],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=600,
+            check=False,
+        )
+
+    def stored(key: str) -> bool:
+        return f"{s3_stand_in.bucket}/{prefix}/{key}" in s3_stand_in.keys(prefix)
+
+    checkpoint = f"checkpoints/{name}/{QUERY}"
+    running = subprocess.Popen(
+        [sys.executable, "-m", "millrace.cli.main", "run", str(source), "--trigger", "interval:1s"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=environment,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 480
+        while not stored(f"{checkpoint}/commits/0"):
+            assert running.poll() is None, "the app stopped by itself"
+            assert time.monotonic() < deadline, "no batch committed under s3a:// in 8 minutes"
+            time.sleep(0.5)
+        publish(shared, stream, events[EVENTS // 2 :])
+        while not stored(f"{checkpoint}/offsets/1"):  # killed once batch 1 is under way
+            assert running.poll() is None, "the app stopped by itself"
+            assert time.monotonic() < deadline, "no second batch under s3a:// in 8 minutes"
+            time.sleep(0.2)
+    finally:
+        os.killpg(running.pid, signal.SIGKILL)
+        running.wait()
+
+    listed = millrace("history", name, "--json")
+    assert listed.returncode == 0, listed.stderr
+    batches = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [batch["batch"] for batch in batches][:2] == [0, 1]
+    assert batches[0]["committed"]
+
+    rolled = millrace("rollback", name, "--to-batch", "0")
+    assert rolled.returncode == 0, rolled.stderr
+    assert f"{QUERY}: back to batch 0" in rolled.stdout
+    assert f"backup: s3a://{s3_stand_in.bucket}/{prefix}/backups/{name}/" in rolled.stdout
+    assert not stored(f"{checkpoint}/offsets/1")
+
+    restarted = millrace("run", str(source), "--available-now")
+    assert restarted.returncode == 0, restarted.stderr
+    printed = millrace("query", f"{name}.per_category")
+    assert printed.returncode == 0, printed.stderr
+    rows = [json.loads(line) for line in printed.stdout.splitlines()]
+    assert Counter({row["category"]: row["n"] for row in rows}) == expected
+
+    with TestClient(create_app(Workspace.locate(environment))) as client:
+        served = client.get(f"/apps/{name}/tables/per_category")
+    assert served.status_code == 200, served.text
+    assert Counter({row["category"]: row["n"] for row in served.json()}) == expected
+
+    assert any("/_delta_log/" in key for key in s3_stand_in.keys(f"{prefix}/tables/{name}"))
+    assert not (shared.root / "checkpoints" / name).exists()  # nothing on the local disk
+    assert not (shared.root / "tables").exists()
+    outputs = "".join(done.stdout + done.stderr for done in (listed, rolled, restarted, printed))
+    assert s3_stand_in.secret_key not in outputs
