@@ -412,10 +412,19 @@ def test_an_event_time_is_read_from_epoch_milliseconds_seconds_iso_text_or_the_a
         "no time": {},
         "null time": {"time": None},
     }
+    # A time given as text is read the same when the text is spaced otherwise than
+    # json.dumps spaces it (Spark's numeric parse of the time then fails, and the text is
+    # parsed again).
+    spaced_otherwise = {
+        "ISO-8601 spaced otherwise": '"time" :"2026-01-01T00:00:06.000Z"',
+        "milliseconds as text spaced otherwise": f'"time"\t: "{start_ms + 7}"',
+    }
     producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
     sent_ms = int(datetime.now(UTC).timestamp() * 1000)
     for event, fields in records.items():
         producer.produce(stream_name, json.dumps({"event": event, **fields}))
+    for event, time_text in spaced_otherwise.items():
+        producer.produce(stream_name, f'{{"event": "{event}", {time_text}}}')
     producer.flush()
     # Streams keep the broker's arrival time: the record's time when it has none.
     arrival_ms = int(datetime.now(UTC).timestamp() * 1000)
@@ -433,6 +442,8 @@ def test_an_event_time_is_read_from_epoch_milliseconds_seconds_iso_text_or_the_a
         "fractional seconds": start_ms + 3_500,
         "milliseconds as text": start_ms + 4,
         "ISO-8601": start_ms + 5_000,
+        "ISO-8601 spaced otherwise": start_ms + 6_000,
+        "milliseconds as text spaced otherwise": start_ms + 7,
     }
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
 from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.markers import WRITER_HEADER
@@ -71,6 +71,8 @@ RECORD_TIME = "record_time"
 """A column a writer takes as each record's event time, for its `time` header, not its value."""
 
 _CORRUPT = "_millrace_corrupt"
+_FAST = "_millrace_fast"
+_SLOW = "_millrace_slow"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -553,8 +555,15 @@ def _decode(
 ) -> DataFrame:
     """Every Kafka record with its parsed value, its event time and whether it is bad (`_bad`).
 
-    Each record is parsed once into `_parsed`, in Spark's PERMISSIVE mode, which keeps the
-    whole text of a value that is not a JSON object or has a field that does not fit its type.
+    Each record is parsed in Spark's PERMISSIVE mode, which keeps the whole text of a value
+    that is not a JSON object or has a field that does not fit its type. The time field is
+    parsed as a number (`_fast`), as most producers write it. A record whose time the text
+    gives as a JSON string, and one that this parse does not take whole, is parsed (again)
+    with the time field as text (`_slow`), from which the time is read as an ISO-8601 time or
+    an epoch number: so a record means the same whichever parse took it. Read `_field` for a
+    declared field, `_time_raw` for the time's text where the text parse took it and
+    `_time_number` for it as a number.
+
     A record is bad when it has no value, when its text was kept so, when its time cannot
     be read (a record without the field takes the time its `time` header carries, else its
     arrival time), when it is before 1970-01-01 (`_time_given` holds it, `_time_read` is NULL), or
@@ -562,15 +571,9 @@ def _decode(
     is NULL, so that it moves no watermark). Why it is bad is worked out only for the bad
     ones, for their dead letters (`_error_reason`): the good records pass without it.
     """
-    # The time field is parsed as a STRING, which Spark fills with the JSON text of any value
-    # (a number's digits, a string's characters), so one JSON parse serves every column.
-    schema = StructType(
-        [*fields, StructField(time, StringType()), StructField(_CORRUPT, StringType())]
-    )
     text = F.col("value").cast("string")
-    parsed = F.from_json(
-        text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
-    )
+    quoted = F.lit(f'"{time}":"'), F.lit(f'"{time}": "')
+    time_as_text = F.contains(text, quoted[0]) | F.contains(text, quoted[1])
     with_parts = raw.select(
         F.col("value").alias("_bytes"),
         text.alias("_text"),
@@ -583,18 +586,38 @@ def _decode(
             F.concat_ws(":", F.lit(stream), F.col("partition"), F.col("offset")),
         ).alias("record_id"),
         # Spark would push a filter on `_bad` below this projection, pasting the parse into
-        # each of the many references to `_parsed` and parsing every record a dozen times;
-        # it pushes no filter through a nondeterministic column, so `_parsed` is made one.
-        F.when(F.spark_partition_id() >= 0, parsed).alias("_parsed"),
+        # each of the many references to the parsed value and parsing every record a dozen
+        # times; it pushes no filter through a nondeterministic column, so each parse is made
+        # one. A time given as text would fail the numeric parse record by record, each
+        # failure a thrown exception, so such records skip it.
+        F.when(
+            (F.spark_partition_id() >= 0) & ~time_as_text, _parse(text, fields, time, True)
+        ).alias(_FAST),
         F.col("timestamp").alias("_kafka_time"),
         F.col("headers").alias("_headers"),
         *marker_columns(F.col("value"), F.col("headers")),
-    ).withColumn("_time_raw", F.col(f"_parsed.`{time}`"))
+    )
+    fast_whole = F.col(_FAST).isNotNull() & F.col(f"{_FAST}.{_CORRUPT}").isNull()
+    with_parts = with_parts.withColumn(
+        _SLOW,
+        F.when(
+            (F.spark_partition_id() >= 0) & ~fast_whole,
+            _parse(F.col("_text"), fields, time, False),
+        ),
+    )
+    with_parts = with_parts.withColumn("_time_raw", F.col(f"{_SLOW}.`{time}`")).withColumn(
+        "_time_number",
+        F.when(F.col(_SLOW).isNotNull(), F.col("_time_raw").try_cast("double")).otherwise(
+            F.col(f"{_FAST}.`{time}`")
+        ),
+    )
     # The header is read only for a record without the field: most carry their time in both.
     with_parts = with_parts.withColumn(
         "_time_given",
         event_time_column(
-            F.col("_time_raw"), F.coalesce(carried_time(F.col("_headers")), F.col("_kafka_time"))
+            F.col("_time_raw"),
+            F.coalesce(carried_time(F.col("_headers")), F.col("_kafka_time")),
+            number=F.col("_time_number"),
         ),
     )
     with_parts = with_parts.withColumn(
@@ -605,9 +628,27 @@ def _decode(
         "_event_time", F.when(ahead_ms <= max_future_ms, F.col("_time_read"))
     )
     bad = F.col(MARKER_MS).isNull() & (_unparsed() | ~_valid_utf8() | F.col("_event_time").isNull())
-    # Nondeterministic for the same reason as `_parsed`: the filter on `_bad` then tests a
+    # Nondeterministic for the same reason as the parses: the filter on `_bad` then tests a
     # column computed once, instead of recomputing the event time and the checks inside it.
     return with_parts.withColumn("_bad", F.when(F.spark_partition_id() >= 0, bad))
+
+
+def _parse(text: Column, fields: list[StructField], time: str, numeric_time: bool) -> Column:
+    """`text` parsed as JSON with `fields`, the time field as a DOUBLE or as text (STRING)."""
+    # Spark fills a STRING field with the JSON text of any value (a number's digits, a
+    # string's characters), so the text parse reads every record's time.
+    time_type = DoubleType() if numeric_time else StringType()
+    schema = StructType(
+        [*fields, StructField(time, time_type), StructField(_CORRUPT, StringType())]
+    )
+    return F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
+
+
+def _field(name: str) -> Column:
+    """Declared field `name` of a record of `_decode`, from whichever parse took the record."""
+    return F.when(F.col(_SLOW).isNotNull(), F.col(f"{_SLOW}.`{name}`")).otherwise(
+        F.col(f"{_FAST}.`{name}`")
+    )
 
 
 def _progress_ms() -> Column:
@@ -632,24 +673,30 @@ def _from_1970(time: Column) -> Column:
 
 def _unparsed() -> Column:
     """Whether a decoded record has no value or one that is not an object fitting the schema."""
-    return F.col("_parsed").isNull() | F.col(f"_parsed.{_CORRUPT}").isNotNull()
+    # The text parse ran unless the numeric one took the record whole.
+    return F.col(_SLOW).isNull() & F.col(_FAST).isNull() | F.col(f"{_SLOW}.{_CORRUPT}").isNotNull()
 
 
-def event_time_column(raw: Column, arrival: Column) -> Column:
+def event_time_column(raw: Column, arrival: Column, number: Column | None = None) -> Column:
     """The event time that the text `raw` of a time field holds, as a TIMESTAMP.
 
     `raw` is the field's JSON text: ISO-8601, or epoch milliseconds or seconds. A NULL `raw`
     (no such field) gives `arrival`; text that is no time gives NULL, and so does a number
     too large for a TIMESTAMP (rather than stopping the query with Spark's overflow error).
+    `number` is the field read as a DOUBLE where that is known (then `raw` may be NULL):
+    `raw` as a number, by default.
+
+    Example:
+        >>> raw.select(event_time_column(F.col("time_text"), F.col("timestamp")))  # doctest: +SKIP
     """
-    as_number = raw.try_cast("double")
+    as_number = raw.try_cast("double") if number is None else number
     milliseconds = F.when(F.abs(as_number) >= EPOCH_MS_THRESHOLD, as_number).otherwise(
         as_number * 1000
     )
     # Spark orders NaN above every number, so NaN and the infinities are out of range too.
     in_range = F.abs(milliseconds) < LARGEST_EPOCH_MS
     return (
-        F.when(raw.isNull(), arrival)
+        F.when(raw.isNull() & as_number.isNull(), arrival)
         .when(in_range, F.timestamp_millis(milliseconds.cast("long")))
         .when(as_number.isNull(), raw.try_cast("timestamp"))
     )
@@ -677,7 +724,7 @@ def _good_records(
     """
     good = decoded.where(~F.col("_bad"))
     columns: list[Column | str] = [
-        *[F.col(f"_parsed.{field.name}").alias(field.name) for field in fields],
+        *[_field(field.name).alias(field.name) for field in fields],
         F.col("_event_time").alias(time),
         *RECORD_COLUMNS,
     ]
@@ -691,8 +738,7 @@ def _error_reason(fields: list[StructField], time: str, max_future_ms: int) -> C
     variant = F.expr("try_parse_json(_text)")
     field_reasons = [
         F.when(
-            F.get_json_object("_text", f"$.{field.name}").isNotNull()
-            & F.col(f"_parsed.{field.name}").isNull(),
+            F.get_json_object("_text", f"$.{field.name}").isNotNull() & _field(field.name).isNull(),
             F.concat(
                 F.lit(
                     f"field '{field.name}' should be "
@@ -737,7 +783,7 @@ def _error_reason(fields: list[StructField], time: str, max_future_ms: int) -> C
             F.col("_event_time").isNull(),
             F.concat(
                 F.lit(f"time field '{time}' holds "),
-                F.col("_time_raw"),
+                F.coalesce(F.col("_time_raw"), F.get_json_object("_text", f"$.{time}")),
                 F.lit(
                     ", which is neither an ISO-8601 time nor an epoch number in a TIMESTAMP's range"
                 ),
