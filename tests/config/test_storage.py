@@ -19,8 +19,9 @@ from millrace.api.app import create_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.settings import Settings, load_settings
-from millrace.config.storage import RemotePath, move, storage_root
+from millrace.config.storage import RemotePath, listing, move, storage_root
 from millrace.config.workspace import Workspace, init_workspace
+from millrace.engine.delivery import AtMostOnce
 from millrace.engine.session import spark_config
 from millrace.errors import ConfigError, StorageError
 from tests.ports import free_port
@@ -241,3 +242,21 @@ def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_ro
     assert not (shared.root / "tables").exists()
     outputs = "".join(done.stdout + done.stderr for done in (listed, rolled, restarted, printed))
     assert s3_stand_in.secret_key not in outputs
+
+
+def test_at_most_once_marks_under_s3a_skip_a_batch_started_before_and_keep_the_newest(
+    s3_stand_in: S3StandIn,
+) -> None:
+    prefix = f"marks-{uuid.uuid4().hex[:8]}"
+    settings = load_settings(None, s3_stand_in.environment(prefix))
+    marks = storage_root(Path("/unused"), settings) / "checkpoints" / "app" / "q" / "at_most_once"
+    written: list[int] = []
+    once = AtMostOnce(marks)
+    for batch_id in range(25):
+        assert once.write(batch_id, lambda batch_id=batch_id: written.append(batch_id))
+
+    restarted = AtMostOnce(marks)  # a restart re-runs the last batch, marked as started
+    assert not restarted.write(24, lambda: written.append(24))
+    assert written == list(range(25)) and restarted.skipped == [24]
+    kept = [mark.name for mark in listing(marks)]
+    assert kept[-1] == f"{24:020d}" and len(kept) < 25  # old marks are dropped
