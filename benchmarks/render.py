@@ -15,6 +15,9 @@ table of a result) from the newest file that measured it, so a run of some workl
 - a bar chart of the throughputs (docs/benchmarks/<file>.png) and, for latencies, their
   distribution (docs/benchmarks/<file>-latency.png).
 
+Runs of an earlier commit, kept as the "before" of a before-and-after comparison, go in
+benchmarks/results/before/, which the page leaves out: it shows what the code does now.
+
 The page names the command, the machine and the time of every result, so each figure can be
 reproduced, with the versions and settings of the peers a benchmark ran (`peers`) and the
 notes it was given about the run (`notes`, e.g. that the machine was loaded). The page is
