@@ -17,6 +17,7 @@ each library's own AWS chain (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, a ma
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import functools
 import posixpath
@@ -382,4 +383,20 @@ def _s3_filesystem(settings: Settings) -> pafs.S3FileSystem:
     if settings.storage_s3_access_key:
         options["access_key"] = settings.storage_s3_access_key
         options["secret_key"] = settings.s3_secret
+    atexit.register(_finalize_s3)
     return pafs.S3FileSystem(**options)
+
+
+def _finalize_s3() -> None:
+    """Drop the cached filesystems, then shut pyarrow's S3 support down, at exit.
+
+    Left to pyarrow's own exit handler, with this cache still holding a filesystem, a
+    process that had used S3 could abort after its work ("terminate called without an
+    active exception", apache/arrow#41087): `millrace query` did, once it had printed its
+    rows, in 3 runs of 3 of tests/config/test_storage.py on 2026-11-26, and in none of 2
+    after this. Registered after pyarrow's handler, this one runs before it.
+    """
+    from pyarrow import fs as pafs
+
+    _s3_filesystem.cache_clear()
+    pafs.finalize_s3()
