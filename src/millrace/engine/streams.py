@@ -572,8 +572,7 @@ def _decode(
     ones, for their dead letters (`_error_reason`): the good records pass without it.
     """
     text = F.col("value").cast("string")
-    quoted = F.lit(f'"{time}":"'), F.lit(f'"{time}": "')
-    time_as_text = F.contains(text, quoted[0]) | F.contains(text, quoted[1])
+    time_as_text = F.contains(text, F.lit(f'"{time}":"')) | F.contains(text, F.lit(f'"{time}": "'))
     with_parts = raw.select(
         F.col("value").alias("_bytes"),
         text.alias("_text"),
@@ -674,7 +673,8 @@ def _from_1970(time: Column) -> Column:
 def _unparsed() -> Column:
     """Whether a decoded record has no value or one that is not an object fitting the schema."""
     # The text parse ran unless the numeric one took the record whole.
-    return F.col(_SLOW).isNull() & F.col(_FAST).isNull() | F.col(f"{_SLOW}.{_CORRUPT}").isNotNull()
+    no_value = F.col(_SLOW).isNull() & F.col(_FAST).isNull()
+    return no_value | F.col(f"{_SLOW}.{_CORRUPT}").isNotNull()
 
 
 def event_time_column(raw: Column, arrival: Column, number: Column | None = None) -> Column:
