@@ -62,7 +62,8 @@ def check(app_file: Path) -> None:
 @click.option(
     "--fresh",
     is_flag=True,
-    help="Start over: move the checkpoint under <workspace>/apps/APP/backups/ first.",
+    help="Start over: move the checkpoint under <workspace>/apps/APP/backups/ first "
+    "(<storage.root>/backups/APP/ when storage.root is set).",
 )
 def run(
     app: str,

@@ -40,7 +40,8 @@ def _trigger(text: str | None) -> Trigger | None:
 @click.option(
     "--fresh",
     is_flag=True,
-    help="Start over: move the checkpoint under <workspace>/apps/APP/backups/ first.",
+    help="Start over: move the checkpoint under <workspace>/apps/APP/backups/ first "
+    "(<storage.root>/backups/APP/ when storage.root is set).",
 )
 def deploy(app: str, trigger: str | None, master: str | None, force: bool, fresh: bool) -> None:
     """Start APP detached, as its own Spark application, and record it in the workspace.
@@ -166,7 +167,8 @@ def restart(
     """Stop APP and start it again with its (new) code, resuming from its checkpoint.
 
     With --fresh, the checkpoint (offsets and state) is moved under
-    <workspace>/apps/APP/backups/ and the app starts over, reading its inputs from --from.
+    <workspace>/apps/APP/backups/ (<storage.root>/backups/APP/ when storage.root is set) and
+    the app starts over, reading its inputs from --from.
     """
     from millrace.runtime import lifecycle
 
@@ -224,8 +226,9 @@ def history(app: str, as_json: bool) -> None:
 def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool) -> None:
     """Stop APP, move its checkpoints back to a batch, and start it to recompute from there.
 
-    What is removed is kept under <workspace>/apps/APP/backups/, log files that cannot be
-    read included. An app run in a terminal (never deployed) is rolled back and left stopped.
+    What is removed is kept under <workspace>/apps/APP/backups/ (<storage.root>/backups/APP/
+    when storage.root is set), log files that cannot be read included. An app run in a
+    terminal (never deployed) is rolled back and left stopped.
     """
     if (to_batch is None) == (to_time is None):
         raise click.UsageError("give --to-batch N or --to-time TIME")
