@@ -18,7 +18,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from millrace.config.storage import StoragePath, delta_storage_options
+from millrace.config.storage import StoragePath, arrow_filesystem, delta_storage_options
 from millrace.errors import WarehouseError
 
 # How many of the newest commits are read first for a commit's metadata: the one looked for
@@ -30,15 +30,18 @@ class DeltaSnapshot:
     """The latest version of one Delta table, as `open_delta_table` found it.
 
     Example:
-        >>> snapshot = open_delta_table(tables / "top_events" / "per_5min")  # doctest: +SKIP
-        >>> snapshot.scan(ds.field("category") == "movies").num_rows  # doctest: +SKIP
+        >>> from deltalake import write_deltalake
+        >>> rows = pa.table({"category": ["movies", "music", "movies"], "n": [3, 1, 2]})
+        >>> write_deltalake(str(tmp_path / "per_5min"), rows)
+        >>> snapshot = open_delta_table(tmp_path / "per_5min")
+        >>> snapshot.scan(ds.field("category") == "movies").num_rows
         2
     """
 
     def __init__(self, path: StoragePath, table: DeltaTable) -> None:
         self.path = path
         self._table = table
-        self._dataset = table.to_pyarrow_dataset()
+        self._dataset = table.to_pyarrow_dataset(filesystem=arrow_filesystem(path))
 
     @property
     def schema(self) -> pa.Schema:
@@ -52,8 +55,10 @@ class DeltaSnapshot:
         first 32 columns. Times come as UTC datetimes.
 
         Example:
-            >>> snapshot.file_maxima("window_start")[:1]  # doctest: +SKIP
-            [datetime.datetime(2026, 1, 1, 12, 5, tzinfo=<UTC>)]
+            >>> from deltalake import write_deltalake
+            >>> write_deltalake(str(tmp_path / "counts"), pa.table({"n": [3, 1, 2]}))
+            >>> open_delta_table(tmp_path / "counts").file_maxima("n")
+            [3]
         """
         files = pa.table(self._table.get_add_actions(flatten=True))
         if f"max.{column}" not in files.column_names:
@@ -66,7 +71,12 @@ class DeltaSnapshot:
         """The rows that match `where` (every row without it), with `columns` (or all).
 
         Example:
-            >>> snapshot.scan(ds.field("n") > 1, columns=["window_start"])  # doctest: +SKIP
+            >>> from deltalake import write_deltalake
+            >>> rows = pa.table({"window_start": [1, 2], "n": [1, 5]})
+            >>> write_deltalake(str(tmp_path / "counts"), rows)
+            >>> snapshot = open_delta_table(tmp_path / "counts")
+            >>> snapshot.scan(ds.field("n") > 1, columns=["window_start"]).to_pylist()
+            [{'window_start': 2}]
         """
         try:
             return self._dataset.to_table(columns=columns, filter=where)
@@ -112,7 +122,11 @@ def newest_commit_metadata(path: StoragePath, prefix: str) -> str | None:
     metadata from the writer's `userMetadata` option.
 
     Example:
-        >>> newest_commit_metadata(path, "millrace:top_events.per_5min:batch:")  # doctest: +SKIP
+        >>> from deltalake import CommitProperties, write_deltalake
+        >>> batch_41 = {"userMetadata": "millrace:top_events.per_5min:batch:41"}
+        >>> write_deltalake(str(tmp_path / "per_5min"), pa.table({"n": [1]}),
+        ...                 commit_properties=CommitProperties(custom_metadata=batch_41))
+        >>> newest_commit_metadata(tmp_path / "per_5min", "millrace:top_events.per_5min:batch:")
         'millrace:top_events.per_5min:batch:41'
     """
     if not is_delta_table(path):
