@@ -4,11 +4,6 @@ Internal streams start with `_`, which user stream names cannot, so an app can n
 into them by mistake. This module creates them, and gives the monitor what it reads of any
 stream: its end offsets, the record at a given offset, the records after given offsets, and the
 watermark markers at the end of the streams (`latest_markers`).
-
-Example:
-    >>> create_internal_stream(settings, METRICS_STREAM)  # doctest: +SKIP
-    >>> read_after(settings, METRICS_STREAM, {0: 0})  # doctest: +SKIP
-    ([StampedRecord(...), ...], {0: 12})
 """
 
 from __future__ import annotations
@@ -90,13 +85,7 @@ def create_internal_stream(
 
 
 class InternalWriter:
-    """Writes values to one internal stream and says at which offsets they were stored.
-
-    Example:
-        >>> writer = InternalWriter(settings, "_millrace.ticks.demo")  # doctest: +SKIP
-        >>> writer.write([b'{"bucket": 0}'])  # doctest: +SKIP
-        [17]
-    """
+    """Writes values to one internal stream and says at which offsets they were stored."""
 
     def __init__(self, settings: Settings, stream: str) -> None:
         self.stream = stream
@@ -202,12 +191,6 @@ class StreamWatch:
 
     For a caller that looks every second (`millrace.engine.low_watermark.IdleTicker`), where
     a connection of its own each time would cost more than the look.
-
-    Example:
-        >>> watch = StreamWatch(settings, "clicks")  # doctest: +SKIP
-        >>> watch.end_offsets()  # doctest: +SKIP
-        {0: 1204, 1: 988}
-        >>> watch.close()  # doctest: +SKIP
     """
 
     def __init__(self, settings: Settings, stream: str) -> None:
@@ -364,11 +347,6 @@ def latest_markers(
     `{stream: {writer: watermark_ms}}` for the markers found, and the offsets read to. A
     writer whose last marker lies further back than `count` messages in every bucket is not
     found.
-
-    Example:
-        >>> found, read_to = latest_markers(settings, {})  # doctest: +SKIP
-        >>> found  # doctest: +SKIP
-        {'clicks_clean': {'filter': 1767225604999}}
     """
     found: dict[str, dict[str, int]] = {}
     admin = admin_client(settings)
