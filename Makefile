@@ -10,9 +10,12 @@ demo: setup
 	.venv/bin/millrace demo
 
 # The test suite CI runs: lint, type check, then real Kafka broker and real Spark, started
-# once per run.
+# once per run; then the docstring examples of the packages that have runnable ones, with no
+# server (tests/doctest_namespace.py).
 test: setup
 	.venv/bin/ruff check src tests benchmarks examples
 	.venv/bin/ruff format --check src tests benchmarks examples
 	.venv/bin/mypy
 	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest --doctest-modules src/millrace/records.py src/millrace/errors.py \
+		src/millrace/config src/millrace/bus src/millrace/serving src/millrace/warehouse src/millrace/sql

@@ -49,10 +49,6 @@ def start_broker(workspace: Workspace) -> BrokerStatus:
     Starts nothing when `kafka.bootstrap` points at an existing cluster, or when the broker
     already runs. Raises `BrokerError`, with an excerpt of the broker's log, when a port is
     taken or the broker dies or does not become ready in `kafka.start_timeout_s`.
-
-    Example:
-        >>> start_broker(Workspace.locate()).bootstrap_servers  # doctest: +SKIP
-        '127.0.0.1:9092'
     """
     settings = workspace.settings
     current = broker_status(workspace)

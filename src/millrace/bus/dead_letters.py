@@ -52,9 +52,9 @@ def dead_letter_value(
 class DeadLetterWriter:
     """Writes the bad records of one stream to its dead-letter stream and counts them.
 
-    Example:
-        >>> with DeadLetterWriter(settings, "clicks") as dead_letters:  # doctest: +SKIP
-        ...     dead_letters.write("value is not valid JSON", 0, 17, b"{oops", key=None)
+    Use it as a context manager, which flushes and closes it:
+    `with DeadLetterWriter(settings, "clicks") as dead_letters: dead_letters.write(reason,
+    bucket, offset, original, key=None)`.
     """
 
     def __init__(self, settings: Settings, stream: str) -> None:

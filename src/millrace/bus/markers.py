@@ -35,12 +35,7 @@ def marker_headers(app: str, watermark_ms: int) -> list[tuple[str, str | bytes |
 
 
 def is_marker(message: Message) -> bool:
-    """Whether a Kafka message is a watermark marker rather than a record.
-
-    Example:
-        >>> is_marker(message)  # doctest: +SKIP
-        False
-    """
+    """Whether a Kafka message is a watermark marker rather than a record."""
     return header(message, WATERMARK_HEADER) is not None and not message.value()
 
 
@@ -50,13 +45,7 @@ def writer_of(message: Message) -> str | None:
 
 
 class MarkerWriter:
-    """Publishes one app's watermark markers.
-
-    Example:
-        >>> writer = MarkerWriter(settings, "filter")  # doctest: +SKIP
-        >>> writer.write("clicks_filtered", 4, 1_767_225_600_000)  # doctest: +SKIP
-        True
-    """
+    """Publishes one app's watermark markers."""
 
     def __init__(self, settings: Settings, app: str) -> None:
         self.app = app

@@ -1,9 +1,4 @@
-"""Where a stream's buckets stand: their offsets at the start, the end, or a time.
-
-Example:
-    >>> stream_offsets(settings, "events", "latest")  # doctest: +SKIP
-    {0: 1200, 1: 1187}
-"""
+"""Where a stream's buckets stand: their offsets at the start, the end, or a time."""
 
 from __future__ import annotations
 

@@ -42,10 +42,8 @@ class Reader:
     to `<stream>.dlq` and are counted in `dead_letter_count` instead of being returned.
     With `follow=False` iteration ends at the end of the stream as it was when reading began.
 
-    Example:
-        >>> with Reader("page_views", group="page-counter") as reader:  # doctest: +SKIP
-        ...     for record in reader:
-        ...         count(record.value["page"])
+    For example: `with Reader("page_views", group="page-counter") as reader:` then
+    `for record in reader: count(record.value["page"])`.
     """
 
     def __init__(
@@ -229,10 +227,6 @@ def tail(
     Ends at the end of the stream unless `follow`, in which case it waits for new records
     until the caller stops iterating. Bad records are yielded to no one and not routed: tail
     only looks, so it skips them and `Reader` keeps the job of routing them.
-
-    Example:
-        >>> for record in tail("page_views", TailStart(lines=5)):  # doctest: +SKIP
-        ...     print(record.value)
     """
     settings = settings or Workspace.locate().settings
     buckets = require_stream(settings, stream)

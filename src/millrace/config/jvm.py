@@ -28,7 +28,7 @@ def jars(settings: Settings, jar_set: JarSet) -> list[Path]:
     """The jars of one set, sorted by name; `SetupError` when setup has not resolved them.
 
     Example:
-        >>> [jar.name for jar in jars(Settings(), "kafka")][:1]  # doctest: +SKIP
+        >>> [jar.name for jar in jars(Settings(), "kafka")][:1]
         ['HdrHistogram-2.2.2.jar']
     """
     folder = jars_dir(settings) / jar_set

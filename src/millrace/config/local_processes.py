@@ -52,7 +52,11 @@ def stop_process(pid: int, grace_s: float) -> None:
     """Ask process `pid` to stop (SIGTERM); kill it (SIGKILL) if it still runs after `grace_s`.
 
     Example:
-        >>> stop_process(server_pid, grace_s=30.0)  # doctest: +SKIP
+        >>> import subprocess
+        >>> sleeper = subprocess.Popen(["sleep", "60"])
+        >>> stop_process(sleeper.pid, grace_s=5.0)
+        >>> live_command_line(sleeper.pid) is None
+        True
     """
     os.kill(pid, signal.SIGTERM)
     if not _wait_for_exit(pid, grace_s):

@@ -102,7 +102,7 @@ def init_workspace(workspace: Workspace, *, force: bool = False) -> bool:
     folders are always created, so running it twice is safe.
 
     Example:
-        >>> init_workspace(Workspace.locate({"MILLRACE_HOME": "/tmp/demo-workspace"}))
+        >>> init_workspace(Workspace.locate({"MILLRACE_HOME": str(tmp_path)}))
         True
     """
     for folder in (

@@ -43,10 +43,6 @@ def start_redis(workspace: Workspace) -> RedisStatus:
     Starts nothing when `redis.url` points at an existing Redis, or when it already runs.
     Raises `ServingError` when `redis-server` is not installed, the port is taken, or the
     server exits or does not answer in 30 s (with the end of its log).
-
-    Example:
-        >>> start_redis(Workspace.locate()).url  # doctest: +SKIP
-        'redis://127.0.0.1:6379/0'
     """
     settings = workspace.settings
     current = redis_status(workspace)

@@ -13,15 +13,6 @@ their texts. Texts are the values as Spark casts them to STRING: `42`, `1.5`, `t
 Reads go in one round trip for any number of keys (MGET). `lookup_rows` adds a small
 per-process cache with a bounded age, the Joiner's cache from the paper: lookups from one
 executor for a hot key reach Redis once per `max_age_s`.
-
-Example:
-    >>> spec = TableSpec("classifications", (("dimension_id", "STRING"),),  # doctest: +SKIP
-    ...                  (("topic", "STRING"),), ttl_ms=7 * 86_400_000)
-    >>> create_table(settings, spec)  # doctest: +SKIP
-    >>> write_rows(settings.redis, spec, {"dimension_id": ["d1"], "topic": ["cats"]})
-    1
-    >>> get_row(settings, "classifications", "d1")  # doctest: +SKIP
-    {'dimension_id': 'd1', 'topic': 'cats'}
 """
 
 from __future__ import annotations
@@ -148,9 +139,6 @@ def create_table(settings: Settings, spec: TableSpec, *, replace: bool = False) 
 
     Registering the same spec again is a no-op, so an app can declare its table at every
     start. `replace=True` overwrites a different spec (the rows stay).
-
-    Example:
-        >>> create_table(settings, TableSpec("t", (("k", "STRING"),), ()))  # doctest: +SKIP
     """
     spec.validate()
     if not spec.created_ms:
@@ -176,10 +164,6 @@ def drop_table(settings: Settings, name: str) -> int:
     """Remove table `name` and all its rows; the number of rows removed.
 
     Raises `TableNotFoundError` when there is no such table.
-
-    Example:
-        >>> drop_table(settings, "classifications")  # doctest: +SKIP
-        100000
     """
     describe_table(settings, name)
     client = _client(settings.redis)
@@ -199,12 +183,7 @@ def drop_table(settings: Settings, name: str) -> int:
 
 
 def list_tables(settings: Settings) -> list[TableSpec]:
-    """Every registered table, by name.
-
-    Example:
-        >>> [spec.name for spec in list_tables(settings)]  # doctest: +SKIP
-        ['classifications']
-    """
+    """Every registered table, by name."""
     client = _client(settings.redis)
     with _errors(settings.redis):
         specs = client.hgetall(SPECS_KEY)
@@ -212,12 +191,7 @@ def list_tables(settings: Settings) -> list[TableSpec]:
 
 
 def describe_table(settings: Settings, name: str) -> TableSpec:
-    """The spec of table `name`; `TableNotFoundError` (with the known names) when there is none.
-
-    Example:
-        >>> describe_table(settings, "classifications").ttl_ms  # doctest: +SKIP
-        604800000
-    """
+    """The spec of table `name`; `TableNotFoundError` (with the known names) when there is none."""
     client = _client(settings.redis)
     with _errors(settings.redis):
         text = client.hget(SPECS_KEY, name)
@@ -246,21 +220,12 @@ def get_row(settings: Settings, table: str, key: Any) -> dict[str, Any] | None:
 
     None when the table holds no such row (never written, or expired). Raises
     `TableNotFoundError` for an unknown table.
-
-    Example:
-        >>> get_row(settings, "classifications", "d1")  # doctest: +SKIP
-        {'dimension_id': 'd1', 'topic': 'cats'}
     """
     return get_rows(settings, table, [key])[0]
 
 
 def get_rows(settings: Settings, table: str, keys: Iterable[Any]) -> list[dict[str, Any] | None]:
-    """The rows of `table` for `keys`, in their order, in one round trip; None where missing.
-
-    Example:
-        >>> get_rows(settings, "classifications", ["d1", "nope"])  # doctest: +SKIP
-        [{'dimension_id': 'd1', 'topic': 'cats'}, None]
-    """
+    """The rows of `table` for `keys`, in their order, in one round trip; None where missing."""
     spec = describe_table(settings, table)
     texts = [key_text(spec, key) for key in keys]
     return _fetch(settings.redis, spec.name, texts)
@@ -271,11 +236,6 @@ def write_rows(url: str, spec: TableSpec, columns: Mapping[str, Sequence[Any]]) 
 
     Rows go to Redis in pipelined batches of SETs, with the table's TTL; rows whose key holds
     a null are skipped. Within the rows given, a later row of a key wins. The number written.
-
-    Example:
-        >>> write_rows("redis://127.0.0.1:6379/0", spec,  # doctest: +SKIP
-        ...            {"dimension_id": ["d1", "d2"], "topic": ["cats", "dogs"]})
-        2
     """
     names = spec.columns
     key_count = len(spec.keys)
@@ -344,10 +304,6 @@ def lookup_rows(
 
     A cached row, or a cached miss, is used for `max_age_s` seconds after it was read; 0
     reads every key from Redis. Each key is a value, or a sequence with one per key column.
-
-    Example:
-        >>> lookup_rows(settings.redis, spec, ["d1", "d1", "zz"], max_age_s=10)  # doctest: +SKIP
-        [{'dimension_id': 'd1', 'topic': 'cats'}, {'dimension_id': 'd1', ...}, None]
     """
     texts = [None if _has_null(key) else key_text(spec, key) for key in keys]
     if max_age_s <= 0:

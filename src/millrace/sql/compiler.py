@@ -96,11 +96,6 @@ def compile_app(
     Raises `SqlError` pointing into the app file for an input stream that does not exist, a
     function that cannot be imported, or a column, table or type error that Spark's analysis
     finds.
-
-    Example:
-        >>> app = load_app(Path("examples/top_events.sql"))  # doctest: +SKIP
-        >>> compile_app(spark, workspace, app).tables["top_events_5min"]  # doctest: +SKIP
-        DataFrame[window_start: timestamp, window_end: timestamp, category: string, ...]
     """
     if time_range is None:
         require_streaming_aggregates(app)
@@ -177,7 +172,18 @@ def require_streaming_aggregates(app: SqlApp) -> None:
     time range (`millrace run --batch`) reads its inputs in batch and runs it exactly.
 
     Example:
-        >>> require_streaming_aggregates(load_app(Path("app.sql")))  # doctest: +SKIP
+        >>> from millrace.sql.parser import parse_app
+        >>> app = parse_app(
+        ...     "CREATE APPLICATION a; "
+        ...     "CREATE INPUT TABLE t (u) FROM STREAM('s') TIME ts LATENESS '5 seconds'; "
+        ...     "CREATE TABLE users AS SELECT COUNT(DISTINCT u) AS n FROM t [5 minutes];"
+        ... )
+        >>> try:
+        ...     require_streaming_aggregates(app)
+        ... except SqlError as error:
+        ...     print(error.message)
+        <string>:1:124: COUNT(DISTINCT u) cannot run on a stream: Spark would keep every
+        distinct value in its state
     """
     queries = [view.query for view in app.views]
     queries += [table.query for table in app.tables]
