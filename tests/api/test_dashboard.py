@@ -60,7 +60,13 @@ def test_an_apps_charts_have_points_and_move(live_pipeline: LivePipeline, page: 
         arg=[line, first],
         timeout=20_000,
     )
-    for title in ("processed rows/s", "batch duration (s)", "lag (records)", "state rows"):
+    for title in (
+        "processed rows/s",
+        "batch duration (s)",
+        "lag (records)",
+        "lag (s)",
+        "state rows",
+    ):
         assert page.locator(f'svg[aria-label="{title}"] polyline').count() >= 1, title
 
 

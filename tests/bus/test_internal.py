@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from confluent_kafka import Producer
 
@@ -56,5 +57,29 @@ def test_a_stream_watch_gives_the_event_time_a_record_carries_in_its_time_header
             (2, None),
             (1, 1_767_225_600_000),
         ]
+    finally:
+        watch.close()
+
+
+def test_a_stream_watch_tells_when_the_bus_stored_the_record_at_an_offset(
+    workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=2)
+    stored: dict[tuple[int, int], int] = {}
+
+    def delivered(error, message) -> None:
+        stored[(message.partition(), message.offset())] = message.timestamp()[1]
+
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for bucket in (0, 1, 0):
+        producer.produce(stream_name, b'{"n": 1}', partition=bucket, on_delivery=delivered)
+        producer.flush()
+        time.sleep(0.05)
+    watch = StreamWatch(workspace.settings, stream_name)
+    try:
+        assert watch.append_times_at({0: 1, 1: 0}) == {0: stored[(0, 1)], 1: stored[(1, 0)]}
+        assert stored[(0, 1)] > stored[(1, 0)]
+        # Again over the same connection, from an earlier offset; one past the end is left out.
+        assert watch.append_times_at({0: 0, 1: 1}) == {0: stored[(0, 0)]}
     finally:
         watch.close()

@@ -15,8 +15,9 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
-from millrace.engine.metrics import MetricsListener, publish_metrics
-from millrace.monitor.metrics_log import MetricsLog
+from millrace.engine.metrics import MetricsListener, OldestWaiting, publish_metrics
+from millrace.monitor.history import SERIES
+from millrace.monitor.metrics_log import MetricsLog, batch_of
 from millrace.monitor.status import app_status
 from millrace.runtime.processors import start_processor_app
 from millrace.runtime.sql_apps import start_sql_app
@@ -192,3 +193,64 @@ def test_each_batch_says_which_bucket_holds_an_inputs_watermark_back_and_what_ca
     log.refresh()
     [watermark] = app_status(workspace, app_name, log).watermarks
     assert (watermark.stream, watermark.held_back_by, watermark.future_dated) == (source, "1", 1)
+
+
+def test_each_batch_says_when_the_oldest_record_it_left_waiting_arrived(
+    spark: SparkSession, workspace: Workspace, tmp_path: Path
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    app_name, source, target = f"waiting_{suffix}", f"w.in.{suffix}", f"w.out.{suffix}"
+    create_stream(workspace.settings, source, buckets=2)
+    create_stream(workspace.settings, target, buckets=1)
+    arrived: dict[tuple[int, int], int] = {}
+
+    def delivered(error, message) -> None:
+        arrived[(message.partition(), message.offset())] = message.timestamp()[1]
+
+    # 15 records per bucket, bucket 1's a second after bucket 0's.
+    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    for bucket in (0, 1):
+        for n in range(15):
+            event = {"time": START_MS + n, "event": f"e{n}", "score": 9}
+            producer.produce(source, json.dumps(event), partition=bucket, on_delivery=delivered)
+        producer.flush()
+        time.sleep(1)
+    since_ms = int(time.time() * 1000) - 1000
+
+    # 5 records per bucket per batch: the first two batches leave records waiting.
+    running = start_sql_app(
+        spark, workspace, parse_app(_app_text(app_name, source, target), tmp_path / "app.sql"),
+        available_now=True, max_records_per_batch=10,
+    )  # fmt: skip
+    running.await_termination()
+    [query] = running.queries
+    reported = {progress["batchId"] for progress in query.recentProgress}
+
+    metrics = published_metrics(workspace, app_name, since_ms, len(reported))
+    reading = [m for m in metrics if m["input_rows"] > 0]
+    # The oldest waiting record is bucket 0's first unread one, which arrived before bucket 1's.
+    assert [m["oldest_waiting_arrival_ms"] for m in reading] == [
+        {source: arrived[(0, 5)]},
+        {source: arrived[(0, 10)]},
+        {},
+    ]
+    assert all(m["oldest_waiting_arrival_ms"] == {} for m in metrics[len(reading) :])
+    # The chart's lag in seconds: the batch's time minus that arrival, then 0 once caught up.
+    _, lag_seconds = SERIES["lag_seconds"]
+    batches = [batch_of(m) for m in metrics]
+    lags = [lag_seconds(batch) for batch in batches if batch is not None]
+    assert lags[0] == (batches[0].time_ms - arrived[(0, 5)]) / 1000 >= 2.0
+    assert lags[1] == (batches[1].time_ms - arrived[(0, 10)]) / 1000
+    assert lags[2:] == [0.0] * (len(metrics) - 2)
+
+
+def test_a_lookup_of_waiting_records_on_a_bus_that_does_not_answer_leaves_the_figure_out() -> None:
+    dead_bus = Settings(kafka_bootstrap=f"127.0.0.1:{free_port()}")
+    waiting = OldestWaiting(dead_bus, timeout_s=1.0)
+    behind = {"end_offsets": {"clicks": {"0": 5}}, "latest_offsets": {"clicks": {"0": 9}}}
+    record: dict = {"sources": [behind]}
+    started = time.monotonic()
+    waiting.follow(record)
+    assert record["oldest_waiting_arrival_ms"] is None
+    assert time.monotonic() - started < 3.0
+    waiting.close()

@@ -25,6 +25,8 @@ def test_an_apps_batches_become_points_of_each_figure(
                for _, line in history.series["batch_duration_seconds"].items()
                for time_ms, _ in line)  # fmt: skip
     assert set(history.series) <= set(SERIES)
+    # Each batch read its stream to the end: no record was left waiting.
+    assert {value for _, value in history.series["lag_seconds"][query]} == {0.0}
 
 
 def test_a_long_span_is_folded_into_the_slices_asked_for(

@@ -124,38 +124,11 @@ def append_times_at(settings: Settings, stream: str, offsets: dict[int, int]) ->
 
     A bucket whose offset is past its end, or whose record retention removed, is left out.
     """
-    found: dict[int, int] = {}
-    wanted = {bucket: offset for bucket, offset in offsets.items() if offset >= 0}
-    if not wanted:
-        return found
-    consumer = _consumer(settings)
+    watch = StreamWatch(settings, stream)
     try:
-        ends = {
-            b: consumer.get_watermark_offsets(
-                TopicPartition(stream, b), timeout=bounded(_TIMEOUT_S)
-            )
-            for b in wanted
-        }
-        pending = {b for b, o in wanted.items() if ends[b][0] <= o < ends[b][1]}
-        if pending:
-            consumer.assign([TopicPartition(stream, b, wanted[b]) for b in pending])
-        deadline = time.monotonic() + bounded(_TIMEOUT_S)
-        while pending and time.monotonic() < deadline:
-            message = consumer.poll(_POLL_S)
-            if message is None or message.error() is not None:
-                continue
-            _, bucket, offset = origin(message)
-            if bucket in pending and offset >= wanted[bucket]:
-                timestamp_type, timestamp = message.timestamp()
-                if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
-                    found[bucket] = timestamp
-                pending.discard(bucket)
-                consumer.pause([TopicPartition(stream, bucket)])
-    except KafkaException as error:
-        raise bus_error(f"could not read stream {stream!r}", error, settings) from None
+        return watch.append_times_at(offsets)
     finally:
-        consumer.close()
-    return found
+        watch.close()
 
 
 class LastRecord(NamedTuple):
@@ -187,10 +160,11 @@ def last_records(
 
 
 class StreamWatch:
-    """One connection to the bus that looks at one stream's ends and last records, again and again.
+    """One connection to the bus that looks at one stream's ends, last records and append times.
 
-    For a caller that looks every second (`millrace.engine.low_watermark.IdleTicker`), where
-    a connection of its own each time would cost more than the look.
+    For a caller that looks again and again, where a connection of its own each time would
+    cost more than the look: the idle ticker every second (`millrace.engine.low_watermark`),
+    the metrics listener after every batch (`millrace.engine.metrics`).
     """
 
     def __init__(self, settings: Settings, stream: str) -> None:
@@ -217,6 +191,49 @@ class StreamWatch:
             raise bus_error(
                 f"could not read stream {self.stream!r}", error, self._settings
             ) from None
+
+    def append_times_at(self, offsets: dict[int, int]) -> dict[int, int]:
+        """As the module's `append_times_at`, over this watch's connection.
+
+        Every wait for the bus is bounded by the enclosing `bus_timeouts_at_most`: a bucket
+        whose record did not come in time is left out.
+        """
+        found: dict[int, int] = {}
+        wanted = {bucket: offset for bucket, offset in offsets.items() if offset >= 0}
+        if not wanted:
+            return found
+        consumer = self._consumer
+        try:
+            ends = {
+                b: consumer.get_watermark_offsets(
+                    TopicPartition(self.stream, b), timeout=bounded(_TIMEOUT_S)
+                )
+                for b in wanted
+            }
+            pending = {b for b, o in wanted.items() if ends[b][0] <= o < ends[b][1]}
+            if pending:
+                consumer.assign([TopicPartition(self.stream, b, wanted[b]) for b in pending])
+            assigned = set(pending)
+            deadline = time.monotonic() + bounded(_TIMEOUT_S)
+            while pending and time.monotonic() < deadline:
+                message = consumer.poll(_POLL_S)
+                if message is None or message.error() is not None:
+                    continue
+                _, bucket, offset = origin(message)
+                if bucket in pending and offset >= wanted[bucket]:
+                    timestamp_type, timestamp = message.timestamp()
+                    if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
+                        found[bucket] = timestamp
+                    pending.discard(bucket)
+                    consumer.pause([TopicPartition(self.stream, bucket)])
+            # The next look assigns offsets of its own; librdkafka would keep the pauses.
+            consumer.resume([TopicPartition(self.stream, bucket) for bucket in assigned])
+            consumer.unassign()
+        except KafkaException as error:
+            raise bus_error(
+                f"could not read stream {self.stream!r}", error, self._settings
+            ) from None
+        return found
 
     def last_records(self, ends: dict[int, int], *, count: int = 20) -> dict[int, list[LastRecord]]:
         """As the module's `last_records`, over this watch's connection."""

@@ -3,8 +3,9 @@
 `publish_metrics` installs, once per SparkSession, a query listener that turns each progress
 event of an app's queries into one JSON record: the app, the query, the batch id and time,
 input rows and rates, durations, the watermark, each Kafka source's offsets, state rows and
-memory, rows dropped as late and rows dead-lettered, and per input the progress of each bucket,
-the bucket holding the input's low watermark back and the records dated too far ahead. The
+memory, rows dropped as late and rows dead-lettered, per input the progress of each bucket,
+the bucket holding the input's low watermark back and the records dated too far ahead, and
+when the oldest record the batch left waiting arrived on the bus (`OldestWaiting`). The
 monitor (`millrace.monitor`) reads them back to compute lag and to evaluate alerts.
 
 Spark calls listeners on a thread of its own after the micro-batch is done, so publishing
@@ -27,8 +28,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQueryListener
 
-from millrace.bus.internal import METRICS_STREAM, create_internal_stream
+from millrace.bus.internal import (
+    METRICS_STREAM,
+    StreamWatch,
+    create_internal_stream,
+    is_internal_stream,
+)
 from millrace.bus.publisher import Publisher
+from millrace.bus.timeouts import bus_timeouts_at_most
+from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.engine.low_watermark import BUCKET_METRICS_PREFIX
 from millrace.engine.session import add_listener
@@ -42,6 +50,8 @@ _OUTPUT_METRICS = "millrace.outputs."
 
 _RETRY_AFTER_S = 30.0
 """After a failure, records are counted as failed, without trying the bus, for this long."""
+WAITING_LOOKUP_TIMEOUT_S = 2.0
+"""The longest each wait for the bus of a batch's oldest-waiting lookup lasts."""
 
 _listeners: dict[int, MetricsListener] = {}
 _lock = threading.Lock()
@@ -97,6 +107,7 @@ class MetricsListener(StreamingQueryListener):
         """Records that could not be published (bus down, stream missing, refused)."""
         self._publisher: Publisher | None = None
         self._inputs = InputProgress()
+        self._waiting = OldestWaiting(workspace.settings)
         self._send_lock = threading.Lock()
         self._retry_at = 0.0
 
@@ -114,6 +125,9 @@ class MetricsListener(StreamingQueryListener):
             return
         if record is not None:
             self._inputs.follow(record)
+            if time.monotonic() >= self._retry_at:
+                # A bus that just failed would fail the lookup too, after its timeout.
+                self._waiting.follow(record)
             self._send(record)
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
@@ -121,6 +135,7 @@ class MetricsListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
         """Deliver what is queued, so a stopping app's last batches are not lost."""
+        self._waiting.close()
         with self._send_lock:
             if self._publisher is not None:
                 self._flush()
@@ -204,6 +219,86 @@ class InputProgress:
             read["held_back_by"] = (
                 unread[0] if unread else min(progress, key=progress.__getitem__, default=None)
             )
+
+
+class OldestWaiting:
+    """When the oldest record a batch left waiting in its inputs arrived on the bus.
+
+    A batch reads each bucket up to its end offset; when the bucket had more (its latest
+    offset is beyond that end), the record at the end offset is the first left waiting, and
+    its append time, Kafka's timestamp, is when it arrived (a watermark marker's arrival
+    counts as a record's). `follow` sets the metrics record's `oldest_waiting_arrival_ms`:
+    per input stream with records waiting, the least arrival over its buckets; `{}` when the
+    batch read everything, with no lookup. Internal streams, such as an app's ticks, are left
+    out.
+
+    The lookup runs on the driver, after the batch, over one bus connection per stream kept
+    from batch to batch: no work per record in the query. Each wait for the bus lasts at
+    most `timeout_s`; a lookup that fails, or a bucket whose record did not come or that
+    retention removed, leaves the field None for that batch, and the app goes on.
+
+    Example:
+        >>> from millrace.config.settings import Settings
+        >>> read = {"end_offsets": {"clicks": {"0": 9}}, "latest_offsets": {"clicks": {"0": 9}}}
+        >>> record = {"sources": [read]}
+        >>> OldestWaiting(Settings()).follow(record)  # read to its end: nothing to look up
+        >>> record["oldest_waiting_arrival_ms"]
+        {}
+    """
+
+    def __init__(self, settings: Settings, *, timeout_s: float = WAITING_LOOKUP_TIMEOUT_S) -> None:
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self._watches: dict[str, StreamWatch] = {}
+
+    def follow(self, record: dict[str, Any]) -> None:
+        """Add `oldest_waiting_arrival_ms` to `record` (`metrics_record`)."""
+        waiting = _first_waiting_offsets(record["sources"])
+        record["oldest_waiting_arrival_ms"] = self._arrivals(waiting) if waiting else {}
+
+    def close(self) -> None:
+        """Let go of the bus connections; the next lookup opens them again."""
+        watches, self._watches = self._watches, {}
+        for watch in watches.values():
+            watch.close()
+
+    def _arrivals(self, waiting: dict[str, dict[int, int]]) -> dict[str, int] | None:
+        arrivals: dict[str, int] = {}
+        try:
+            with bus_timeouts_at_most(self.timeout_s):
+                for stream, offsets in sorted(waiting.items()):
+                    watch = self._watches.get(stream)
+                    if watch is None:
+                        watch = self._watches[stream] = StreamWatch(self.settings, stream)
+                    found = watch.append_times_at(offsets)
+                    if set(found) != set(offsets):
+                        return None
+                    arrivals[stream] = min(found.values())
+        except MillraceError as error:
+            # A connection that failed is made again for the next batch.
+            self.close()
+            _log.warning("oldest waiting records of %s not looked up: %s", sorted(waiting), error)
+            return None
+        except Exception:
+            self.close()
+            _log.exception("oldest waiting records of %s not looked up", sorted(waiting))
+            return None
+        return arrivals
+
+
+def _first_waiting_offsets(sources: list[dict[str, Any]]) -> dict[str, dict[int, int]]:
+    """Per input stream, the offset of the first record each bucket left waiting, if any."""
+    waiting: dict[str, dict[int, int]] = {}
+    for source in sources:
+        for stream, latest in source["latest_offsets"].items():
+            if is_internal_stream(stream):
+                continue
+            ended = source["end_offsets"].get(stream, {})
+            for bucket, offset in latest.items():
+                end = ended.get(bucket)
+                if end is not None and offset > end:
+                    waiting.setdefault(stream, {})[int(bucket)] = end
+    return waiting
 
 
 def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:

@@ -11,8 +11,9 @@ keeps the memory bounded.
 
 The figures (`SERIES`), per batch: input and processed rows per second, the batch's duration,
 the processing lag in records when it was planned (the records its sources had beyond what it
-read), the watermark lag (newest event time read minus the watermark), state rows and memory,
-and the rows dropped as late, dropped as duplicates and dead-lettered.
+read) and in seconds (how long the oldest record it left waiting had waited when it started),
+the watermark lag (newest event time read minus the watermark), state rows and memory, and the
+rows dropped as late, dropped as duplicates and dead-lettered.
 
 Example:
     >>> history = app_history(settings, "top_events", span_ms=900_000)  # doctest: +SKIP
@@ -51,6 +52,16 @@ def _lag_records(fields: dict[str, Any]) -> float | None:
     return float(behind)
 
 
+def _lag_s(batch: Batch) -> float | None:
+    """The batch's time minus the arrival of the oldest record it left waiting (0: none left)."""
+    arrivals = batch.fields.get("oldest_waiting_arrival_ms")
+    if not isinstance(arrivals, dict):
+        # The lookup failed for this batch, or an older app's record does not carry it.
+        return None
+    oldest = min((int(ms) for ms in arrivals.values()), default=None)
+    return 0.0 if oldest is None else max(0.0, (batch.time_ms - oldest) / 1000)
+
+
 def _watermark_lag_s(batch: Batch) -> float | None:
     if batch.watermark_ms is None or batch.max_event_ms is None:
         return None
@@ -70,6 +81,7 @@ SERIES: dict[str, tuple[str, Callable[[Batch], float | None]]] = {
     "processed_rows_per_second": ("processed rows/s", _field("processed_rows_per_second")),
     "batch_duration_seconds": ("batch duration (s)", _field("batch_duration_ms", 0.001)),
     "lag_records": ("lag (records)", lambda batch: _lag_records(batch.fields)),
+    "lag_seconds": ("lag (s)", _lag_s),
     "watermark_lag_seconds": ("watermark lag (s)", _watermark_lag_s),
     "state_rows": ("state rows", _field("state_rows")),
     "state_memory_bytes": ("state memory (bytes)", _field("state_memory_bytes")),
