@@ -18,4 +18,5 @@ test: setup
 	.venv/bin/mypy
 	.venv/bin/python -m pytest
 	.venv/bin/python -m pytest --doctest-modules src/millrace/records.py src/millrace/errors.py \
-		src/millrace/config src/millrace/bus src/millrace/serving src/millrace/warehouse src/millrace/sql
+		src/millrace/config src/millrace/bus src/millrace/serving src/millrace/warehouse src/millrace/sql \
+		src/millrace/processor src/millrace/testing

@@ -8,11 +8,6 @@ the key, the callback's cause (the input record's id, a timer's domain, tag and 
 of the records a monoid aggregate folded) and the production's index within the callback. A
 micro-batch that is run again produces the same ids, so readers that drop ids they have seen
 make the output exactly-once.
-
-Example:
-    >>> def on_record(self, key, record, ctx):  # doctest: +SKIP
-    ...     ctx.set_timer("idle", processing_time_ms=ctx.processing_time_ms + 30_000)
-    ...     ctx.produce("pages", {"user": key, "page": record["page"]})
 """
 
 from __future__ import annotations
@@ -55,9 +50,23 @@ class Context:
     and `processing_time_ms` are the micro-batch's.
 
     Example:
-        >>> def on_record(self, key, record, ctx):  # doctest: +SKIP
-        ...     if ctx.stream == "model_updates":
-        ...         self.model.set(record["model"])
+        >>> from millrace.processor.lookups import MemoryTables
+        >>> users = MemoryTables({"users": {"u7": {"plan": "pro"}}})
+        >>> ctx = Context(processor="sessions", key="u7", cause=["record", "clicks/0/41"],
+        ...               timers=KeyTimers(None), watermark_ms=None, processing_time_ms=0,
+        ...               event_time_ms=1500, lookups=users)
+        >>> ctx.set_timer("idle", processing_time_ms=30_000)
+        >>> ctx.timer("idle").time_ms
+        30000
+        >>> ctx.delete_timer("idle")
+        >>> ctx.timer("idle") is None
+        True
+        >>> ctx.lookup("users", "u7")
+        {'plan': 'pro'}
+        >>> ctx.produce("pages", {"user": "u7", "page": "/"}).time_ms
+        1500
+        >>> ctx.produce_to_table("user_totals", {"user": "u7", "total": 7}).stream
+        'table:user_totals'
     """
 
     def __init__(
@@ -97,9 +106,6 @@ class Context:
         Give exactly one of `event_time_ms` and `processing_time_ms`. An event-time timer
         fires once the watermark reaches its time, a processing-time timer once the clock does;
         a timer that is already due fires in the same micro-batch.
-
-        Example:
-            >>> ctx.set_timer("close-1000", event_time_ms=2000)  # doctest: +SKIP
         """
         if not isinstance(tag, str) or not tag:
             raise ProcessorError(
@@ -122,20 +128,11 @@ class Context:
         self._timers.set(Timer(tag, time_ms, domain))
 
     def delete_timer(self, tag: str) -> None:
-        """Delete the key's timer `tag`; nothing happens when there is none.
-
-        Example:
-            >>> ctx.delete_timer("idle")  # doctest: +SKIP
-        """
+        """Delete the key's timer `tag`; nothing happens when there is none."""
         self._timers.delete(tag)
 
     def timer(self, tag: str) -> Timer | None:
-        """The key's pending timer `tag`, or None.
-
-        Example:
-            >>> ctx.timer("idle").time_ms  # doctest: +SKIP
-            1700000030000
-        """
+        """The key's pending timer `tag`, or None."""
         return self._timers.get(tag)
 
     def produce(
@@ -150,9 +147,6 @@ class Context:
 
         `time_ms` defaults to the callback's event time. The production's id is deterministic
         (see the module's notes).
-
-        Example:
-            >>> ctx.produce("counts", {"query": key, "count": 3}, time_ms=1000)  # doctest: +SKIP
         """
         if not isinstance(stream, str) or not stream:
             raise ProcessorError(
@@ -185,10 +179,6 @@ class Context:
         A missing key gives None, never an error. On Spark the row may be up to the
         `redis.lookup_cache_s` setting old (the executor's cache); see
         `millrace.processor.lookups` for fetching a micro-batch's keys in one round trip.
-
-        Example:
-            >>> ctx.lookup("classifications", record["dimension_id"])  # doctest: +SKIP
-            {'dimension_id': 'd1', 'topic': 'cats'}
         """
         return lookup(self._lookups, table, key)
 
@@ -197,9 +187,6 @@ class Context:
 
         The runtime writes it with the micro-batch's other productions; the production's
         stream is `table:<table>`.
-
-        Example:
-            >>> ctx.produce_to_table("user_totals", {"user": key, "total": 7})  # doctest: +SKIP
         """
         if not isinstance(table, str) or not table:
             raise ProcessorError(

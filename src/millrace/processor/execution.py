@@ -35,9 +35,18 @@ the key and the record's stream, bucket and offset (or the timer); with `"dlq"` 
 becomes a `DeadLetter` and the batch goes on.
 
 Example:
-    >>> outcome = run_batch(WindowCounter(), {}, records, watermark_ms=None,  # doctest: +SKIP
-    ...                     processing_time_ms=0)
-    >>> stored = {**stored, **outcome.states}  # doctest: +SKIP
+    >>> from millrace.processor import Input, Processor
+    >>> class QueryCounts(Processor):
+    ...     name = "query_counts"
+    ...     inputs = [Input("queries", key="query", time="ts")]
+    ...     zero = 0
+    ...     def lift(self, record): return 1
+    ...     def combine(self, a, b): return a + b
+    >>> records = [Record("queries", 0, offset, None, None, None, {"query": "cats", "ts": 1000})
+    ...            for offset in range(3)]
+    >>> outcome = run_batch(QueryCounts(), {}, records, watermark_ms=None, processing_time_ms=0)
+    >>> outcome.states
+    {'cats': {'state': {'aggregate': [3, 0]}}}
 """
 
 from __future__ import annotations
@@ -69,7 +78,16 @@ class DeadLetter:
     `key` is None when the key itself could not be read from the record.
 
     Example:
-        >>> letter.error  # doctest: +SKIP
+        >>> from millrace.processor import Input, Processor
+        >>> class Ratios(Processor):
+        ...     name = "ratios"
+        ...     inputs = [Input("queries", key="query", time="ts")]
+        ...     on_error = "dlq"
+        ...     def on_record(self, key, record, ctx):
+        ...         ctx.produce("ratios", {"ratio": 1 / record["n"]})
+        >>> record = Record("queries", 0, 7, None, None, 1000, {"query": "cats", "n": 0})
+        >>> outcome = run_batch(Ratios(), {}, [record], watermark_ms=None, processing_time_ms=0)
+        >>> outcome.dead_letters[0].error
         'ZeroDivisionError: division by zero'
     """
 
@@ -87,9 +105,16 @@ class KeyOutcome:
     `state` is None when the key has neither state nor timers left.
 
     Example:
-        >>> run_key(processor, "cats", None, records, watermark_ms=None,  # doctest: +SKIP
-        ...         processing_time_ms=0).state
-        {'state': {'counts': [[1000, 2, 0]]}, 'timers': {'close-1000': ['event_time', 2000]}}
+        >>> from millrace.processor import Input, Processor, ValueState
+        >>> class Counter(Processor):
+        ...     name = "counter"
+        ...     inputs = [Input("queries", key="query")]
+        ...     count = ValueState(int)
+        ...     def on_record(self, key, record, ctx):
+        ...         self.count.set(self.count.get(0) + 1)
+        >>> records = [Record("queries", 0, 0, None, None, 1500, {"query": "cats"})]
+        >>> run_key(Counter(), "cats", None, records, watermark_ms=None, processing_time_ms=0).state
+        {'state': {'count': [1, 0]}}
     """
 
     state: dict[str, Any] | None
@@ -109,8 +134,17 @@ class BatchOutcome:
     `watermark_after`.
 
     Example:
-        >>> outcome.productions[0].stream  # doctest: +SKIP
-        'window_counts'
+        >>> from millrace.processor import Input, Processor
+        >>> class Echo(Processor):
+        ...     name = "echo"
+        ...     inputs = [Input("queries", key="query", time="ts")]
+        ...     def on_record(self, key, record, ctx):
+        ...         ctx.produce("echoes", record)
+        >>> value = {"query": "cats", "ts": 1_767_225_600_500}
+        >>> outcome = run_batch(Echo(), {}, [Record("queries", 0, 0, None, "r0", None, value)],
+        ...                     watermark_ms=None, processing_time_ms=0)
+        >>> outcome.productions[0].stream, outcome.max_event_time_ms
+        ('echoes', {('queries', 0): 1767225600500})
     """
 
     states: dict[Any, dict[str, Any] | None]
@@ -140,10 +174,18 @@ def run_batch(
     `lookups` is where `ctx.lookup` reads serving tables; without it, a lookup is an error.
 
     Example:
+        >>> from millrace.processor import Input, Processor
+        >>> class WindowCloser(Processor):
+        ...     name = "window_closer"
+        ...     inputs = [Input("queries", key="query", time="ts")]
+        ...     def on_record(self, key, record, ctx):
+        ...         ctx.set_timer("close-1000", event_time_ms=2000)
+        ...     def on_timer(self, key, timer, ctx):
+        ...         ctx.produce("closed", {"query": key})
         >>> record = Record("queries", 0, 0, None, "r0", None, {"query": "cats", "ts": 1500})
-        >>> outcome = run_batch(WindowCounter(), {}, [record],  # doctest: +SKIP
+        >>> outcome = run_batch(WindowCloser(), {}, [record],
         ...                     watermark_ms=None, processing_time_ms=0)
-        >>> outcome.states["cats"]["timers"]  # doctest: +SKIP
+        >>> outcome.states["cats"]["timers"]
         {'close-1000': ['event_time', 2000]}
     """
     processor_class = type(processor)
@@ -235,9 +277,16 @@ def run_key(
     `lookups` is where the callbacks' `ctx.lookup` reads serving tables.
 
     Example:
-        >>> run_key(processor, "cats", None, [], watermark_ms=5000,  # doctest: +SKIP
-        ...         processing_time_ms=0).state is None
-        True
+        >>> from millrace.processor import Input, Processor
+        >>> class Pages(Processor):
+        ...     name = "pages"
+        ...     inputs = [Input("clicks", key="user")]
+        ...     def on_record(self, key, record, ctx):
+        ...         ctx.produce("pages", {"page": record["page"]})
+        >>> records = [Record("clicks", 0, 0, None, "r0", 1500, {"user": "u7", "page": "/"})]
+        >>> outcome = run_key(Pages(), "u7", None, records, watermark_ms=None, processing_time_ms=0)
+        >>> [production.value for production in outcome.productions], outcome.state
+        ([{'page': '/'}], {'seen': {'r0': 1500}})
     """
     stored = stored or {}
     run = _KeyRun(processor, key, stored, watermark_ms, processing_time_ms, lookups)
@@ -270,7 +319,14 @@ def fold(processor: Processor, values: Iterable[dict[str, Any]]) -> Any:
     or in parts combined later) before it reads the key's stored aggregate.
 
     Example:
-        >>> fold(QueryCounts(), [{"query": "cats"}, {"query": "cats"}])  # doctest: +SKIP
+        >>> from millrace.processor import Input, Processor
+        >>> class QueryCounts(Processor):
+        ...     name = "query_counts"
+        ...     inputs = [Input("queries", key="query")]
+        ...     zero = 0
+        ...     def lift(self, record): return 1
+        ...     def combine(self, a, b): return a + b
+        >>> fold(QueryCounts(), [{"query": "cats"}, {"query": "cats"}])
         2
     """
     partial = _fresh_zero(processor)
@@ -291,7 +347,12 @@ def watermark_after(
     takes the least over its buckets' watermarks); never going back.
 
     Example:
-        >>> watermark_after(WindowCounter, {("queries", 0): 25_000}, None)  # doctest: +SKIP
+        >>> from millrace.processor import Input, Processor
+        >>> class Pages(Processor):
+        ...     name = "pages"
+        ...     inputs = [Input("clicks", key="user", time="ts", lateness="10s")]
+        ...     def on_record(self, key, record, ctx): pass
+        >>> watermark_after(Pages, {("clicks", 0): 25_000, ("clicks", 1): 31_000}, None)
         15000
     """
     lateness_ms = {source.stream: source.lateness_ms for source in processor_class.inputs}
@@ -502,7 +563,14 @@ def fold_step(processor: Processor, partial: Any, value: dict[str, Any]) -> Any:
     """One step of `fold`: `combine(partial, lift(value))`.
 
     Example:
-        >>> fold_step(QueryCounts(), 2, {"query": "cats"})  # doctest: +SKIP
+        >>> from millrace.processor import Input, Processor
+        >>> class QueryCounts(Processor):
+        ...     name = "query_counts"
+        ...     inputs = [Input("queries", key="query")]
+        ...     zero = 0
+        ...     def lift(self, record): return 1
+        ...     def combine(self, a, b): return a + b
+        >>> fold_step(QueryCounts(), 2, {"query": "cats"})
         3
     """
     monoid = cast(_Monoid, processor)

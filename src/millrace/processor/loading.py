@@ -1,9 +1,4 @@
-"""Finding a processor class from what a user types: `module:Class` or `path/file.py:Class`.
-
-Example:
-    >>> load_processor("examples/zeitgeist.py:Zeitgeist").name  # doctest: +SKIP
-    'zeitgeist'
-"""
+"""Finding a processor class from what a user types: `module:Class` or `path/file.py:Class`."""
 
 from __future__ import annotations
 
@@ -31,13 +26,21 @@ def is_processor_target(text: str) -> bool:
 
 
 def load_processor(target: str) -> type[Processor]:
-    """The `Processor` subclass that `target` names, checked; `ProcessorError` if it cannot be.
+    r"""The `Processor` subclass that `target` names, checked; `ProcessorError` if it cannot be.
 
     `target` is `module:Class` (a module importable from the working directory or the
     virtualenv) or `path/to/file.py:Class`.
 
     Example:
-        >>> load_processor("examples/sessions.py:ActiveSessions").kind()  # doctest: +SKIP
+        >>> _ = (tmp_path / "pages.py").write_text(
+        ...     "from millrace import Input, Processor, ValueState\n"
+        ...     "class PageCount(Processor):\n"
+        ...     "    name = 'page_count'\n"
+        ...     "    inputs = [Input('clicks', key='page')]\n"
+        ...     "    count = ValueState(int)\n"
+        ...     "    def on_record(self, key, record, ctx): self.count.set(self.count.get(0) + 1)\n"
+        ... )
+        >>> load_processor(f"{tmp_path}/pages.py:PageCount").kind()
         'stateful'
     """
     where, _, name = target.rpartition(":")

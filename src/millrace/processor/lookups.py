@@ -16,11 +16,22 @@ the cache is one round trip.
 (`TABLE_PREFIX`): the runtime upserts it into the serving table instead of writing a stream.
 
 Example:
-    >>> class Enricher(Processor):  # doctest: +SKIP
+    >>> from millrace.processor import Input, Processor
+    >>> from millrace.processor.execution import run_batch
+    >>> from millrace.records import Record
+    >>> class Enricher(Processor):
+    ...     name = "enricher"
+    ...     inputs = [Input("events", key="dimension_id")]
     ...     lookups = {"classifications": "dimension_id"}
     ...     def on_record(self, key, record, ctx):
     ...         row = ctx.lookup("classifications", record["dimension_id"])
     ...         ctx.produce("enriched", {**record, "topic": row and row["topic"]})
+    >>> tables = MemoryTables({"classifications": {"d1": {"topic": "cats"}}})
+    >>> event = Record("events", 0, 0, None, None, 1000, {"dimension_id": "d1"})
+    >>> outcome = run_batch(Enricher(), {}, [event], watermark_ms=None, processing_time_ms=0,
+    ...                     lookups=tables)
+    >>> outcome.productions[0].value
+    {'dimension_id': 'd1', 'topic': 'cats'}
 """
 
 from __future__ import annotations

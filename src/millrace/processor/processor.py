@@ -7,6 +7,7 @@ as soon as it is defined: a class without a `name` is taken as a base for other 
 is checked again, in full, when an engine is given it (`Processor.validate`).
 
 Example:
+    >>> from millrace.processor.state import MapState
     >>> class WindowCounter(Processor):
     ...     name = "window_counter"
     ...     inputs = [Input("queries", key="query", time="ts", lateness="10s")]
@@ -213,7 +214,14 @@ class Processor:
         """Check the class in full, as an engine runs it; raises `ProcessorError` naming the fault.
 
         Example:
-            >>> WindowCounter.validate()  # doctest: +SKIP
+            >>> class Unnamed(Processor):
+            ...     inputs = [Input("queries", key="query")]
+            ...     def on_record(self, key, record, ctx): pass
+            >>> try:
+            ...     Unnamed.validate()
+            ... except ProcessorError as error:
+            ...     print(error.message)
+            Unnamed has no name
         """
         _check_options(cls)
         _check_complete(cls)

@@ -14,10 +14,13 @@ Every state's stored form keeps the processing time of each write next to the va
 - map state: `[[map_key, value, written_ms], ...]` (pairs, so that map keys keep their type)
 
 Example:
-    >>> class Sessions(Processor):  # doctest: +SKIP
+    >>> from millrace.processor import Processor
+    >>> class Sessions(Processor):
     ...     last_seen = ValueState(int, ttl="30m")
     ...     pages = ListState(str)
     ...     clicks = MapState(key=str, value=int, ttl="7d")
+    >>> sorted(Sessions.states())
+    ['clicks', 'last_seen', 'pages']
 """
 
 from __future__ import annotations
@@ -147,10 +150,14 @@ class ValueState(StateDeclaration, Generic[T]):
     """One value per key, of the declared type.
 
     Example:
-        >>> class Totals(Processor):  # doctest: +SKIP
+        >>> from millrace.processor import Processor
+        >>> class Totals(Processor):
         ...     total = ValueState(int)
-        ...     def on_record(self, key, record, ctx):
-        ...         self.total.set(self.total.get(0) + record["amount"])
+        >>> totals, state = Totals(), KeyState(Totals.states(), {"total": [3, 0]}, now_ms=10)
+        >>> bind_key_state(totals, state)
+        >>> totals.total.set(totals.total.get(0) + 4)
+        >>> state.stored()
+        {'total': [7, 10]}
     """
 
     kind = "value"
@@ -184,10 +191,14 @@ class ListState(StateDeclaration, Generic[T]):
     """A list per key, of elements of the declared type; with `ttl`, each element expires alone.
 
     Example:
-        >>> class Recent(Processor):  # doctest: +SKIP
+        >>> from millrace.processor import Processor
+        >>> class Recent(Processor):
         ...     pages = ListState(str, ttl="1h")
-        ...     def on_record(self, key, record, ctx):
-        ...         self.pages.append(record["page"])
+        >>> recent = Recent()
+        >>> bind_key_state(recent, KeyState(Recent.states(), None, now_ms=0))
+        >>> recent.pages.append("/")
+        >>> recent.pages.get()
+        ['/']
     """
 
     kind = "list"
@@ -218,11 +229,14 @@ class MapState(StateDeclaration, Generic[K, V]):
     """A map per key, with keys and values of the declared types; with `ttl`, entries expire alone.
 
     Example:
-        >>> class WindowCounter(Processor):  # doctest: +SKIP
+        >>> from millrace.processor import Processor
+        >>> class WindowCounter(Processor):
         ...     counts = MapState(key=int, value=int)
-        ...     def on_record(self, key, record, ctx):
-        ...         bucket = ctx.event_time_ms // 1000 * 1000
-        ...         self.counts[bucket] = self.counts.get(bucket, 0) + 1
+        >>> counter = WindowCounter()
+        >>> bind_key_state(counter, KeyState(WindowCounter.states(), None, now_ms=0))
+        >>> counter.counts[1000] = counter.counts.get(1000, 0) + 1
+        >>> dict(counter.counts)
+        {1000: 1}
     """
 
     kind = "map"
@@ -363,9 +377,13 @@ class KeyState:
     values removed.
 
     Example:
-        >>> state = KeyState({"total": total_declaration}, {"total": [3, 0]}, now_ms=10)
-        >>> state.stored()  # doctest: +SKIP
+        >>> from millrace.processor import Processor
+        >>> class Totals(Processor):
+        ...     total = ValueState(int, ttl="1s")
+        >>> KeyState(Totals.states(), {"total": [3, 0]}, now_ms=10).stored()
         {'total': [3, 0]}
+        >>> KeyState(Totals.states(), {"total": [3, 0]}, now_ms=5000).stored()
+        {}
     """
 
     def __init__(
@@ -425,7 +443,13 @@ def bind_key_state(processor: object, state: KeyState | None) -> None:
     """Make `state` the key state that `processor`'s declarations read; None unbinds it.
 
     Example:
-        >>> bind_key_state(processor, KeyState(declarations, stored, now_ms=0))  # doctest: +SKIP
+        >>> from millrace.processor import Processor
+        >>> class Totals(Processor):
+        ...     total = ValueState(int)
+        >>> totals = Totals()
+        >>> bind_key_state(totals, KeyState(Totals.states(), {"total": [3, 0]}, now_ms=0))
+        >>> totals.total.get()
+        3
     """
     processor.__dict__[_KEY_STATE_ATTRIBUTE] = state
 

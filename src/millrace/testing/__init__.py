@@ -7,7 +7,7 @@ does not load PySpark.
 
 Example:
     >>> from millrace.testing import ProcessorTester
-    >>> from millrace.testing import SqlAppTester  # doctest: +SKIP
+    >>> from millrace.testing import SqlAppTester
 """
 
 from __future__ import annotations

@@ -6,10 +6,19 @@ micro-batches, peek and set state, and collect productions, late records and dea
 Importing it loads no Spark, Kafka or Redis client.
 
 Example:
-    >>> tester = ProcessorTester(WindowCounter)  # doctest: +SKIP
-    >>> tester.feed("queries", [{"query": "cats", "ts": 1_767_225_600_500}])  # doctest: +SKIP
-    >>> tester.run_batch().late  # doctest: +SKIP
+    >>> from millrace.processor import Input, Processor
+    >>> class Echo(Processor):
+    ...     name = "echo"
+    ...     inputs = [Input("queries", key="query", time="ts")]
+    ...     def on_record(self, key, record, ctx):
+    ...         ctx.produce("echoes", {"query": key})
+    >>> tester = ProcessorTester(Echo)
+    >>> len(tester.feed("queries", [{"query": "cats", "ts": 1_767_225_600_500}]))
+    1
+    >>> tester.run_batch().late
     []
+    >>> tester.values("echoes")
+    [{'query': 'cats'}]
 """
 
 from __future__ import annotations
@@ -44,13 +53,30 @@ class ProcessorTester:
     everywhere in millrace); `T0` below is 2026-01-01T00:00:00Z.
 
     Example:
-        >>> tester = ProcessorTester(WindowCounter)  # doctest: +SKIP
-        >>> tester.feed("queries", [{"query": "cats", "ts": T0 + 500},  # doctest: +SKIP
-        ...                         {"query": "cats", "ts": T0 + 700}])
-        >>> tester.run_batch()  # doctest: +SKIP
-        >>> tester.advance_watermark(T0 + 1000)  # doctest: +SKIP
-        >>> tester.fire_timers()  # doctest: +SKIP
-        >>> tester.values("window_counts")  # doctest: +SKIP
+        >>> from millrace.processor import Input, MapState, Processor
+        >>> T0 = 1_767_225_600_000
+        >>> class WindowCounter(Processor):
+        ...     name = "window_counter"
+        ...     inputs = [Input("queries", key="query", time="ts")]
+        ...     counts = MapState(key=int, value=int)
+        ...     def on_record(self, key, record, ctx):
+        ...         bucket = ctx.event_time_ms // 1000 * 1000
+        ...         self.counts[bucket] = self.counts.get(bucket, 0) + 1
+        ...         ctx.set_timer(f"close-{bucket}", event_time_ms=bucket + 1000)
+        ...     def on_timer(self, key, timer, ctx):
+        ...         bucket = timer.time_ms - 1000
+        ...         ctx.produce("window_counts",
+        ...                     {"query": key, "bucket": bucket, "count": self.counts.pop(bucket)})
+        >>> tester = ProcessorTester(WindowCounter)
+        >>> len(tester.feed("queries", [{"query": "cats", "ts": T0 + 500},
+        ...                             {"query": "cats", "ts": T0 + 700}]))
+        2
+        >>> tester.run_batch().productions
+        []
+        >>> tester.advance_watermark(T0 + 1000)
+        >>> len(tester.fire_timers().productions)
+        1
+        >>> tester.values("window_counts")
         [{'query': 'cats', 'bucket': 1767225600000, 'count': 2}]
     """
 
@@ -96,8 +122,15 @@ class ProcessorTester:
         runtime gives, as it would there, and is not queued.
 
         Example:
-            >>> tester.feed("queries", [{"query": "cats", "ts": 1500}])[0].offset  # doctest: +SKIP
-            0
+            >>> from millrace.processor import Input, Processor
+            >>> class Echo(Processor):
+            ...     name = "echo"
+            ...     inputs = [Input("queries", key="query", time="ts")]
+            ...     def on_record(self, key, record, ctx):
+            ...         ctx.produce("echoes", {"query": key})
+            >>> tester = ProcessorTester(Echo)
+            >>> [record.offset for record in tester.feed("queries", [{"query": "cats"}] * 2)]
+            [0, 1]
         """
         self.processor.input_of(stream)
         queued = []
@@ -133,7 +166,17 @@ class ProcessorTester:
         """Move the watermark of the next micro-batches to `to_ms`; it never goes back.
 
         Example:
-            >>> tester.advance_watermark(2000)  # doctest: +SKIP
+            >>> from millrace.processor import Input, Processor
+            >>> class Echo(Processor):
+            ...     name = "echo"
+            ...     inputs = [Input("queries", key="query", time="ts")]
+            ...     def on_record(self, key, record, ctx):
+            ...         ctx.produce("echoes", {"query": key})
+            >>> tester = ProcessorTester(Echo)
+            >>> tester.advance_watermark(1_767_225_602_000)
+            >>> _ = tester.feed("queries", [{"query": "cats", "ts": 1_767_225_601_500}])
+            >>> [record.value for record in tester.run_batch().late]
+            [{'query': 'cats', 'ts': 1767225601500}]
         """
         if self.watermark_ms is not None and to_ms < self.watermark_ms:
             raise ProcessorError(
@@ -146,7 +189,20 @@ class ProcessorTester:
         """Move the processing-time clock of the next micro-batches to `to_ms`.
 
         Example:
-            >>> tester.advance_clock(tester.clock_ms + 30_000)  # doctest: +SKIP
+            >>> from millrace.processor import Input, Processor
+            >>> class Idle(Processor):
+            ...     name = "idle"
+            ...     inputs = [Input("clicks", key="user")]
+            ...     def on_record(self, key, record, ctx):
+            ...         ctx.set_timer("idle", processing_time_ms=ctx.processing_time_ms + 30_000)
+            ...     def on_timer(self, key, timer, ctx):
+            ...         ctx.produce("idle_users", {"user": key})
+            >>> tester = ProcessorTester(Idle)
+            >>> _ = tester.feed("clicks", [{"user": "u7", "time": 1_767_225_600_000}])
+            >>> _ = tester.run_batch()
+            >>> tester.advance_clock(tester.clock_ms + 30_000)
+            >>> tester.fire_timers().productions[0].value
+            {'user': 'u7'}
         """
         if to_ms < self.clock_ms:
             raise ProcessorError(
@@ -162,8 +218,17 @@ class ProcessorTester:
         `productions`, `late`, `duplicates` and `dead_letters`.
 
         Example:
-            >>> tester.run_batch().late  # doctest: +SKIP
-            []
+            >>> from millrace.processor import Input, Processor
+            >>> class Echo(Processor):
+            ...     name = "echo"
+            ...     inputs = [Input("queries", key="query", time="ts")]
+            ...     def on_record(self, key, record, ctx):
+            ...         ctx.produce("echoes", {"query": key})
+            >>> tester = ProcessorTester(Echo)
+            >>> _ = tester.feed("queries", [{"query": "cats", "ts": 1_767_225_600_500}])
+            >>> outcome = tester.run_batch()
+            >>> outcome.late, tester.watermark_ms
+            ([], 1767225600500)
         """
         records, self._pending = self._pending, []
         outcome = run_batch(
@@ -197,8 +262,20 @@ class ProcessorTester:
         """Run a micro-batch of no records: fire the timers that are due; queued records wait.
 
         Example:
-            >>> tester.fire_timers().productions  # doctest: +SKIP
-            [Production(stream='window_counts', ...)]
+            >>> from millrace.processor import Input, Processor
+            >>> class Closer(Processor):
+            ...     name = "closer"
+            ...     inputs = [Input("queries", key="query", time="ts")]
+            ...     def on_record(self, key, record, ctx):
+            ...         ctx.set_timer("close", event_time_ms=ctx.event_time_ms + 1000)
+            ...     def on_timer(self, key, timer, ctx):
+            ...         ctx.produce("closed", {"query": key})
+            >>> tester = ProcessorTester(Closer)
+            >>> _ = tester.feed("queries", [{"query": "cats", "ts": 1_767_225_600_000}])
+            >>> _ = tester.run_batch()
+            >>> tester.advance_watermark(1_767_225_601_000)
+            >>> [production.value for production in tester.fire_timers().productions]
+            [{'query': 'cats'}]
         """
         pending, self._pending = self._pending, []
         try:
@@ -213,8 +290,20 @@ class ProcessorTester:
         or empty when unset or expired.
 
         Example:
-            >>> tester.state("cats")  # doctest: +SKIP
-            {'counts': {1000: 2}}
+            >>> from millrace.processor import Input, Processor, ValueState
+            >>> class Totals(Processor):
+            ...     name = "totals"
+            ...     inputs = [Input("orders", key="user", time="ts")]
+            ...     total = ValueState(int)
+            ...     def on_record(self, key, record, ctx):
+            ...         total = self.total.get(0) + record["amount"]
+            ...         self.total.set(total)
+            ...         ctx.produce_to_table("user_totals", {"user": key, "total": total})
+            >>> tester = ProcessorTester(Totals)
+            >>> _ = tester.feed("orders", [{"user": "u1", "amount": 3, "ts": 1_767_225_600_000}])
+            >>> _ = tester.run_batch()
+            >>> tester.state("u1")
+            {'total': 3}
         """
         return self._key_state(key).visible()
 
@@ -225,7 +314,21 @@ class ProcessorTester:
         dict given.
 
         Example:
-            >>> tester.set_state("cats", counts={1000: 5})  # doctest: +SKIP
+            >>> from millrace.processor import Input, Processor, ValueState
+            >>> class Totals(Processor):
+            ...     name = "totals"
+            ...     inputs = [Input("orders", key="user", time="ts")]
+            ...     total = ValueState(int)
+            ...     def on_record(self, key, record, ctx):
+            ...         total = self.total.get(0) + record["amount"]
+            ...         self.total.set(total)
+            ...         ctx.produce_to_table("user_totals", {"user": key, "total": total})
+            >>> tester = ProcessorTester(Totals)
+            >>> tester.set_state("u1", total=4)
+            >>> _ = tester.feed("orders", [{"user": "u1", "amount": 3, "ts": 1_767_225_600_000}])
+            >>> _ = tester.run_batch()
+            >>> tester.state("u1")
+            {'total': 7}
         """
         state = self._key_state(key)
         bind_key_state(self._instance, state)
@@ -252,8 +355,19 @@ class ProcessorTester:
         """The pending timers of `key`, in firing order.
 
         Example:
-            >>> tester.timers("cats")  # doctest: +SKIP
-            [Timer(tag='close-1000', time_ms=2000, domain='event_time')]
+            >>> from millrace.processor import Input, Processor
+            >>> class Closer(Processor):
+            ...     name = "closer"
+            ...     inputs = [Input("queries", key="query", time="ts")]
+            ...     def on_record(self, key, record, ctx):
+            ...         ctx.set_timer("close", event_time_ms=ctx.event_time_ms + 1000)
+            ...     def on_timer(self, key, timer, ctx):
+            ...         ctx.produce("closed", {"query": key})
+            >>> tester = ProcessorTester(Closer)
+            >>> _ = tester.feed("queries", [{"query": "cats", "ts": 1_767_225_600_000}])
+            >>> _ = tester.run_batch()
+            >>> tester.timers("cats")
+            [Timer(tag='close', time_ms=1767225601000, domain='event_time')]
         """
         return KeyTimers(self._stored.get(key, {}).get("timers")).pending()
 
@@ -261,8 +375,18 @@ class ProcessorTester:
         """The values produced to `stream` so far, in order.
 
         Example:
-            >>> tester.values("window_counts")  # doctest: +SKIP
-            [{'query': 'cats', 'bucket': 1000, 'count': 2}]
+            >>> from millrace.processor import Input, Processor
+            >>> class Echo(Processor):
+            ...     name = "echo"
+            ...     inputs = [Input("queries", key="query", time="ts")]
+            ...     def on_record(self, key, record, ctx):
+            ...         ctx.produce("echoes", {"query": key})
+            >>> tester = ProcessorTester(Echo)
+            >>> _ = tester.feed("queries", [{"query": "cats", "ts": 1_767_225_600_000},
+            ...                             {"query": "dogs", "ts": 1_767_225_600_000}])
+            >>> _ = tester.run_batch()
+            >>> tester.values("echoes")
+            [{'query': 'cats'}, {'query': 'dogs'}]
         """
         return [production.value for production in self.productions.get(stream, [])]
 
@@ -270,8 +394,21 @@ class ProcessorTester:
         """The rows produced to serving table `table` (`ctx.produce_to_table`), in order.
 
         Example:
-            >>> tester.table_rows("user_totals")  # doctest: +SKIP
-            [{'user': 'u1', 'total': 7}]
+            >>> from millrace.processor import Input, Processor, ValueState
+            >>> class Totals(Processor):
+            ...     name = "totals"
+            ...     inputs = [Input("orders", key="user", time="ts")]
+            ...     total = ValueState(int)
+            ...     def on_record(self, key, record, ctx):
+            ...         total = self.total.get(0) + record["amount"]
+            ...         self.total.set(total)
+            ...         ctx.produce_to_table("user_totals", {"user": key, "total": total})
+            >>> tester = ProcessorTester(Totals)
+            >>> _ = tester.feed("orders", [{"user": "u1", "amount": 3, "ts": 1_767_225_600_000},
+            ...                            {"user": "u1", "amount": 4, "ts": 1_767_225_600_000}])
+            >>> _ = tester.run_batch()
+            >>> tester.table_rows("user_totals")
+            [{'user': 'u1', 'total': 3}, {'user': 'u1', 'total': 7}]
         """
         return self.values(f"{TABLE_PREFIX}{table}")
 

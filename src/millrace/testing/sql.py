@@ -5,15 +5,6 @@ pass to the app's inputs, runs the app until it has read them all, and returns w
 (`SqlAppResult`): the rows of its result tables and the records of its output streams, with
 the dead letters of its inputs and the late rows its tables dropped. It needs a SparkSession
 and a workspace whose broker is up; docs/sql.md shows how to get both in a script.
-
-Example:
-    >>> tester = SqlAppTester(Path("examples/top_events.sql"), spark=spark,  # doctest: +SKIP
-    ...                       workspace=workspace)
-    >>> result = tester.run({"events_score": [  # doctest: +SKIP
-    ...     {"event_time": "2026-01-01T00:00:10Z", "event": "goal", "category": "sports",
-    ...      "score": 1.0}]})
-    >>> result.tables["top_events_5min"][0]["n"]  # doctest: +SKIP
-    1
 """
 
 from __future__ import annotations
@@ -93,11 +84,6 @@ class SqlAppTester:
         reads at most that many records of an input, in the order given (each input is a
         stream of one bucket), so that records behind the watermark are dropped as a streaming run
         would drop them, and counted in `SqlAppResult.late_rows`.
-
-        Example:
-            >>> result = tester.run({"events_score": events}, batch_size=2)  # doctest: +SKIP
-            >>> result.late_rows  # doctest: +SKIP
-            {'top_events_5min': 1}
         """
         suffix = uuid.uuid4().hex[:8]
         app, renamed = _isolated(self.app, suffix)
