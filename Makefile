@@ -19,4 +19,4 @@ test: setup
 	.venv/bin/python -m pytest
 	.venv/bin/python -m pytest --doctest-modules src/millrace/records.py src/millrace/errors.py \
 		src/millrace/config src/millrace/bus src/millrace/serving src/millrace/warehouse src/millrace/sql \
-		src/millrace/processor src/millrace/testing
+		src/millrace/processor src/millrace/testing src/millrace/monitor src/millrace/api src/millrace/cli

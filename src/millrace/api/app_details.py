@@ -98,11 +98,7 @@ def details(
 
 
 def require_known_app(workspace: Workspace, monitor: Monitor, app: str) -> None:
-    """Raise `AppNotFoundError` unless `app` is deployed or the monitor knows it.
-
-    Example:
-        >>> require_known_app(workspace, monitor, "top_events")  # doctest: +SKIP
-    """
+    """Raise `AppNotFoundError` unless `app` is deployed or the monitor knows it."""
     if (
         monitor.status(app) is None
         and not (registry.app_dir(workspace, app) / "app.json").is_file()
@@ -114,12 +110,7 @@ def require_known_app(workspace: Workspace, monitor: Monitor, app: str) -> None:
 
 
 def app_details(workspace: Workspace, monitor: Monitor, app: str) -> AppDetails:
-    """What `GET /apps/{app}/details` returns for a known app.
-
-    Example:
-        >>> app_details(workspace, monitor, "top_events").deployment.state  # doctest: +SKIP
-        'running'
-    """
+    """What `GET /apps/{app}/details` returns for a known app."""
     deployment = None
     last_error = None
     if (registry.app_dir(workspace, app) / "app.json").is_file():

@@ -77,8 +77,11 @@ def workspace_paths(request: Request) -> Callable[[str | None], str]:
     The service's callers need not know where the workspace lives on its machine.
 
     Example:
-        >>> hide = workspace_paths(request)  # doctest: +SKIP
-        >>> hide("/home/ana/ws/tables/x: no such table")  # doctest: +SKIP
+        >>> from millrace.config.workspace import Workspace
+        >>> service = FastAPI()
+        >>> service.state.workspace = Workspace.locate({"MILLRACE_HOME": "/home/ana/ws"})
+        >>> hide = workspace_paths(Request({"type": "http", "app": service}))
+        >>> hide("/home/ana/ws/tables/x: no such table")
         '<workspace>/tables/x: no such table'
     """
     root = request.app.state.workspace.root

@@ -67,13 +67,7 @@ def history(
 
 
 def app_figures(workspace: Workspace, app: str, *, span_s: int, points: int) -> History:
-    """The figures of `app` over the last `span_s` seconds, as `GET /apps/{app}/history`.
-
-    Example:
-        >>> app_figures(workspace, "top_events", span_s=900, points=120).batches
-        ... # doctest: +SKIP
-        412
-    """
+    """The figures of `app` over the last `span_s` seconds, as `GET /apps/{app}/history`."""
     found = app_history(workspace.settings, app, span_ms=span_s * 1000, buckets=points)
     return History(
         app=app,

@@ -203,11 +203,6 @@ def stream_summary(workspace: Workspace, name: str) -> Stream:
 
     A bucket's rate counts the records that reached it in the last minute, found in the bus's
     time index without reading them (`appended_since`).
-
-    Example:
-        >>> [b.records_per_second for b in stream_summary(workspace, "clicks").buckets]
-        ... # doctest: +SKIP
-        [10.5, 9.8]
     """
     info = describe_stream(workspace.settings, name)
     since_ms = int(time.time() * 1000) - APPEND_RATE_WINDOW_MS

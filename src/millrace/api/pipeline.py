@@ -78,12 +78,7 @@ def pipeline(
 
 
 def build_pipeline(workspace: Workspace, monitor: Monitor) -> Pipeline:
-    """The graph of `workspace`'s apps, as `GET /pipeline` returns it.
-
-    Example:
-        >>> [node.id for node in build_pipeline(workspace, monitor).nodes]  # doctest: +SKIP
-        ['app:top_events', 'stream:clicks', 'result_table:top_events.top_events_5min']
-    """
+    """The graph of `workspace`'s apps, as `GET /pipeline` returns it."""
     statuses = monitor.statuses()
     deployed = {record.name: record for record in registry.list_apps(workspace)}
     writers = monitor.writers.refresh()

@@ -108,10 +108,6 @@ def newest_records(workspace: Workspace, stream: str, count: int) -> list[Stampe
     """The newest `count` records of `stream` over its buckets, newest first.
 
     Raises `StreamNotFoundError` when the stream does not exist.
-
-    Example:
-        >>> [r.record.offset for r in newest_records(workspace, "clicks", 3)]  # doctest: +SKIP
-        [811, 810, 402]
     """
     buckets = describe_stream(workspace.settings, stream).buckets
     starts = {

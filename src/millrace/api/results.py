@@ -65,7 +65,10 @@ def result_tables(workspace: Workspace, app: str) -> list[str]:
     """The result tables app `app` has written, sorted.
 
     Example:
-        >>> result_tables(workspace, "trending_ranker")  # doctest: +SKIP
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> log = workspace.tables_dir / "trending_ranker" / "top_events" / "_delta_log"
+        >>> log.mkdir(parents=True)
+        >>> result_tables(workspace, "trending_ranker")
         ['top_events']
     """
     folder = workspace.tables_dir / app

@@ -144,7 +144,10 @@ def echo_batch(result: BatchResult, done: Literal["ran", "backfilled"]) -> None:
     """Print what a batch run (`run --batch`) or a backfill of an app wrote.
 
     Example:
-        >>> echo_batch(result, "ran")  # doctest: +SKIP
+        >>> from millrace.runtime.apps import BatchResult
+        >>> day = BatchResult("top_events", "sql", 1_767_225_600_000, 1_767_312_000_000,
+        ...                   tables={"top_events_5min": 288})
+        >>> echo_batch(day, "ran")
         app 'top_events' ran over 2026-01-01T00:00:00Z to 2026-01-02T00:00:00Z
         table top_events_5min: 288 rows merged
     """

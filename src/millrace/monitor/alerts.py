@@ -47,9 +47,18 @@ class AlertEvaluator:
     """Keeps the state of every rule and app between evaluations.
 
     Example:
-        >>> evaluator = AlertEvaluator(rules, webhook_url="http://127.0.0.1:9000/hook")
-        ... # doctest: +SKIP
-        >>> [alert.message for alert in evaluator.evaluate(statuses, metrics)]  # doctest: +SKIP
+        >>> from pathlib import Path
+        >>> from millrace.config.alerts import parse_alert_rules
+        >>> from millrace.config.settings import Settings
+        >>> from millrace.monitor.status import InputLag
+        >>> rules = parse_alert_rules(
+        ...     [{"kind": "stopped", "app": "top_events", "for": "5m"}], Path("millrace.toml"), ""
+        ... )
+        >>> waiting = [InputLag("clicks", {0: 1300}, {0: 100}, lag_records=1200, lag_seconds=40.0)]
+        >>> stuck = AppStatus("top_events", [], waiting, "stalled", last_batch_ms=0)
+        >>> evaluator = AlertEvaluator(rules)
+        >>> fired = evaluator.evaluate([stuck], MetricsLog(Settings()), now_ms=312_000)
+        >>> [alert.message for alert in fired]
         ['top_events stopped: no batch for 312 s while 1200 records wait']
     """
 

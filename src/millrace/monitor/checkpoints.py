@@ -38,7 +38,10 @@ def app_names(workspace: Workspace) -> list[str]:
     """The apps that have a checkpoint in `workspace`, sorted.
 
     Example:
-        >>> app_names(workspace)  # doctest: +SKIP
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> for app in ("zeitgeist", "top_events"):
+        ...     (workspace.checkpoints_dir / app / "query" / "offsets").mkdir(parents=True)
+        >>> app_names(workspace)
         ['top_events', 'zeitgeist']
     """
     root = workspace.checkpoints_dir

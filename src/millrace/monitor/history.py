@@ -14,12 +14,6 @@ the processing lag in records when it was planned (the records its sources had b
 read) and in seconds (how long the oldest record it left waiting had waited when it started),
 the watermark lag (newest event time read minus the watermark), state rows and memory, and the
 rows dropped as late, dropped as duplicates and dead-lettered.
-
-Example:
-    >>> history = app_history(settings, "top_events", span_ms=900_000)  # doctest: +SKIP
-    >>> history.series["input_rows_per_second"]["top_events.table.top_events"][-1]
-    ... # doctest: +SKIP
-    (1767225600500, 212.0)
 """
 
 from __future__ import annotations

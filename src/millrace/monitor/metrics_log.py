@@ -45,14 +45,7 @@ class Batch:
 
 
 class MetricsLog:
-    """The recent batches of every app, read from the metrics stream.
-
-    Example:
-        >>> log = MetricsLog(settings)  # doctest: +SKIP
-        >>> log.refresh()  # doctest: +SKIP
-        >>> [batch.batch_id for batch in log.batches("top_events")]  # doctest: +SKIP
-        [0, 1, 2]
-    """
+    """The recent batches of every app, read from the metrics stream."""
 
     def __init__(self, settings: Settings, *, lookback_ms: int = DEFAULT_LOOKBACK_MS) -> None:
         self.settings = settings

@@ -37,13 +37,7 @@ from millrace.monitor.status import AppStatus
 
 
 class StreamWriters:
-    """The newest watermark each app published to each stream, kept up across looks.
-
-    Example:
-        >>> writers = StreamWriters(settings)  # doctest: +SKIP
-        >>> writers.refresh()  # doctest: +SKIP
-        {'clean': {'filter': 1767225604999}}
-    """
+    """The newest watermark each app published to each stream, kept up across looks."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -23,8 +23,11 @@ def exposition(statuses: list[AppStatus], firing: list[Alert], now_ms: int) -> b
     """The Prometheus text exposition of `statuses` and the `firing` alerts.
 
     Example:
-        >>> b"millrace_app_lag_records" in exposition(statuses, [], now_ms)  # doctest: +SKIP
-        True
+        >>> from millrace.monitor.status import InputLag
+        >>> waiting = [InputLag("clicks", {0: 1300}, {0: 100}, lag_records=1200, lag_seconds=40.0)]
+        >>> text = exposition([AppStatus("top_events", [], waiting, "stalled")], [], 0).decode()
+        >>> [line for line in text.splitlines() if line.startswith("millrace_app_lag_records")]
+        ['millrace_app_lag_records{app="top_events"} 1200.0']
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(statuses, firing, now_ms))

@@ -24,13 +24,7 @@ _log = logging.getLogger(__name__)
 
 
 class Monitor:
-    """Statuses and alerts of a workspace's apps.
-
-    Example:
-        >>> monitor = Monitor(Workspace.locate())  # doctest: +SKIP
-        >>> [(s.name, s.lag_records) for s in monitor.statuses()]  # doctest: +SKIP
-        [('top_events', 0)]
-    """
+    """Statuses and alerts of a workspace's apps."""
 
     def __init__(self, workspace: Workspace, *, max_age_s: float = 1.0) -> None:
         self.workspace = workspace

@@ -130,13 +130,7 @@ def _per_input_row(batches: list[Batch], field: str) -> float:
 def app_status(
     workspace: Workspace, app: str, metrics: MetricsLog, *, now_ms: int | None = None
 ) -> AppStatus:
-    """The status of `app`, from its checkpoints, its published batches and the inputs' ends.
-
-    Example:
-        >>> app_status(workspace, "top_events", MetricsLog(workspace.settings)).lag_records
-        ... # doctest: +SKIP
-        1200
-    """
+    """The status of `app`, from its checkpoints, its published batches and the inputs' ends."""
     now_ms = now_ms or int(time.time() * 1000)
     checkpoints = app_checkpoints(workspace, app)
     latest = metrics.latest(app)

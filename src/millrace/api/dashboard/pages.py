@@ -61,7 +61,10 @@ def install_dashboard(app: FastAPI) -> None:
     """Add the pages to `app`, and the login page for a page requested without the token.
 
     Example:
-        >>> install_dashboard(create_app(workspace))  # doctest: +SKIP
+        >>> service = FastAPI()
+        >>> install_dashboard(service)
+        >>> service.url_path_for("app_page", app="top_events")
+        '/ui/apps/top_events'
     """
     app.include_router(router)
 
