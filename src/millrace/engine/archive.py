@@ -49,11 +49,6 @@ def start_archive(
     `max_records_per_batch` caps the records of each micro-batch. A record the bus dropped
     (its retention passed) before the job archived it stops the query with Spark's data-loss
     error, rather than leaving a silent gap in the archive.
-
-    Example:
-        >>> query = start_archive(spark, workspace, "events_stream",  # doctest: +SKIP
-        ...                       available_now=True)
-        >>> query.awaitTermination()  # doctest: +SKIP
     """
     require_stream(workspace.settings, stream)
     reader = (
@@ -98,10 +93,6 @@ def read_archive(spark: SparkSession, workspace: Workspace, stream: str) -> Data
     The read is fixed to the table's version when it is called, so every action on the
     DataFrame sees the same records while the archive job goes on writing. Raises
     `WarehouseError` when the stream has no archive.
-
-    Example:
-        >>> read_archive(spark, workspace, "events_stream").count()  # doctest: +SKIP
-        4
     """
     path = str(require_archive(workspace, stream))
     version = DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]

@@ -45,8 +45,10 @@ def query_folders(app_folder: StoragePath) -> dict[str, StoragePath]:
     A query's folder holds `offsets/`; the dead-letter routers' folders next to it do not.
 
     Example:
-        >>> query_folders(workspace.checkpoints_dir / "top_events")  # doctest: +SKIP
-        {'table.top_events_5min': PosixPath('.../checkpoints/top_events/table.top_events_5min')}
+        >>> for folder in ("table.top_events_5min/offsets", "_dead_letters.clicks"):
+        ...     (tmp_path / "top_events" / folder).mkdir(parents=True)
+        >>> list(query_folders(tmp_path / "top_events"))
+        ['table.top_events_5min']
     """
     return {path.name: path for path in listing(app_folder) if (path / "offsets").is_dir()}
 
@@ -55,7 +57,10 @@ def batch_ids(log: StoragePath) -> list[int]:
     """The batch ids of the files of `log` (a query's `offsets/` or `commits/`), ascending.
 
     Example:
-        >>> batch_ids(checkpoint / "commits")  # doctest: +SKIP
+        >>> (tmp_path / "commits").mkdir()
+        >>> for name in ("2", "0", "1", ".1.crc"):
+        ...     _ = (tmp_path / "commits" / name).write_text("v1")
+        >>> batch_ids(tmp_path / "commits")
         [0, 1, 2]
     """
     if not log.is_dir():
@@ -64,13 +69,15 @@ def batch_ids(log: StoragePath) -> list[int]:
 
 
 def read_offsets(path: StoragePath) -> tuple[dict[str, Any], list[Any]]:
-    """An `offsets/N` file: its metadata and each source's offsets (None: none yet).
+    r"""An `offsets/N` file: its metadata and each source's offsets (None: none yet).
 
     Raises `UnreadableLogError` for a file that is missing or not as Spark writes it.
 
     Example:
-        >>> read_offsets(checkpoint / "offsets" / "2")  # doctest: +SKIP
-        ({'batchWatermarkMs': 0, 'batchTimestampMs': 1767225600000, ...}, [{'clicks': {'0': 7}}])
+        >>> _ = (tmp_path / "2").write_text(
+        ...     'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1767225600000}\n{"clicks":{"0":7}}\n')
+        >>> read_offsets(tmp_path / "2")
+        ({'batchWatermarkMs': 0, 'batchTimestampMs': 1767225600000}, [{'clicks': {'0': 7}}])
     """
     lines = _log_lines(path)
     offsets = []
@@ -81,10 +88,11 @@ def read_offsets(path: StoragePath) -> tuple[dict[str, Any], list[Any]]:
 
 
 def read_commit(path: StoragePath) -> dict[str, Any]:
-    """A `commits/N` file's metadata; `UnreadableLogError` for one not as Spark writes it.
+    r"""A `commits/N` file's metadata; `UnreadableLogError` for one not as Spark writes it.
 
     Example:
-        >>> read_commit(checkpoint / "commits" / "2")  # doctest: +SKIP
+        >>> _ = (tmp_path / "2").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+        >>> read_commit(tmp_path / "2")
         {'nextBatchWatermarkMs': 0}
     """
     return _header(path, _log_lines(path))

@@ -51,13 +51,6 @@ class DeadLetterRouter:
     `letters_of` turns Kafka records, as Spark's Kafka source reads them, into the dead
     letters to write. `starting_offsets` is where the reading queries start when they have no
     checkpoint yet (`earliest` or `latest`).
-
-    Example:
-        >>> router = DeadLetterRouter(spark, workspace, "demo", "clicks",  # doctest: +SKIP
-        ...                           letters_of, starting_offsets="earliest")
-        >>> counted = decoded.observe(router.observation, bad_count)  # doctest: +SKIP
-        >>> router.wait(query)  # doctest: +SKIP
-        3
     """
 
     def __init__(
@@ -200,10 +193,6 @@ def dead_letter_records(
     `rows` carry the record's `record_key`, `record_bucket` and `record_offset`. The id names
     the record's place in the stream (`dlq:<stream>:<bucket>:<offset>`), so that routing a
     record twice, by a streaming and a batch read or by a re-run, gives the same id.
-
-    Example:
-        >>> letters = dead_letter_records(bad, "clicks", error=F.lit("no key"),  # doctest: +SKIP
-        ...     original=F.col("_text"), original_base64=F.base64("_bytes"))
     """
     return rows.select(
         F.col("record_key").alias("key"),

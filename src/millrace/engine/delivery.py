@@ -65,10 +65,6 @@ def drop_duplicate_records(records: DataFrame, *, key: str = "record_id") -> Dat
     time is behind the watermark when it comes is dropped as late, duplicate or not, and
     counted in the query's late rows (Spark's `dropDuplicatesWithinWatermark`). `key` names a
     column that is never null.
-
-    Example:
-        >>> watermarked = frame.withWatermark("ts", "30 seconds")  # doctest: +SKIP
-        >>> unique = drop_duplicate_records(watermarked)  # doctest: +SKIP
     """
     # The id is copied to a column of its own, the state's key, whatever `key` is called.
     return (
@@ -86,10 +82,6 @@ def run_without_writing(batch: DataFrame) -> None:
     runs, and Spark refuses to go on from a micro-batch that committed none
     (`STATE_STORE_COMMIT_VALIDATION_FAILED`), so an app killed after writing a batch and before
     Spark recorded it done could not start again.
-
-    Example:
-        >>> if not once.write(batch_id, write):  # doctest: +SKIP
-        ...     run_without_writing(batch)
     """
     batch.write.format("noop").mode("overwrite").save()
 
@@ -103,9 +95,11 @@ class AtMostOnce:
     query's checkpoint. A skipped batch must still run (`run_without_writing`).
 
     Example:
-        >>> once = AtMostOnce(checkpoint / "at_most_once")  # doctest: +SKIP
-        >>> once.write(batch_id, lambda: write_batch(batch, workspace, "out"))  # doctest: +SKIP
-        True
+        >>> once, written = AtMostOnce(tmp_path / "at_most_once"), []
+        >>> once.write(7, lambda: written.append(7)), once.write(7, lambda: written.append(7))
+        (True, False)
+        >>> written, once.skipped
+        ([7], [7])
     """
 
     def __init__(self, folder: StoragePath) -> None:

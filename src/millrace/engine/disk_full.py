@@ -28,10 +28,13 @@ def disk_full_error(failure: Exception, workspace: Workspace, app: str) -> DiskF
     """The `DiskFullError` for `app`'s query that `failure` stopped, or None if no disk was full.
 
     Example:
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
         >>> failure = RuntimeError("java.io.IOException: No space left on device")
-        >>> print(disk_full_error(failure, workspace, "clicks"))  # doctest: +SKIP
-        app 'clicks' stopped: the disk holding its checkpoint folder /ws/checkpoints/clicks is
-        full (0 bytes free; Spark: No space left on device)
+        >>> print(disk_full_error(failure, workspace, "clicks"))
+        app 'clicks' stopped: the disk holding its workspace ... is full (... bytes free; Spark:
+        No space left on device)
+        >>> disk_full_error(RuntimeError("java.lang.OutOfMemoryError"), workspace, "clicks") is None
+        True
     """
     if _DISK_FULL not in str(failure):
         return None
@@ -62,9 +65,10 @@ def disk_full_on_write(error: OSError, workspace: Workspace) -> DiskFullError | 
     the least room left is named.
 
     Example:
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
         >>> error = OSError(errno.ENOSPC, "No space left on device")
-        >>> print(disk_full_on_write(error, workspace))  # doctest: +SKIP
-        the disk holding /ws/apps is full (0 bytes free): No space left on device
+        >>> print(disk_full_on_write(error, workspace))
+        the disk holding ... is full (... bytes free): No space left on device
     """
     if error.errno != errno.ENOSPC:
         return None

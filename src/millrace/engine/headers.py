@@ -17,9 +17,6 @@ def header_text(headers: Column, name: str) -> Column:
     """The value of the first header called `name`, as a STRING; NULL when there is none.
 
     `headers` is the record's headers column, as Kafka's reader or an archive gives it.
-
-    Example:
-        >>> raw.select(header_text(F.col("headers"), "id").alias("id"))  # doctest: +SKIP
     """
     position = F.array_position(headers.getField("key"), F.lit(name))
     return F.when(position > 0, F.element_at(headers, position.cast("int")).getField("value")).cast(
@@ -28,9 +25,5 @@ def header_text(headers: Column, name: str) -> Column:
 
 
 def has_header(headers: Column, name: str) -> Column:
-    """Whether a record has a header called `name`: never NULL, false without headers.
-
-    Example:
-        >>> raw.where(has_header(F.col("headers"), "writer"))  # doctest: +SKIP
-    """
+    """Whether a record has a header called `name`: never NULL, false without headers."""
     return F.coalesce(F.array_contains(headers.getField("key"), F.lit(name)), F.lit(False))

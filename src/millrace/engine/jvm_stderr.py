@@ -29,12 +29,7 @@ _DRAIN_WAIT_S = 1.0
 
 @contextlib.contextmanager
 def relayed_stderr() -> Iterator[None]:
-    """Give processes started inside a stderr that is copied to ours, less the worker chatter.
-
-    Example:
-        >>> with relayed_stderr():  # doctest: +SKIP
-        ...     SparkContext._ensure_initialized(conf=conf)
-    """
+    """Give processes started inside a stderr that is copied to ours, less the worker chatter."""
     read_end, write_end = os.pipe()
     ours = os.dup(2)
     os.dup2(write_end, 2)

@@ -111,11 +111,6 @@ def read_buckets(
 
     `max_records_per_batch` is shared evenly among the buckets (rounded up): what each
     micro-batch reads at most from each one.
-
-    Example:
-        >>> raw = read_buckets(spark, workspace, "clicks")  # doctest: +SKIP
-        >>> len(raw)  # doctest: +SKIP
-        4
     """
     buckets = require_stream(workspace.settings, stream)
     frames = []
@@ -144,10 +139,6 @@ def read_control_stream(
     records there are; one restarted from its checkpoint reads on from there. A record the
     retention removed before it was read is skipped: a tick or a wake-up is sent again when
     still due.
-
-    Example:
-        >>> raw = read_control_stream(spark, workspace, tick_stream("demo"),  # doctest: +SKIP
-        ...                           retention_ms=86_400_000)
     """
     create_internal_stream(workspace.settings, topic, retention_ms=retention_ms)
     return (
@@ -173,13 +164,7 @@ class Ticks:
 
 
 def read_ticks(spark: SparkSession, workspace: Workspace, app: str, stream: str) -> Ticks:
-    """The idle ticks of `stream` for this run of app `app`, from now on.
-
-    Example:
-        >>> ticks = read_ticks(spark, workspace, "demo", "clicks")  # doctest: +SKIP
-        >>> ticks.frame.columns  # doctest: +SKIP
-        ['bucket', 'time_ms']
-    """
+    """The idle ticks of `stream` for this run of app `app`, from now on."""
     raw = read_control_stream(spark, workspace, tick_stream(app), retention_ms=_TICK_RETENTION_MS)
     tick = F.from_json(F.col("value").cast("string"), _TICK_SCHEMA)
     run = uuid.uuid4().hex
@@ -202,9 +187,6 @@ def marker_columns(value: Column, headers: Column) -> list[Column]:
     `MARKER_MS` is a watermark marker's promise (`millrace.bus.markers`), NULL for a record;
     `WRITTEN` whether a millrace app wrote the record or marker. `value` and `headers` are
     the Kafka record's columns.
-
-    Example:
-        >>> raw.select("*", *marker_columns(F.col("value"), F.col("headers")))  # doctest: +SKIP
     """
     promised = header_text(headers, WATERMARK_HEADER).try_cast("long")
     empty = value.isNull() | (F.length(value) == 0)
@@ -238,9 +220,6 @@ def bucket_watermarked(
     markers tell the bucket's progress, so their own times, which a micro-batch of the writer
     leaves in any order, move no watermark. Such records still keep their times, and are
     late when they come at or behind the watermark.
-
-    Example:
-        >>> one = bucket_watermarked(raw_bucket_0, time="ts", lateness_ms=30_000)  # doctest: +SKIP
     """
     delay = f"{lateness_ms} milliseconds"
     marked = MARKER_MS in records.columns
@@ -288,11 +267,7 @@ def bucket_watermarked(
 
 
 def union_buckets(frames: list[DataFrame]) -> DataFrame:
-    """The buckets' DataFrames as one, each keeping its watermark operator.
-
-    Example:
-        >>> records = union_buckets(watermarked_buckets)  # doctest: +SKIP
-    """
+    """The buckets' DataFrames as one, each keeping its watermark operator."""
     union = frames[0]
     for frame in frames[1:]:
         union = union.unionByName(frame)
@@ -303,9 +278,6 @@ def future_dated_reason(time: Column, arrival: Column, max_future_ms: int) -> Co
     """Spark's form of `millrace.records.future_dated_reason`: the same words, or NULL.
 
     `time` and `arrival` are TIMESTAMP columns.
-
-    Example:
-        >>> reason = future_dated_reason(F.col("ts"), F.col("timestamp"), 300_000)
     """
     ahead_ms = F.unix_millis(time) - F.unix_millis(arrival)
     return F.when(
@@ -333,13 +305,6 @@ class IdleTicker:
     event time from its value, its arrival time and the time its `time` header carries (epoch
     ms, or None when it has none that counts).
     The ticker runs on a thread of its own until `close`.
-
-    Example:
-        >>> ticker = IdleTicker(spark, workspace, "demo", "clicks",  # doctest: +SKIP
-        ...                     run=ticks.run,
-        ...                     time_of=lambda value, arrival_ms, carried_ms: value.get("ms"),
-        ...                     idle_timeout_ms=10_000)
-        >>> ticker.close()  # doctest: +SKIP
     """
 
     def __init__(

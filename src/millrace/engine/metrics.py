@@ -61,11 +61,6 @@ def publish_metrics(spark: SparkSession, workspace: Workspace, app: str) -> Metr
     """Publish the progress of app `app`'s queries (named `<app>.<query>`) from now on.
 
     One listener per session serves every app that calls this; calling it again is cheap.
-
-    Example:
-        >>> listener = publish_metrics(spark, workspace, "top_events")  # doctest: +SKIP
-        >>> listener.published, listener.failures  # doctest: +SKIP
-        (12, 0)
     """
     with _lock:
         listener = _listeners.get(id(spark))

@@ -54,11 +54,6 @@ class OutputWatermark:
     output is held back to (epoch ms), such as its earliest pending event-time timer, or None.
     Runs on a thread of its own until `close`, which publishes once more, for the last
     micro-batches of queries that have stopped.
-
-    Example:
-        >>> published = OutputWatermark(workspace, "filter",  # doctest: +SKIP
-        ...                             {insert_query: {"clean"}})
-        >>> published.close()  # doctest: +SKIP
     """
 
     def __init__(

@@ -33,13 +33,7 @@ _watched: set[int] = set()
 
 
 def watch(spark: SparkSession) -> None:
-    """Keep the totals of the queries `spark` starts from now on; once per session is enough.
-
-    Example:
-        >>> watch(spark)  # doctest: +SKIP
-        >>> late_rows(frame.writeStream.format("noop").start())  # doctest: +SKIP
-        0
-    """
+    """Keep the totals of the queries `spark` starts from now on; once per session is enough."""
     with _changed:
         if id(spark) not in _watched:
             add_listener(spark, _Totals())
@@ -54,10 +48,6 @@ def late_rows(query: StreamingQuery) -> int:
     Spark counts the rows each operator receives: an aggregation's are partial aggregates per
     group and window of a micro-batch, so late records of one group and window that arrive
     in the same micro-batch count once.
-
-    Example:
-        >>> late_rows(query)  # doctest: +SKIP
-        1
     """
     return _totals(query).late_rows
 

@@ -10,12 +10,6 @@ for a key computed from the row, as a struct of the table's value columns (NULL 
 missing key). Keys travel in Arrow batches (10,000 rows by default): each batch's keys, less
 those in the executor's cache, go to Redis in one MGET, and found rows (and misses) stay in
 the cache for `max_age_s`.
-
-Example:
-    >>> query = (records.writeStream  # doctest: +SKIP
-    ...          .foreachBatch(lambda batch, _: write_table(batch, spec, settings.redis)).start())
-    >>> enriched = events.withColumn("c", lookup_column(F.col("dimension_id"), spec,
-    ...                              settings.redis, max_age_s=10))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -37,11 +31,6 @@ def write_table(rows: DataFrame, spec: TableSpec, url: str) -> int:
     Runs on the executors, a pipeline per Arrow batch of each partition, in the partition's
     order, so the later of two rows of one key in a partition wins. Rows with a null key are
     left out. Returns the rows written. Raises `TableSpecError` when a column is missing.
-
-    Example:
-        >>> rows = spark.createDataFrame([("d1", "cats")], "dimension_id STRING, topic STRING")
-        >>> write_table(rows, spec, settings.redis)  # doctest: +SKIP
-        1
     """
     missing = [name for name in spec.columns if name not in rows.columns]
     if missing:
@@ -70,10 +59,6 @@ def lookup_column(
 
     `key` is one column per key column of the table. The lookups go one MGET per Arrow batch,
     through the executor's cache of rows younger than `max_age_s` seconds.
-
-    Example:
-        >>> events.withColumn("c", lookup_column(F.col("dimension_id"), spec,  # doctest: +SKIP
-        ...                   settings.redis, max_age_s=10)).select("c.topic")
     """
     keys = key if isinstance(key, list) else [key]
     if len(keys) != len(spec.keys):

@@ -56,11 +56,6 @@ def spark_session(settings: Settings, app_name: str = "millrace") -> SparkSessio
 
     Spark reads its classpath only when the JVM starts, so a session that already runs is
     returned as it is, whatever `settings` say.
-
-    Example:
-        >>> spark = spark_session(Settings())  # doctest: +SKIP
-        >>> spark.conf.get("spark.sql.session.timeZone")  # doctest: +SKIP
-        'UTC'
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -136,9 +131,6 @@ def add_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:
     field, state operator and metric: about 120 ms per event of a SQL app's query, measured on
     2026-11-25, against 1 ms from the JSON, for every listener and every event. On 2 cores
     that work competes with the micro-batches.
-
-    Example:
-        >>> add_listener(spark, listener)  # doctest: +SKIP
     """
     gateway = spark.sparkContext._gateway
     assert gateway is not None, "a running SparkSession has its JVM gateway"
@@ -154,11 +146,7 @@ def add_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:
 
 
 def remove_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:
-    """Detach a listener that `add_listener` attached.
-
-    Example:
-        >>> remove_listener(spark, listener)  # doctest: +SKIP
-    """
+    """Detach a listener that `add_listener` attached."""
     spark.streams.removeListener(listener)
     attached = _LISTENERS.get(id(spark), [])
     if listener in attached:
@@ -188,10 +176,6 @@ def state_store(spark: SparkSession, name: str) -> Iterator[None]:
     from the checkpoint's log when it restarts, so a query keeps the store it began with.
     Starts inside are serialised, so that a query started from another thread at the same
     time does not pick up this store.
-
-    Example:
-        >>> with state_store(spark, "memory"):  # doctest: +SKIP
-        ...     query = counts.writeStream.format("noop").start()
     """
     with _STATE_STORE_SWITCH:
         before = spark.conf.get(_PROVIDER_CLASS)
@@ -206,14 +190,18 @@ def state_store(spark: SparkSession, name: str) -> Iterator[None]:
 
 
 def checkpoint_state_store(checkpoint: StoragePath) -> str | None:
-    """The store (a key of `STATE_STORES`) a query's checkpoint keeps state in; None if new.
+    r"""The store (a key of `STATE_STORES`) a query's checkpoint keeps state in; None if new.
 
     Spark records the session's store in each micro-batch's entry of the offset log, and a
     restarted query goes on with the recorded one, whatever the session says now. Raises
     `CheckpointCorruptError` when the latest entry has no readable metadata.
 
     Example:
-        >>> checkpoint_state_store(workspace.checkpoint("top_events", "table.t"))  # doctest: +SKIP
+        >>> (tmp_path / "table.t" / "offsets").mkdir(parents=True)
+        >>> conf = {"spark.sql.streaming.stateStore.providerClass": STATE_STORES["rocksdb"]}
+        >>> entry = "\n".join(["v1", json.dumps({"conf": conf}), "{}"])
+        >>> _ = (tmp_path / "table.t" / "offsets" / "0").write_text(entry)
+        >>> checkpoint_state_store(tmp_path / "table.t")
         'rocksdb'
     """
     entries = [entry for entry in (checkpoint / "offsets").glob("[0-9]*") if entry.name.isdigit()]

@@ -83,14 +83,6 @@ class StreamInput:
     A streaming read routes them with `dead_letters`, after the micro-batches of the queries
     that read `records`; a batch read (`read_batch`) has routed them before it returns, and
     keeps their number in `batch_dead_letters`.
-
-    Example:
-        >>> source = read_stream(spark, workspace, "demo", "clicks",  # doctest: +SKIP
-        ...                      "page STRING, ms INT", time="time", lateness="30s")
-        >>> query = source.records.groupBy("page").count().writeStream  # doctest: +SKIP
-        ...     .outputMode("complete").format("console").start()
-        >>> source.wait_for_dead_letters(query)  # doctest: +SKIP
-        0
     """
 
     stream: str
@@ -277,12 +269,6 @@ def read_batch(
     of the bus, as it is when `read_batch` is called: the archived records are the bus's
     own, decoded by the same code, so the columns, the records kept and the dead letters
     (with their ids) are those of a read from the bus over the same records.
-
-    Example:
-        >>> source = read_batch(spark, workspace, "clicks", "page STRING",  # doctest: +SKIP
-        ...                     time="time", start_ms=1_767_225_600_000,
-        ...                     end_ms=1_767_229_200_000)
-        >>> source.records.groupBy("page").count()  # doctest: +SKIP
     """
     if source not in ("bus", "warehouse"):
         raise ValueError(f"source must be 'bus' or 'warehouse', not {source!r}")
@@ -349,9 +335,6 @@ def write_stream(
     `marked` says that app `app` publishes its output watermark to `stream` as markers
     (`millrace.engine.output_watermark`): each record then carries the app's name in its
     `writer` header, so that readers follow the markers rather than the records' times.
-
-    Example:
-        >>> write_stream(source.records, workspace, "demo", "copy", "clicks_copy")  # doctest: +SKIP
     """
     buckets = None
     if isinstance(stream, str):
@@ -387,9 +370,6 @@ def write_batch(
     `record_id` gives each record's id (default: the `record_id` column, else a random one);
     a deterministic id lets readers drop a batch written twice. `writer` names the app whose
     markers tell the records' progress, as `write_stream`'s `marked` does.
-
-    Example:
-        >>> write_batch(batch, workspace, "alerts", record_id=F.col("alert_id"))  # doctest: +SKIP
     """
     buckets = require_stream(workspace.settings, stream)
     (
@@ -457,10 +437,6 @@ def written_time(records: DataFrame) -> Column | None:
     in Beam and Flink): it falls in the same window downstream, and is not before the
     watermark that closed the window. None when `records` has neither column, and the
     records are then known by their arrival time.
-
-    Example:
-        >>> written_time(spark.sql("SELECT now() AS record_time"))  # doctest: +SKIP
-        Column<'record_time'>
     """
     types = dict(records.dtypes)
     if types.get(RECORD_TIME) == "timestamp":
@@ -471,11 +447,7 @@ def written_time(records: DataFrame) -> Column | None:
 
 
 def carried_time(headers: Column) -> Column:
-    """The event time a Kafka record carries in its `time` header, as a TIMESTAMP; else NULL.
-
-    Example:
-        >>> raw.select(carried_time(F.col("headers")).alias("time"))  # doctest: +SKIP
-    """
+    """The event time a Kafka record carries in its `time` header, as a TIMESTAMP; else NULL."""
     return F.timestamp_millis(carried_millis(headers))
 
 
@@ -483,9 +455,6 @@ def carried_millis(headers: Column) -> Column:
     """The event time a Kafka record carries in its `time` header, as epoch ms; else NULL.
 
     `headers` is the record's headers column, as Kafka's reader gives it.
-
-    Example:
-        >>> raw.select(carried_millis(F.col("headers")).alias("time_ms"))  # doctest: +SKIP
     """
     time_ms = header_text(headers, TIME_HEADER).try_cast("long")
     return F.when(F.abs(time_ms) < LARGEST_EPOCH_MS, time_ms)
@@ -501,10 +470,6 @@ def bucket_by_id(record_id: Column, key: Column | None, buckets: Column) -> Colu
     buckets, so the records of the bucket left behind would come late. Chosen by a hash of
     the record's id, each record's bucket is drawn anew, so the buckets advance together; and
     a copy that a re-run writes lands where its original did.
-
-    Example:
-        >>> bucket = bucket_by_id(F.col("id"), None, F.lit(4))
-        >>> records.withColumn("partition", bucket)  # doctest: +SKIP
     """
     by_id = F.pmod(F.xxhash64(record_id), buckets).cast("int")
     unkeyed = F.lit(True) if key is None else key.isNull()
@@ -685,9 +650,6 @@ def event_time_column(raw: Column, arrival: Column, number: Column | None = None
     too large for a TIMESTAMP (rather than stopping the query with Spark's overflow error).
     `number` is the field read as a DOUBLE where that is known (then `raw` may be NULL):
     `raw` as a number, by default.
-
-    Example:
-        >>> raw.select(event_time_column(F.col("time_text"), F.col("timestamp")))  # doctest: +SKIP
     """
     as_number = raw.try_cast("double") if number is None else number
     milliseconds = F.when(F.abs(as_number) >= EPOCH_MS_THRESHOLD, as_number).otherwise(
@@ -706,9 +668,6 @@ def record_id_column() -> Column:
     """A Kafka record's id: its `id` header's value, NULL when empty or missing.
 
     Reads the record's `headers` column, as Kafka's reader or an archive gives it.
-
-    Example:
-        >>> raw.select(record_id_column().alias("record_id"))  # doctest: +SKIP
     """
     # Another producer's empty header is no id: the record gets its place, as without one.
     return F.nullif(header_text(F.col("headers"), ID_HEADER), F.lit(""))

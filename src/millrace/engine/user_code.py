@@ -16,12 +16,7 @@ from pyspark import cloudpickle
 
 
 def ship_with_tasks(module: ModuleType) -> None:
-    """Send `module`'s code with Spark's tasks, unless the workers can import it themselves.
-
-    Example:
-        >>> import zeitgeist  # doctest: +SKIP
-        >>> ship_with_tasks(zeitgeist)  # doctest: +SKIP
-    """
+    """Send `module`'s code with Spark's tasks, unless the workers can import it themselves."""
     if _is_users_module(module):
         cloudpickle.register_pickle_by_value(module)
 

@@ -62,10 +62,6 @@ def register_views(
 
     With `used_by`, only the views whose names that query text mentions are registered (each
     costs a look at its table), though all are described.
-
-    Example:
-        >>> register_views(spark, workspace)  # doctest: +SKIP
-        {'warehouse__events_stream': 'archive of stream events_stream', ...}
     """
     makers: dict[str, Callable[[], DataFrame]] = {}
     described: dict[str, str] = {}
@@ -119,10 +115,6 @@ def run_query(
     Only queries run (SELECT, WITH, FROM..., VALUES, TABLE, SHOW, DESCRIBE, EXPLAIN): the
     warehouse is written by archive jobs and apps, never by hand. A query that Spark cannot
     parse or analyse raises `SqlError` starting with `<query>:line:column`.
-
-    Example:
-        >>> run_query(spark, workspace, "SELECT COUNT(*) AS n FROM warehouse__clicks").rows
-        [{'n': 4}]  # doctest: +SKIP
     """
     if not _QUERY_START.match(_without_comments(text)):
         raise SqlError(

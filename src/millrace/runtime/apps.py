@@ -13,8 +13,11 @@ gives the `Streaming` handle that `millrace.runtime.runner` watches, stops and s
 range of the bus, and `backfill` over the warehouse's archives, both giving a `BatchResult`.
 
 Example:
-    >>> App.load("examples/zeitgeist.py:Zeitgeist").kind  # doctest: +SKIP
-    'processor'
+    >>> app_file = tmp_path / "top_events.sql"
+    >>> _ = app_file.write_text("CREATE APPLICATION top_events; CREATE INPUT TABLE events "
+    ...                         "(event STRING) FROM STREAM('events_stream') TIME event_time;")
+    >>> App.load(str(app_file)).kind
+    'sql'
 """
 
 from __future__ import annotations
@@ -182,7 +185,10 @@ class App(ABC):
         raises (`SqlError`, `ProcessorError`) for code that cannot be read.
 
         Example:
-            >>> App.load("examples/top_events.sql").name  # doctest: +SKIP
+            >>> app_file = tmp_path / "app.sql"
+            >>> _ = app_file.write_text("CREATE APPLICATION top_events; CREATE INPUT TABLE "
+            ...                         "events (event STRING) FROM STREAM('events') TIME ts;")
+            >>> App.load(str(app_file)).name
             'top_events'
         """
         if source_kind(source) == "processor":

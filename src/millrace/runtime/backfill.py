@@ -35,13 +35,6 @@ def backfill(
     write: result tables of the app and streams it writes (`INSERT INTO STREAM`, a table's
     `emit`, a processor's productions). Other outputs are left alone. Raises
     `WarehouseError` for an output a SQL app does not have, or an input without an archive.
-
-    Example:
-        >>> run = backfill(spark, workspace, "examples/top_events.sql",  # doctest: +SKIP
-        ...                start_ms=1_767_225_600_000, end_ms=1_767_312_000_000,
-        ...                into=["top_events_5min"])
-        >>> run.tables  # doctest: +SKIP
-        {'top_events_5min': 288}
     """
     if start_ms >= end_ms:
         raise WarehouseError(

@@ -96,14 +96,20 @@ def query_checkpoints(workspace: Workspace, app: str) -> dict[str, StoragePath]:
 
 
 def history(workspace: Workspace, app: str, *, strict: bool = True) -> list[Batch]:
-    """Every batch in the write-ahead logs of `app`'s queries, by query then batch id.
+    r"""Every batch in the write-ahead logs of `app`'s queries, by query then batch id.
 
     Raises `CheckpointCorruptError` for a log file that cannot be read; with `strict` off,
     such a batch is listed without offsets, start time or watermark instead.
 
     Example:
-        >>> [b.batch_id for b in history(workspace, "top_events")]  # doctest: +SKIP
-        [0, 1, 2, 0, 1]
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> query = workspace.checkpoints_dir / "top_events" / "table.top_events_5min"
+        >>> (query / "offsets").mkdir(parents=True)
+        >>> header = '{"batchWatermarkMs":0,"batchTimestampMs":1767225600000}'
+        >>> for batch_id in (0, 1):
+        ...     _ = (query / "offsets" / str(batch_id)).write_text(f"v1\n{header}\n{{}}\n")
+        >>> [(batch.query, batch.batch_id) for batch in history(workspace, "top_events")]
+        [('table.top_events_5min', 0), ('table.top_events_5min', 1)]
     """
     batches = []
     for query, checkpoint in query_checkpoints(workspace, app).items():
@@ -146,7 +152,16 @@ def verify(workspace: Workspace, app: str) -> None:
     the newest `commits/N`. Raises `CheckpointCorruptError` for one that cannot be read.
 
     Example:
-        >>> verify(workspace, "top_events")  # doctest: +SKIP
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> offsets = workspace.checkpoints_dir / "top_events" / "table.top_events_5min" / "offsets"
+        >>> offsets.mkdir(parents=True)
+        >>> _ = (offsets / "0").write_text("")
+        >>> try:
+        ...     verify(workspace, "top_events")
+        ... except CheckpointCorruptError as error:
+        ...     print(error.message.replace(str(tmp_path), "<tmp>"))
+        checkpoint file <tmp>/checkpoints/top_events/table.top_events_5min/offsets/0 (batch 0 of
+        query table.top_events_5min of app 'top_events') cannot be read: it is empty
     """
     for query, checkpoint in query_checkpoints(workspace, app).items():
         try:
@@ -186,10 +201,6 @@ def rollback(
     with their relative paths, so the rollback can be undone by moving them back. A batch of
     -1 moves the query back to before its first batch: its whole checkpoint is moved aside.
     The app must not be running. Raises `LifecycleError` for a batch the log does not have.
-
-    Example:
-        >>> rollback(workspace, "top_events", {"table.top_events_5min": 3},  # doctest: +SKIP
-        ...          workspace.root / "apps/top_events/backups/x")
     """
     checkpoints = query_checkpoints(workspace, app)
     removed: dict[str, list[int]] = {}
@@ -326,8 +337,18 @@ def require_checkpoints(
     committed a batch (a new app, a new query) starts without a word.
 
     Example:
-        >>> require_checkpoints(workspace, "top_events", ["table.top_events_5min"])
-        ... # doctest: +SKIP
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> log = workspace.tables_dir / "top_events" / "top_events_5min" / "_delta_log"
+        >>> log.mkdir(parents=True)
+        >>> try:
+        ...     require_checkpoints(workspace, "top_events", ["table.top_events_5min"],
+        ...                         ["top_events_5min"])
+        ... except CheckpointMissingError as error:
+        ...     print(error.message.replace(str(tmp_path), "<tmp>"))
+        app 'top_events' has run before (their result tables exist, under <tmp>/tables/top_events),
+        but the checkpoint of query table.top_events_5min is missing (no write-ahead log under
+        <tmp>/checkpoints/top_events/<query>/offsets): started without it, a query reads its
+        inputs from the start again and writes all its output again
     """
     root = workspace.checkpoints_dir / app
     present = set(query_checkpoints(workspace, app))

@@ -103,12 +103,7 @@ def run_demo(
     say: Callable[[str], None],
     trigger: str = "interval:2s",
 ) -> DemoRun:
-    """Run the pipeline live until interrupted or `seconds` have passed; then stop the apps.
-
-    Example:
-        >>> run_demo(workspace, rate=200, seconds=180, say=print).first_results_s  # doctest: +SKIP
-        71.4
-    """
+    """Run the pipeline live until interrupted or `seconds` have passed; then stop the apps."""
     run = DemoRun()
     folder = trending_dir()
     generator = _load(folder / "generator.py")

@@ -123,8 +123,10 @@ def acquire(
     Raises `AppRunningError`, naming the holder, when another process holds it.
 
     Example:
-        >>> with acquire(workspace, "top_events", "run") as lock:  # doctest: +SKIP
-        ...     run_the_app()
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> with acquire(workspace, "top_events", "run"):
+        ...     holder(workspace, "top_events").pid == os.getpid()
+        True
     """
     path = app_dir(workspace, app) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,8 +164,12 @@ def holder(workspace: Workspace, app: str) -> Holder | None:
     """Who holds `app`'s driver lock now, or None when no process does.
 
     Example:
-        >>> holder(workspace, "top_events").pid  # doctest: +SKIP
-        41873
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> with acquire(workspace, "top_events", "deploy"):
+        ...     holder(workspace, "top_events").started_by
+        'deploy'
+        >>> holder(workspace, "top_events") is None
+        True
     """
     path = app_dir(workspace, app) / LOCK_FILE
     if not path.is_file():

@@ -27,12 +27,6 @@ fires once per window gives the same id; one firing that closes several seconds 
 after a jump of the watermark, numbers its productions within that firing). Unlike a
 streaming run, records that came later than their input's lateness are processed, as in the
 batch runs of SQL apps.
-
-Example:
-    >>> run = run_processor_batch(spark, workspace, WindowCounter,  # doctest: +SKIP
-    ...                           start_ms=1_767_225_600_000, end_ms=1_767_229_200_000)
-    >>> run.productions  # doctest: +SKIP
-    3600
 """
 
 from __future__ import annotations
@@ -116,11 +110,6 @@ def run_processor_batch(
     not a JSON object, or has no readable time, go to their stream's dead letters whatever
     their time, with the ids a streaming run gives them, so a reader drops the letters both
     wrote.
-
-    Example:
-        >>> run_processor_batch(spark, workspace, WindowCounter, start_ms=0,  # doctest: +SKIP
-        ...                     end_ms=1_767_229_200_000).productions
-        3600
     """
     processor_class.validate()
     if start_ms >= end_ms:

@@ -23,11 +23,6 @@ timer that was not yet due in that micro-batch (a batch timestamp taken before t
 was published) gets another. The driver's table of reported times is not kept: a clock
 starts by waking every bucket once, so the timers of a restarted app (kept in the
 checkpoint with their keys' state) are reported again by its first micro-batches.
-
-Example:
-    >>> clock = ProcessorClock(workspace, "sessions", buckets=64)  # doctest: +SKIP
-    >>> clock.report({3: 1_767_225_630_000, 7: None})  # doctest: +SKIP
-    >>> clock.close()  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -61,11 +56,7 @@ def clock_stream(app: str) -> str:
 
 
 def read_wakeups(spark: SparkSession, workspace: Workspace, app: str) -> DataFrame:
-    """The wake-ups of app `app`'s buckets, as a streaming DataFrame of `bucket`, from now on.
-
-    Example:
-        >>> wakeups = read_wakeups(spark, workspace, "sessions")  # doctest: +SKIP
-    """
+    """The wake-ups of app `app`'s buckets, as a streaming DataFrame of `bucket`, from now on."""
     raw = read_control_stream(
         spark, workspace, clock_stream(app), retention_ms=_WAKEUP_RETENTION_MS
     )
@@ -77,10 +68,6 @@ class ProcessorClock:
     """Wakes the buckets of app `app` when the wall clock reaches their reported timers.
 
     Runs on a thread of its own until `close`; it first wakes each of the `buckets` once.
-
-    Example:
-        >>> clock = ProcessorClock(workspace, "sessions", buckets=64)  # doctest: +SKIP
-        >>> clock.close()  # doctest: +SKIP
     """
 
     def __init__(self, workspace: Workspace, app: str, *, buckets: int) -> None:

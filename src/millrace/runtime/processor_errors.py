@@ -28,13 +28,7 @@ _WORKER_ERROR_MARK = "millrace-processor-error:"
 
 
 def require_processor_stream(workspace: Workspace, stream: str, role: str) -> int:
-    """The bucket count of `stream`; `ProcessorError` naming its `role` when it does not exist.
-
-    Example:
-        >>> require_processor_stream(workspace, "clicks",  # doctest: +SKIP
-        ...                          "input of processor 'counter'")
-        4
-    """
+    """The bucket count of `stream`; `ProcessorError` naming its `role` when it does not exist."""
     try:
         return require_stream(workspace.settings, stream)
     except StreamNotFoundError as error:

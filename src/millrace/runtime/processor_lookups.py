@@ -3,11 +3,6 @@
 `ServingLookups` is the `millrace.processor.lookups.LookupSource` the processor runtimes hand
 the execution core; `require_tables` checks at start that the tables a processor declares
 exist. The core itself reads no Redis: it gets its source passed in.
-
-Example:
-    >>> source = ServingLookups(settings.redis, 10.0)  # doctest: +SKIP
-    >>> run_batch(processor, stored, records, watermark_ms=None,  # doctest: +SKIP
-    ...           processing_time_ms=0, lookups=source)
 """
 
 from __future__ import annotations
@@ -25,10 +20,6 @@ class ServingLookups:
 
     It travels to Spark's executors by pickle, without its table descriptions, which each
     executor reads again on first use.
-
-    Example:
-        >>> ServingLookups(settings.redis, 10.0).get("classifications", "d1")  # doctest: +SKIP
-        {'dimension_id': 'd1', 'topic': 'cats'}
     """
 
     def __init__(self, url: str, max_age_s: float) -> None:
@@ -55,11 +46,7 @@ class ServingLookups:
 
 
 def require_tables(url: str, tables: Iterable[str]) -> None:
-    """`ProcessorError` unless every table exists in the Redis at `url` (checked at start).
-
-    Example:
-        >>> require_tables(settings.redis, ["classifications"])  # doctest: +SKIP
-    """
+    """`ProcessorError` unless every table exists in the Redis at `url` (checked at start)."""
     for table in tables:
         _described(url, table)
 

@@ -6,11 +6,6 @@ micro-batch of a streaming run (`millrace.runtime.processors`) or of a whole bat
 write, each with its deterministic id in its `id` header (and a production its event time in
 its `time` header), upserts the productions to serving tables (`table:<name>`) into Redis,
 hands the buckets' timer reports to the driver, and counts the rows of each kind.
-
-Example:
-    >>> counts = write_output_rows(workspace, "counter", {}, outputs)  # doctest: +SKIP
-    >>> counts["production"]  # doctest: +SKIP
-    3600
 """
 
 from __future__ import annotations
@@ -58,10 +53,6 @@ def write_output_rows(
     `on_timers`, once the batch is written, their earliest event-time timers and the streams
     the batch produced to; with it, productions carry the processor's name in their `writer`
     header, since its markers then tell their progress (`millrace.engine.output_watermark`).
-
-    Example:
-        >>> write_output_rows(workspace, "counter", {}, outputs)  # doctest: +SKIP
-        {'production': 3600, 'dead_letter': 0, 'late': 0, 'duplicate': 0, 'clock': 0, 'timers': 0}
     """
     batch.persist()
     try:

@@ -122,9 +122,11 @@ def input_max_future_ms(workspace: Workspace, source: Input) -> int:
     The input's own `max_future`, else the workspace's setting.
 
     Example:
-        >>> input_max_future_ms(workspace, Input("clicks", key="user", time="ts",  # doctest: +SKIP
-        ...                                      max_future="1m"))
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> input_max_future_ms(workspace, Input("clicks", key="user", time="ts", max_future="1m"))
         60000
+        >>> input_max_future_ms(workspace, Input("clicks", key="user", time="ts"))
+        300000
     """
     if source.max_future is None:
         return workspace.settings.max_future_ms
@@ -161,10 +163,6 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
     record dated before 1970 keeps no time either, and the execution core, reading it again,
     makes it a dead letter. The rows have the `marker_columns` too: the watermark markers
     among them are for `bucket_watermarked`, and no reader's records.
-
-    Example:
-        >>> rows = placed_rows(spark.read.format("kafka").options(**kafka).load(),  # doctest: +SKIP
-        ...                    Input("clicks", key="user", time="ts"), 64, 300_000)
     """
     placement = _placement(source, buckets)(F.col("value"), carried_millis(F.col("headers")))
     # Spark's watermark starts at 1970 and never goes back: an earlier time would be late.
@@ -316,7 +314,12 @@ def output_rows_of(name: str, outcome: BatchOutcome) -> list[OutputRow]:
     """The operator's output rows for one run of the execution core by processor `name`.
 
     Example:
-        >>> [row.kind for row in output_rows_of("counter", outcome)]  # doctest: +SKIP
+        >>> from millrace.processor import Production
+        >>> late = Record("clicks", 0, 41, "u7", "3f2a", 1_767_225_600_000, {"user": "u7"})
+        >>> count = Production("counts", {"n": 3}, "u7", 1_767_225_600_000, "a1")
+        >>> outcome = BatchOutcome(states={}, productions=[count], dead_letters=[], late=[late],
+        ...                        duplicates=[], max_event_time_ms={})
+        >>> [row.kind for row in output_rows_of("counter", outcome)]
         ['production', 'late']
     """
     outputs = [

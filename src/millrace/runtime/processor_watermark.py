@@ -22,10 +22,12 @@ class PendingTimers:
     """A processor's earliest pending event-time timer per bucket, and its output streams.
 
     Example:
-        >>> timers = PendingTimers(checkpoint / "pending_timers.json")  # doctest: +SKIP
-        >>> timers.report({3: 1_767_225_610_000}, {"counts"})  # doctest: +SKIP
-        >>> timers.earliest_ms()  # doctest: +SKIP
+        >>> timers = PendingTimers(tmp_path / "pending_timers.json")
+        >>> timers.report({3: 1_767_225_610_000, 5: 1_767_225_620_000}, {"counts"})
+        >>> timers.earliest_ms()
         1767225610000
+        >>> PendingTimers(tmp_path / "pending_timers.json").streams
+        {'counts'}
     """
 
     def __init__(self, path: StoragePath) -> None:

@@ -198,11 +198,6 @@ def start_processor_app(
     streams must exist; an output stream that does not exist stops the app at the first
     micro-batch that produces to it, before anything of that micro-batch is written.
     `trigger` sets when micro-batches run.
-
-    Example:
-        >>> running = start_processor_app(spark, workspace, WindowCounter)  # doctest: +SKIP
-        >>> running.process_all_available()  # doctest: +SKIP
-        >>> running.stop()  # doctest: +SKIP
     """
     processor_class.validate()
     if buckets < 1:

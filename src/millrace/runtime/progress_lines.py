@@ -61,14 +61,7 @@ class QueryTotals:
 
 
 class ProgressLines:
-    """Turns the micro-batches of an app's queries into lines, each batch once, in order.
-
-    Example:
-        >>> lines = ProgressLines("top_events")
-        >>> for line in lines.new_batches(query):  # doctest: +SKIP
-        ...     print(line)
-        top_events.insert.kept: batch 3, 500 records read (812/s): 480 written, ...
-    """
+    """Turns the micro-batches of an app's queries into lines, each batch once, in order."""
 
     def __init__(self, app: str) -> None:
         self.app = app
@@ -95,11 +88,6 @@ class ProgressLines:
         """Say the line of each micro-batch the queries finished since the last look.
 
         Returns whether any had.
-
-        Example:
-            >>> ProgressLines("top_events").say_new(running.queries, print)  # doctest: +SKIP
-            top_events.insert.kept: batch 3, 500 records read (812/s): 480 written, ...
-            True
         """
         said = False
         for query in queries:

@@ -79,8 +79,12 @@ def load(workspace: Workspace, name: str) -> AppRecord:
     """The record of app `name`, its status brought up to date; `AppNotFoundError` if none.
 
     Example:
-        >>> load(workspace, "top_events").status  # doctest: +SKIP
-        'running'
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> try:
+        ...     load(workspace, "top_events")
+        ... except AppNotFoundError as error:
+        ...     print(error.hint)
+        deployed apps: none yet; start one with `millrace deploy APP`
     """
     path = app_dir(workspace, name) / "app.json"
     if not path.is_file():
@@ -113,8 +117,10 @@ def source_hash(source: str) -> str:
     """SHA-256 of the file a source names: the SQL file, the `.py` file, or the module's file.
 
     Example:
-        >>> source_hash("examples/top_events.sql")[:12]  # doctest: +SKIP
-        '3f1c9a0b2d4e'
+        >>> app_file = tmp_path / "app.sql"
+        >>> _ = app_file.write_text("CREATE APPLICATION a;")
+        >>> source_hash(str(app_file)) == hashlib.sha256(b"CREATE APPLICATION a;").hexdigest()
+        True
     """
     path = source_file(source)
     return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else ""

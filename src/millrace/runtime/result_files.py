@@ -40,8 +40,17 @@ def read_result_rows(
     unknown column.
 
     Example:
-        >>> read_result_rows(workspace, "trending_ranker", "top_events",  # doctest: +SKIP
-        ...                  where={"topic": "sports"}, last=3)
+        >>> from deltalake import write_deltalake
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> starts = [datetime(2026, 1, 1, 0, minute, tzinfo=UTC) for minute in (0, 0, 10)]
+        >>> ends = [datetime(2026, 1, 1, 0, minute + 10, tzinfo=UTC) for minute in (0, 0, 10)]
+        >>> rows = pa.table({"window_start": starts, "window_end": ends,
+        ...                  "topic": ["sports", "music", "sports"], "n": [3, 4, 5]})
+        >>> write_deltalake(str(workspace.tables_dir / "trending_ranker" / "top_events"), rows)
+        >>> found = read_result_rows(workspace, "trending_ranker", "top_events",
+        ...                          where={"topic": "sports"}, last=1)
+        >>> [(row["window_start"].minute, row["n"]) for row in found]
+        [(10, 5)]
     """
     path = workspace.tables_dir / app / table
     snapshot = open_delta_table(path)

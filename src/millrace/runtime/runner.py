@@ -53,11 +53,6 @@ def stream(
     Raises `AppRunningError` when another driver runs the app, and what `check_start` raises;
     with `force` the state's fingerprint is not compared, with `fresh` the app starts over
     (`lifecycle.start_over`). `say` gets the lines to print.
-
-    Example:
-        >>> stream(workspace, App.load("examples/top_events.sql"), say=print)  # doctest: +SKIP
-        app 'top_events' running: 2 queries (Ctrl-C stops)
-        top_events.table.top_events_5min: batch 0, 4 records read (3/s): ...
     """
     lock = drivers.hold(workspace, app.name, source=app.source)
     try:
@@ -75,13 +70,7 @@ def stream(
 
 
 def run_batch(workspace: Workspace, app: App, *, start_ms: int, end_ms: int) -> BatchResult:
-    """Run `app` once over its inputs' records on the bus from `start_ms` up to `end_ms`.
-
-    Example:
-        >>> run_batch(workspace, app, start_ms=1_767_225_600_000,  # doctest: +SKIP
-        ...           end_ms=1_767_229_200_000).tables
-        {'top_events_5min': 24}
-    """
+    """Run `app` once over its inputs' records on the bus from `start_ms` up to `end_ms`."""
     try:
         spark = spark_session(workspace.settings, app.name)
         return app.run_batch(spark, workspace, start_ms=start_ms, end_ms=end_ms)
@@ -93,7 +82,8 @@ def on_master(workspace: Workspace, master: str | None) -> Workspace:
     """`workspace` with its Spark master replaced by `master`, when one is given (`--master`).
 
     Example:
-        >>> on_master(workspace, "spark://127.0.0.1:7077").settings.spark_master  # doctest: +SKIP
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> on_master(workspace, "spark://127.0.0.1:7077").settings.spark_master
         'spark://127.0.0.1:7077'
     """
     if master is None:
@@ -111,8 +101,11 @@ def stop_requests() -> Iterator[threading.Event]:
     too). The handler that was there before is put back at the end.
 
     Example:
-        >>> with stop_requests() as stopping:  # doctest: +SKIP
+        >>> import os
+        >>> with stop_requests() as stopping:
+        ...     os.kill(os.getpid(), signal.SIGTERM)
         ...     stopping.wait(5)
+        True
     """
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
@@ -129,9 +122,6 @@ def stop_gracefully(queries: list[StreamingQuery], timeout_s: float = GRACE_S) -
     nothing is lost, but its work is); this waits for the moment a query is between two
     micro-batches. A micro-batch that starts in the instant between the look and the stop
     is cancelled as by `stop`.
-
-    Example:
-        >>> stop_gracefully(running.queries)  # doctest: +SKIP
     """
     deadline = time.monotonic() + timeout_s
     for query in queries:

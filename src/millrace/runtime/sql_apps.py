@@ -122,10 +122,6 @@ class RunningApp:
         closes the window, and the window's records that come in later micro-batches are
         dropped. The counts are those so far, or all of them once the app has stopped; see
         `millrace.engine.progress.late_rows` for how Spark counts an aggregation's rows.
-
-        Example:
-            >>> running.late_rows()  # doctest: +SKIP
-            {'top_events_5min': 2}
         """
         return {name: late_rows(query) for name, query in self.tables.items()}
 
@@ -143,10 +139,6 @@ def start_sql_app(
 
     `max_records_per_batch` caps the records each micro-batch reads from an input; `trigger`
     sets when micro-batches run (`available_now` is short for `Trigger("available-now")`).
-
-    Example:
-        >>> running = start_sql_app(spark, workspace, load_app(Path("app.sql")))  # doctest: +SKIP
-        >>> running.await_termination()  # doctest: +SKIP
     """
     _require_output_streams(workspace, app)
     if trigger is not None:
@@ -182,7 +174,17 @@ def publishes_markers(app: SqlApp) -> bool:
     promise (`millrace.engine.output_watermark`).
 
     Example:
-        >>> publishes_markers(load_app(Path("examples/top_events.sql")))  # doctest: +SKIP
+        >>> from millrace.sql.parser import parse_app
+        >>> app = parse_app(
+        ...     "CREATE APPLICATION top_events; "
+        ...     "CREATE INPUT TABLE events (event STRING, category STRING) "
+        ...     "FROM STREAM('events_stream') TIME event_time LATENESS '30 seconds'; "
+        ...     "CREATE TABLE top_events_5min AS "
+        ...     "SELECT category, COUNT(*) AS n FROM events [5 minutes] GROUP BY category; "
+        ...     "INSERT INTO STREAM('superbowl_posts') "
+        ...     "SELECT * FROM events WHERE category = 'sports';"
+        ... )
+        >>> publishes_markers(app)
         True
     """
     return bool(app.inputs) and all(source.lateness is not None for source in app.inputs)
@@ -202,10 +204,6 @@ def state_store_notices(workspace: Workspace, app: SqlApp) -> list[str]:
 
     Spark goes on with the store a checkpoint began on (`engine.session.state_store`), so
     such a query runs, on its old store; these lines say so, and how to move it.
-
-    Example:
-        >>> state_store_notices(workspace, app)  # doctest: +SKIP
-        ["query table.t keeps its state in 'rocksdb', the store its checkpoint began on; ..."]
     """
     notices = []
     root = workspace.checkpoints_dir / app.name
@@ -309,12 +307,6 @@ def run_sql_app_batch(
     of the range, keeping the input records' ids. Unlike a streaming run, records that came
     later than the input's lateness are counted. Times are epoch milliseconds.
     `source="warehouse"` reads the inputs from their archives (a backfill) instead of the bus.
-
-    Example:
-        >>> run = run_sql_app_batch(spark, workspace, load_app(Path("app.sql")),  # doctest: +SKIP
-        ...                         start_ms=1_767_225_600_000, end_ms=1_767_229_200_000)
-        >>> run.tables  # doctest: +SKIP
-        {'top_events_5min': 24}
     """
     _require_output_streams(workspace, app)
     compiled = compile_app(
@@ -353,9 +345,19 @@ def select_outputs(app: SqlApp, into: Sequence[str]) -> SqlApp:
     output the app does not have, listing those it has (a backfill's `--into`).
 
     Example:
-        >>> select_outputs(load_app(Path("examples/top_events.sql")),  # doctest: +SKIP
-        ...                ["superbowl_posts"]).tables
-        ()
+        >>> from millrace.sql.parser import parse_app
+        >>> app = parse_app(
+        ...     "CREATE APPLICATION top_events; "
+        ...     "CREATE INPUT TABLE events (event STRING, category STRING) "
+        ...     "FROM STREAM('events_stream') TIME event_time LATENESS '30 seconds'; "
+        ...     "CREATE TABLE top_events_5min AS "
+        ...     "SELECT category, COUNT(*) AS n FROM events [5 minutes] GROUP BY category; "
+        ...     "INSERT INTO STREAM('superbowl_posts') "
+        ...     "SELECT * FROM events WHERE category = 'sports';"
+        ... )
+        >>> kept = select_outputs(app, ["superbowl_posts"])
+        >>> kept.tables, [insert.stream for insert in kept.inserts]
+        ((), ['superbowl_posts'])
     """
     if not into:
         raise WarehouseError(
@@ -426,10 +428,6 @@ def query_result_table(
 
     Filter values are compared as values (never pasted into SQL). Raises `SqlError` for an
     unknown table or column.
-
-    Example:
-        >>> query_result_table(spark, workspace, "top_events", "top_events_5min",  # doctest: +SKIP
-        ...                    where={"category": "movies"}, last=3)
     """
     path = result_table_path(workspace, app, table)
     if not DeltaTable.isDeltaTable(spark, str(path)):
@@ -462,10 +460,6 @@ def with_insert_ids(records: DataFrame, app: str, stream: str) -> DataFrame:
     the same range, gives each record the id it had; an insert makes at most one record of
     each input record. A query that reads a join or a subquery cannot carry its input's id,
     and its records get random ids: readers cannot tell their copies apart.
-
-    Example:
-        >>> with_insert_ids(records, "filter", "kept").columns[-1]  # doctest: +SKIP
-        'record_id'
     """
     if "record_id" not in records.columns:
         return records
@@ -481,10 +475,6 @@ def insert_key(records: DataFrame) -> str | None:
     selecting a column named `record_key`, such as `concat(event, '|', topic) AS record_key`;
     `SELECT *` over an input keeps the input record's key. Like the other record columns, it
     is not part of the record's value. Without one, records have no key.
-
-    Example:
-        >>> insert_key(spark.sql("SELECT 'd1' AS record_key"))  # doctest: +SKIP
-        'record_key'
     """
     return "record_key" if "record_key" in records.columns else None
 

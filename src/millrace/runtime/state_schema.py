@@ -41,8 +41,20 @@ def sql_fingerprint(app: SqlApp) -> Fingerprint:
     """What each result table's query keeps as state: keys, windows, aggregates, mode.
 
     Example:
-        >>> sql_fingerprint(load_app(Path("examples/top_events.sql")))  # doctest: +SKIP
-        {'table.top_events_5min': {'keys': ['window_start', 'window_end', 'category'], ...}}
+        >>> from millrace.sql.parser import parse_app
+        >>> app = parse_app(
+        ...     "CREATE APPLICATION top_events; "
+        ...     "CREATE INPUT TABLE events (event STRING, category STRING) "
+        ...     "FROM STREAM('events_stream') TIME event_time LATENESS '30 seconds'; "
+        ...     "CREATE TABLE top_events_5min AS "
+        ...     "SELECT category, COUNT(*) AS n FROM events [5 minutes] GROUP BY category; "
+        ...     "INSERT INTO STREAM('superbowl_posts') "
+        ...     "SELECT * FROM events WHERE category = 'sports';"
+        ... )
+        >>> sql_fingerprint(app)
+        {'table.top_events_5min': {'keys': ['window_start', 'window_end', 'category'],
+                                   'windows': {'events': 'Window(size_ms=300000, slide_ms=None)'},
+                                   'aggregates': ['COUNT(*)'], 'mode': 'final'}}
     """
     found: Fingerprint = {}
     for table in app.tables:
@@ -68,8 +80,16 @@ def processor_fingerprint(
     """What a processor keeps as state: its declared states and types, keys and buckets.
 
     Example:
-        >>> processor_fingerprint(RunningCount)  # doctest: +SKIP
-        {'processor': {'states': {'seen': 'ValueState[int]'}, 'buckets': 64, ...}}
+        >>> from millrace.processor import Input, ValueState
+        >>> class RunningCount(Processor):
+        ...     name = "running_count"
+        ...     inputs = [Input("clicks", key="user")]
+        ...     seen = ValueState(int)
+        ...     def on_record(self, key, record, ctx):
+        ...         self.seen.set(self.seen.get(0) + 1)
+        >>> processor_fingerprint(RunningCount)
+        {'processor': {'kind': 'stateful', 'states': {'seen': 'ValueState[int]'},
+                       'keys': {'clicks': 'user'}, 'buckets': 64}}
     """
     states = {
         name: f"{type(declaration).__name__}[{_type_name(declaration.value_type)}]"
@@ -96,7 +116,16 @@ def check_state(workspace: Workspace, app: str, fingerprint: Fingerprint) -> Non
     no recorded fingerprint yet (it is recorded by `record_state`).
 
     Example:
-        >>> check_state(workspace, "top_events", sql_fingerprint(app))  # doctest: +SKIP
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> (workspace.checkpoints_dir / "counter" / "processor" / "commits").mkdir(parents=True)
+        >>> record_state(workspace, "counter", {"processor": {"buckets": 64}})
+        >>> try:
+        ...     check_state(workspace, "counter", {"processor": {"buckets": 32}})
+        ... except StateSchemaError as error:
+        ...     print(error.message.replace(str(tmp_path), "<tmp>"))
+        app 'counter': the new code keeps state that its checkpoint (<tmp>/checkpoints/counter)
+        does not hold, so Spark cannot carry the state over:
+          query processor: buckets was 64, the new code has 32
     """
     recorded = recorded_state(workspace, app)
     root = workspace.checkpoints_dir / app

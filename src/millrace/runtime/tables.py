@@ -11,14 +11,6 @@ after a failure leaves the table right. The feed's checkpoint is
 
 The order of a key's updates is the stream's: keep one key's updates in one bucket (publish
 them with the key as routing key), and the last update published is the value the table holds.
-
-Example:
-    >>> spec = create_stream_table(  # doctest: +SKIP
-    ...     workspace, "classifications", "dimension_updates", keys=[("dimension_id", "STRING")],
-    ...     values=[("topic", "STRING")], ttl_ms=7 * 86_400_000)
-    >>> feed = start_table_feed(  # doctest: +SKIP
-    ...     spark, workspace, "classifications", available_now=True)
-    >>> feed.await_termination()  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -132,10 +124,6 @@ def start_table_feed(
     such as a deployed app) goes on where it stopped. With `available_now` it stops once it
     has written what the stream holds. Raises `TableNotFoundError` for an unknown table and
     `TableSpecError` for a table that no stream feeds.
-
-    Example:
-        >>> feed = start_table_feed(spark, workspace, "classifications")  # doctest: +SKIP
-        >>> feed.process_all_available(); feed.stop()  # doctest: +SKIP
     """
     settings = workspace.settings
     spec = describe_table(settings, name)
