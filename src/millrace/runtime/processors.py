@@ -44,6 +44,7 @@ state is exactly-once: it is Spark's, in the checkpoint under
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -238,7 +239,15 @@ def start_processor_app(
     )
     outputs = observe_outputs(spark, workspace, processor_class.name, outputs, F.col("kind"))
     running: RunningProcessor
-    write = _semantics_writer(processor_class, workspace, lambda: running)
+    # Spark may hand the writer its first micro-batch before `start` has returned and
+    # `running` is set: the writer waits for it.
+    ready = threading.Event()
+
+    def started() -> RunningProcessor:
+        ready.wait()
+        return running
+
+    write = _semantics_writer(processor_class, workspace, started)
     writer = (
         outputs.writeStream.queryName(f"{processor_class.name}.processor")
         .foreachBatch(write)
@@ -253,21 +262,24 @@ def start_processor_app(
     timers = PendingTimers(
         workspace.checkpoint(processor_class.name, "processor") / _PENDING_TIMERS
     )
-    with state_store(spark, "rocksdb"):
-        running = RunningProcessor(
-            processor_class,
-            writer.start(),
+    try:
+        with state_store(spark, "rocksdb"):
+            running = RunningProcessor(
+                processor_class,
+                writer.start(),
+                workspace,
+                _tickers=tickers,
+                _clock=clock,
+                _timers=timers,
+            )
+        running._markers = OutputWatermark(
             workspace,
-            _tickers=tickers,
-            _clock=clock,
-            _timers=timers,
+            processor_class.name,
+            {running.query: timers.streams},
+            held_back=timers.earliest_ms,
         )
-    running._markers = OutputWatermark(
-        workspace,
-        processor_class.name,
-        {running.query: timers.streams},
-        held_back=timers.earliest_ms,
-    )
+    finally:
+        ready.set()  # also when starting failed: the writer then fails, rather than hangs
     return running
 
 
