@@ -179,14 +179,15 @@ def run_batch(
         ...     name = "window_closer"
         ...     inputs = [Input("queries", key="query", time="ts")]
         ...     def on_record(self, key, record, ctx):
-        ...         ctx.set_timer("close-1000", event_time_ms=2000)
+        ...         ctx.set_timer("close", event_time_ms=ctx.event_time_ms // 1000 * 1000 + 1000)
         ...     def on_timer(self, key, timer, ctx):
         ...         ctx.produce("closed", {"query": key})
-        >>> record = Record("queries", 0, 0, None, "r0", None, {"query": "cats", "ts": 1500})
+        >>> value = {"query": "cats", "ts": 1_767_225_600_500}
+        >>> record = Record("queries", 0, 0, None, "r0", None, value)
         >>> outcome = run_batch(WindowCloser(), {}, [record],
         ...                     watermark_ms=None, processing_time_ms=0)
         >>> outcome.states["cats"]["timers"]
-        {'close-1000': ['event_time', 2000]}
+        {'close': ['event_time', 1767225601000]}
     """
     processor_class = type(processor)
     by_key: dict[Any, list[Record]] = {}
