@@ -44,7 +44,6 @@ from millrace.errors import MillraceError
 from millrace.records import format_time_ms
 
 _log = logging.getLogger(__name__)
-"""Prefix of the observed metrics (with a `bad` field) of the dead-letter routers."""
 _OUTPUT_METRICS = "millrace.outputs."
 """Prefix of the observed metric (dead_letters, late) that `observe_outputs` adds."""
 
