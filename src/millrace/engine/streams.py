@@ -544,11 +544,7 @@ def _decode(
         F.col("key").cast("string").alias("record_key"),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
-        F.coalesce(
-            record_id_column(),
-            # The stream's name, not Kafka's `topic` column: an archive has none.
-            F.concat_ws(":", F.lit(stream), F.col("partition"), F.col("offset")),
-        ).alias("record_id"),
+        header_text(F.col("headers"), ID_HEADER).alias("_id_header"),
         # Spark would push a filter on `_bad` below this projection, pasting the parse into
         # each of the many references to the parsed value and parsing every record a dozen
         # times; it pushes no filter through a nondeterministic column, so each parse is made
@@ -560,6 +556,16 @@ def _decode(
         F.col("timestamp").alias("_kafka_time"),
         F.col("headers").alias("_headers"),
         *marker_columns(F.col("value"), F.col("headers")),
+    )
+    # Tested for emptiness apart from the select that reads it: in one expression, Spark would
+    # read the header twice, once for the test and once for the value.
+    with_parts = with_parts.withColumn(
+        "record_id",
+        F.coalesce(
+            _nonempty(F.col("_id_header")),
+            # The stream's name, not Kafka's `topic` column: an archive has none.
+            F.concat_ws(":", F.lit(stream), F.col("record_bucket"), F.col("record_offset")),
+        ),
     )
     fast_whole = F.col(_FAST).isNotNull() & F.col(f"{_FAST}.{_CORRUPT}").isNull()
     with_parts = with_parts.withColumn(
@@ -627,7 +633,9 @@ def _progress_ms() -> Column:
 
 def _valid_utf8() -> Column:
     """Whether a record's value is UTF-8, as JSON is: Spark would read other bytes as U+FFFD."""
-    return F.col("_bytes").isNull() | F.expr("is_valid_utf8(CAST(_bytes AS STRING))")
+    # On the text the parses read, which the rows carry anyway: a cast of `_bytes` of its own
+    # costs the query about 4 % of its events/s (benchmarks/sql_apps.py).
+    return F.col("_text").isNull() | F.expr("is_valid_utf8(_text)")
 
 
 def _from_1970(time: Column) -> Column:
@@ -669,8 +677,15 @@ def record_id_column() -> Column:
 
     Reads the record's `headers` column, as Kafka's reader or an archive gives it.
     """
-    # Another producer's empty header is no id: the record gets its place, as without one.
-    return F.nullif(header_text(F.col("headers"), ID_HEADER), F.lit(""))
+    return _nonempty(header_text(F.col("headers"), ID_HEADER))
+
+
+def _nonempty(id_header: Column) -> Column:
+    """An id header's value, NULL when empty.
+
+    Another producer's empty header is no id: the record gets its place, as without one.
+    """
+    return F.nullif(id_header, F.lit(""))
 
 
 def _good_records(
