@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -132,7 +133,7 @@ def append_times_at(settings: Settings, stream: str, offsets: dict[int, int]) ->
 
 
 class LastRecord(NamedTuple):
-    """A record as `last_records` finds it.
+    """A record as `StreamWatch.last_records` finds it.
 
     `value` is its JSON object, None for a record or marker that a millrace app wrote (whose
     progress the app's markers tell, `millrace.bus.markers`); `arrival_ms` its append time;
@@ -142,21 +143,6 @@ class LastRecord(NamedTuple):
     value: dict | None
     arrival_ms: int
     carried_ms: int | None
-
-
-def last_records(
-    settings: Settings, stream: str, ends: dict[int, int], *, count: int = 20
-) -> dict[int, list[LastRecord]]:
-    """The last `count` records before `ends[bucket]` of each bucket, newest first.
-
-    A value that is not a JSON object, or a record without an append time, is left out. A
-    bucket with no record left before its end is left out.
-    """
-    watch = StreamWatch(settings, stream)
-    try:
-        return watch.last_records(ends, count=count)
-    finally:
-        watch.close()
 
 
 class StreamWatch:
@@ -178,19 +164,9 @@ class StreamWatch:
 
         Raises `StreamNotFoundError` when the stream does not exist.
         """
-        try:
-            if self._buckets is None:
-                self._buckets = len(describe_stream(self._settings, self.stream).buckets)
-            return {
-                bucket: self._consumer.get_watermark_offsets(
-                    TopicPartition(self.stream, bucket), timeout=bounded(_TIMEOUT_S)
-                )[1]
-                for bucket in range(self._buckets)
-            }
-        except KafkaException as error:
-            raise bus_error(
-                f"could not read stream {self.stream!r}", error, self._settings
-            ) from None
+        if self._buckets is None:
+            self._buckets = len(describe_stream(self._settings, self.stream).buckets)
+        return {bucket: self._bounds(bucket)[1] for bucket in range(self._buckets)}
 
     def append_times_at(self, offsets: dict[int, int]) -> dict[int, int]:
         """As the module's `append_times_at`, over this watch's connection.
@@ -200,81 +176,78 @@ class StreamWatch:
         """
         found: dict[int, int] = {}
         wanted = {bucket: offset for bucket, offset in offsets.items() if offset >= 0}
-        if not wanted:
-            return found
-        consumer = self._consumer
+
+        def take(message: Message, bucket: int, offset: int) -> bool:
+            if offset < wanted[bucket]:
+                return False
+            timestamp_type, timestamp = message.timestamp()
+            if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
+                found[bucket] = timestamp
+            return True
+
+        starts = {}
+        for bucket, offset in wanted.items():
+            low, high = self._bounds(bucket)
+            if low <= offset < high:
+                starts[bucket] = offset
+        self._read(starts, take)
+        return found
+
+    def last_records(self, ends: dict[int, int], *, count: int = 20) -> dict[int, list[LastRecord]]:
+        """The last `count` records before `ends[bucket]` of each bucket, newest first.
+
+        A value that is not a JSON object, or a record without an append time, is left out. A
+        bucket with no record left before its end is left out. Every wait for the bus is
+        bounded by the enclosing `bus_timeouts_at_most`.
+        """
+        found: dict[int, list[LastRecord]] = {}
+
+        def take(message: Message, bucket: int, offset: int) -> bool:
+            if offset < ends[bucket]:
+                record = _last_record(message)
+                if record is not None:
+                    found.setdefault(bucket, []).insert(0, record)
+            return offset >= ends[bucket] - 1
+
+        starts = {}
+        for bucket, end in ends.items():
+            low, _ = self._bounds(bucket)
+            if end > low:
+                starts[bucket] = max(low, end - count)
+        self._read(starts, take)
+        return found
+
+    def _bounds(self, bucket: int) -> tuple[int, int]:
+        """The first offset `bucket` still holds and the offset its next record will get."""
         try:
-            ends = {
-                b: consumer.get_watermark_offsets(
-                    TopicPartition(self.stream, b), timeout=bounded(_TIMEOUT_S)
-                )
-                for b in wanted
-            }
-            pending = {b for b, o in wanted.items() if ends[b][0] <= o < ends[b][1]}
-            if pending:
-                consumer.assign([TopicPartition(self.stream, b, wanted[b]) for b in pending])
-            assigned = set(pending)
+            return self._consumer.get_watermark_offsets(
+                TopicPartition(self.stream, bucket), timeout=bounded(_TIMEOUT_S)
+            )
+        except KafkaException as error:
+            raise bus_error(
+                f"could not read stream {self.stream!r}", error, self._settings
+            ) from None
+
+    def _read(self, starts: dict[int, int], take: Callable[[Message, int, int], bool]) -> None:
+        """Read each bucket from its offset in `starts` until `take` is done with it.
+
+        `take(message, bucket, offset)` sees each record read of a bucket not yet done, and
+        says whether the bucket is done; the read ends early when the bus takes too long.
+        """
+        consumer = self._consumer
+        pending = set(starts)
+        try:
+            if starts:
+                consumer.assign([TopicPartition(self.stream, b, o) for b, o in starts.items()])
             deadline = time.monotonic() + bounded(_TIMEOUT_S)
             while pending and time.monotonic() < deadline:
                 message = consumer.poll(_POLL_S)
                 if message is None or message.error() is not None:
                     continue
                 _, bucket, offset = origin(message)
-                if bucket in pending and offset >= wanted[bucket]:
-                    timestamp_type, timestamp = message.timestamp()
-                    if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
-                        found[bucket] = timestamp
+                if bucket in pending and take(message, bucket, offset):
                     pending.discard(bucket)
                     consumer.pause([TopicPartition(self.stream, bucket)])
-            # The next look assigns offsets of its own; librdkafka would keep the pauses.
-            consumer.resume([TopicPartition(self.stream, bucket) for bucket in assigned])
-            consumer.unassign()
-        except KafkaException as error:
-            raise bus_error(
-                f"could not read stream {self.stream!r}", error, self._settings
-            ) from None
-        return found
-
-    def last_records(self, ends: dict[int, int], *, count: int = 20) -> dict[int, list[LastRecord]]:
-        """As the module's `last_records`, over this watch's connection."""
-        found: dict[int, list[LastRecord]] = {}
-        consumer = self._consumer
-        try:
-            starts = {}
-            for bucket, end in ends.items():
-                low, _ = consumer.get_watermark_offsets(
-                    TopicPartition(self.stream, bucket), timeout=_TIMEOUT_S
-                )
-                if end > low:
-                    starts[bucket] = max(low, end - count)
-            if starts:
-                consumer.assign([TopicPartition(self.stream, b, o) for b, o in starts.items()])
-            pending = set(starts)
-            deadline = time.monotonic() + _TIMEOUT_S
-            while pending and time.monotonic() < deadline:
-                message = consumer.poll(_POLL_S)
-                if message is None or message.error() is not None:
-                    continue
-                _, bucket, offset = origin(message)
-                if bucket not in pending:
-                    continue
-                if offset >= ends[bucket] - 1:
-                    pending.discard(bucket)
-                    consumer.pause([TopicPartition(self.stream, bucket)])
-                if offset >= ends[bucket]:
-                    continue
-                timestamp_type, timestamp = message.timestamp()
-                if writer_of(message) is not None:
-                    # The writing app's markers tell this bucket's progress, not its records.
-                    found.setdefault(bucket, []).insert(0, LastRecord(None, timestamp, None))
-                    continue
-                try:
-                    value = decode_value(message.value() or b"")
-                except RecordDecodeError:
-                    continue
-                if timestamp_type != TIMESTAMP_NOT_AVAILABLE:
-                    carried = carried_time_ms(message)
-                    found.setdefault(bucket, []).insert(0, LastRecord(value, timestamp, carried))
             # The next look assigns offsets of its own; librdkafka would keep the pauses.
             consumer.resume([TopicPartition(self.stream, bucket) for bucket in starts])
             consumer.unassign()
@@ -282,11 +255,25 @@ class StreamWatch:
             raise bus_error(
                 f"could not read stream {self.stream!r}", error, self._settings
             ) from None
-        return found
 
     def close(self) -> None:
         """Let go of the connection."""
         self._consumer.close()
+
+
+def _last_record(message: Message) -> LastRecord | None:
+    """`message` as `StreamWatch.last_records` gives it, or None when it leaves it out."""
+    timestamp_type, timestamp = message.timestamp()
+    if writer_of(message) is not None:
+        # The writing app's markers tell this bucket's progress, not its records.
+        return LastRecord(None, timestamp, None)
+    try:
+        value = decode_value(message.value() or b"")
+    except RecordDecodeError:
+        return None
+    if timestamp_type == TIMESTAMP_NOT_AVAILABLE:
+        return None
+    return LastRecord(value, timestamp, carried_time_ms(message))
 
 
 def read_after(
