@@ -1,13 +1,24 @@
 import json
+import os
 import re
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
 from millrace.bus.client_config import kafka_client_config, spark_kafka_options
+from millrace.bus.streams import admin_client
 from millrace.config.settings import Settings, load_settings
+from millrace.config.workspace import Workspace
 from millrace.errors import ConfigError
 from tests.secured_workspace import SecuredWorkspace
 
@@ -186,6 +197,80 @@ def test_a_wrong_password_is_a_clear_error_within_seconds(
         assert "user 'millrace' (SCRAM-SHA-512)" in refused.stderr
         assert "Traceback" not in refused.stderr
         assert "not-the-password" not in refused.stderr
+
+
+def test_a_changed_password_keeps_the_apps_checkpoint(
+    secured_bus: SecuredWorkspace, tmp_path: Path
+) -> None:
+    """The bus's password is rotated between two runs of an app: run with the new one, it
+    reads on from its checkpoint, and each event reaches its output once."""
+    bus = secured_bus
+    for stream in ("rotate.in", "rotate.out"):
+        created = bus.millrace("stream", "create", stream, "--buckets", "2")
+        assert created.returncode == 0, created.stderr
+    app = tmp_path / "rotated.sql"
+    app.write_text(
+        "CREATE APPLICATION rotated;\n"
+        "CREATE INPUT TABLE t (ts TIMESTAMP, n INT) FROM STREAM('rotate.in') TIME ts;\n"
+        "INSERT INTO STREAM('rotate.out') SELECT n FROM t;\n"
+    )
+
+    def publish(numbers: range, environment: dict[str, str]) -> None:
+        lines = [json.dumps({"ts": f"2026-01-01T00:00:{n:02d}Z", "n": n}) for n in numbers]
+        published = bus.millrace(
+            "publish", "rotate.in", "-", stdin="\n".join(lines), environment=environment
+        )
+        assert published.returncode == 0, published.stderr
+
+    old_login = {"MILLRACE_KAFKA_PASSWORD_FILE": bus.environment["MILLRACE_KAFKA_PASSWORD_FILE"]}
+    publish(range(5), old_login)
+    first = bus.millrace("run", str(app), "--available-now")
+    assert first.returncode == 0, first.stderr
+
+    new_password = f"pw-{uuid.uuid4().hex}"
+    new_password_file = tmp_path / "new-password"
+    new_password_file.write_text(new_password + "\n")
+    new_login = {"MILLRACE_KAFKA_PASSWORD_FILE": str(new_password_file)}
+    _change_password(bus, old_login, new_login, new_password)
+    try:
+        refused = bus.millrace("stream", "list", environment=old_login)
+        publish(range(5, 10), new_login)
+        second = bus.millrace("run", str(app), "--available-now", environment=new_login)
+        tailed = bus.millrace("tail", "rotate.out", "--from-beginning", environment=new_login)
+    finally:
+        _change_password(bus, new_login, old_login, bus.password)
+
+    assert refused.returncode == 1 and "Authentication failed" in refused.stderr
+    assert second.returncode == 0, second.stderr
+    assert tailed.returncode == 0, tailed.stderr
+    assert sorted(json.loads(line)["value"]["n"] for line in tailed.stdout.splitlines()) == list(
+        range(10)
+    )
+
+
+def _change_password(
+    bus: SecuredWorkspace, login: dict[str, str], new_login: dict[str, str], password: str
+) -> None:
+    """Give the bus's user `password`, logged in with `login`; return once `new_login`
+    (whose password file holds it) logs in."""
+    settings = Workspace.locate({**os.environ, **bus.environment, **login}).settings
+    upsert = UserScramCredentialUpsertion(
+        settings.kafka_user,
+        ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+        password.encode(),
+    )
+    for future in admin_client(settings).alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
+    # The controller has taken the change; the broker applies it a moment later.
+    new_settings = Workspace.locate({**os.environ, **bus.environment, **new_login}).settings
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            AdminClient(kafka_client_config(new_settings)).list_topics(timeout=5)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
 
 
 class _watching_command_lines:  # noqa: N801 - used as a `with` block
