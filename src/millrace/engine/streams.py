@@ -633,8 +633,8 @@ def _progress_ms() -> Column:
 
 def _valid_utf8() -> Column:
     """Whether a record's value is UTF-8, as JSON is: Spark would read other bytes as U+FFFD."""
-    # On the text the parses read, which the rows carry anyway: a cast of `_bytes` of its own
-    # costs the query about 4 % of its events/s (benchmarks/sql_apps.py).
+    # On the text the parses read, which the rows carry anyway, not on a cast of `_bytes` of
+    # its own: the check runs on every record.
     return F.col("_text").isNull() | F.expr("is_valid_utf8(_text)")
 
 
