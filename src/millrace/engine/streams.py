@@ -544,7 +544,11 @@ def _decode(
         F.col("key").cast("string").alias("record_key"),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
-        header_text(F.col("headers"), ID_HEADER).alias("_id_header"),
+        F.coalesce(
+            record_id_column(),
+            # The stream's name, not Kafka's `topic` column: an archive has none.
+            F.concat_ws(":", F.lit(stream), F.col("partition"), F.col("offset")),
+        ).alias("record_id"),
         # Spark would push a filter on `_bad` below this projection, pasting the parse into
         # each of the many references to the parsed value and parsing every record a dozen
         # times; it pushes no filter through a nondeterministic column, so each parse is made
@@ -556,16 +560,6 @@ def _decode(
         F.col("timestamp").alias("_kafka_time"),
         F.col("headers").alias("_headers"),
         *marker_columns(F.col("value"), F.col("headers")),
-    )
-    # Tested for emptiness apart from the select that reads it: in one expression, Spark would
-    # read the header twice, once for the test and once for the value.
-    with_parts = with_parts.withColumn(
-        "record_id",
-        F.coalesce(
-            _nonempty(F.col("_id_header")),
-            # The stream's name, not Kafka's `topic` column: an archive has none.
-            F.concat_ws(":", F.lit(stream), F.col("record_bucket"), F.col("record_offset")),
-        ),
     )
     fast_whole = F.col(_FAST).isNotNull() & F.col(f"{_FAST}.{_CORRUPT}").isNull()
     with_parts = with_parts.withColumn(
@@ -677,15 +671,8 @@ def record_id_column() -> Column:
 
     Reads the record's `headers` column, as Kafka's reader or an archive gives it.
     """
-    return _nonempty(header_text(F.col("headers"), ID_HEADER))
-
-
-def _nonempty(id_header: Column) -> Column:
-    """An id header's value, NULL when empty.
-
-    Another producer's empty header is no id: the record gets its place, as without one.
-    """
-    return F.nullif(id_header, F.lit(""))
+    # Another producer's empty header is no id: the record gets its place, as without one.
+    return F.nullif(header_text(F.col("headers"), ID_HEADER), F.lit(""))
 
 
 def _good_records(
