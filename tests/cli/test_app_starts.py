@@ -1,5 +1,6 @@
 """Starts of an app that must be refused, from the command line: a second driver, a lost
-checkpoint, a corrupt one; each refused before Spark starts, with what to do.
+checkpoint, a corrupt one, an input stream that does not exist; each refused before Spark
+starts, with what to do.
 
 The apps run as a user runs them: `millrace deploy`, `millrace run` in a terminal (a process
 of its own), `millrace run --available-now`.
@@ -163,3 +164,21 @@ def test_a_lost_or_corrupt_checkpoint_is_refused_with_the_way_out(
     assert checkpoints.history(workspace, name)[0].batch_id == 0
     ledger = json.loads((registry.app_dir(workspace, name) / checkpoints.LEDGER_FILE).read_text())
     assert QUERY in ledger["queries"]
+
+
+def test_an_app_whose_input_stream_does_not_exist_is_refused_before_spark_starts(
+    workspace: Workspace, tmp_path: Path, millrace: Callable[..., CompletedProcess[str]]
+) -> None:
+    name, stream = f"unread_{uuid.uuid4().hex[:8]}", f"test.never-made.{uuid.uuid4().hex[:8]}"
+    source = tmp_path / "app.sql"
+    source.write_text(APP.format(name=name, stream=stream))
+    batch = ["--batch", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"]
+    for command in (["run", str(source), "--available-now"], ["run", str(source), *batch]):
+        refused = millrace(*command)
+        assert refused.returncode == 1, command
+        assert refused.stderr.startswith(
+            f"error[sql]: {source}:3:1: input stream {stream!r} does not exist"
+        ), refused.stderr
+        assert f"`millrace stream create {stream}`" in refused.stderr
+        # Nothing started: a run says its queries' start first.
+        assert refused.stdout == "", refused.stdout

@@ -41,6 +41,7 @@ from millrace.processor.loading import load_processor
 from millrace.processor.processor import Processor
 from millrace.runtime.app_sources import source_kind
 from millrace.runtime.processor_batch import ProcessorBatchRun, run_processor_batch
+from millrace.runtime.processor_errors import require_processor_stream
 from millrace.runtime.processors import RunningProcessor, start_processor_app
 from millrace.runtime.progress_lines import QueryTotals, count
 from millrace.runtime.registry import Kind
@@ -53,7 +54,7 @@ from millrace.runtime.sql_apps import (
     state_store_notices,
 )
 from millrace.runtime.state_schema import Fingerprint, processor_fingerprint, sql_fingerprint
-from millrace.sql.compiler import require_streaming_aggregates
+from millrace.sql.compiler import require_input_streams, require_streaming_aggregates
 from millrace.sql.parser import SqlApp, load_app
 from millrace.warehouse.layout import require_archive
 
@@ -206,6 +207,14 @@ class App(ABC):
         """Refuse, before Spark starts, what the app cannot run as a stream."""
 
     @abstractmethod
+    def require_inputs(self, workspace: Workspace) -> None:
+        """Refuse, before Spark starts, an input stream the bus does not have.
+
+        Raises `BusError` when the bus refuses the login or does not answer: a run says so
+        in seconds, where Spark's start and its Kafka source would take half a minute.
+        """
+
+    @abstractmethod
     def start(
         self, spark: SparkSession, workspace: Workspace, trigger: Trigger | None
     ) -> Streaming:
@@ -254,6 +263,10 @@ class SqlFileApp(App):
     def require_streamable(self) -> None:
         """Refuse an aggregate Spark cannot run on a stream (`COUNT(DISTINCT x)`), at its place."""
         require_streaming_aggregates(self.sql)
+
+    def require_inputs(self, workspace: Workspace) -> None:
+        """`SqlError` at the input's place in the file for a stream that does not exist."""
+        require_input_streams(workspace, self.sql)
 
     def start(
         self, spark: SparkSession, workspace: Workspace, trigger: Trigger | None
@@ -314,6 +327,13 @@ class ProcessorApp(App):
 
     def require_streamable(self) -> None:
         """Nothing to refuse: a processor runs as a stream whatever it does."""
+
+    def require_inputs(self, workspace: Workspace) -> None:
+        """`ProcessorError` naming the input whose stream does not exist."""
+        for source in self.processor.inputs:
+            require_processor_stream(
+                workspace, source.stream, f"input of processor {self.processor.name!r}"
+            )
 
     def start(
         self, spark: SparkSession, workspace: Workspace, trigger: Trigger | None

@@ -4,11 +4,12 @@ Every streaming run of an app goes through `stream`: `millrace run` in a termina
 process `deploy` starts for a deployed app (`millrace.runtime.deployed`), which the demo
 deploys. A run is the app's one driver (`millrace.runtime.drivers`): it holds the app's
 driver lock, moves the checkpoint aside with `fresh`, and checks the start
-(`millrace.runtime.lifecycle.check_start`) before Spark starts. It then says a line per
-micro-batch (`millrace.runtime.progress_lines`) and, on SIGTERM (`millrace stop`, a service
-manager) or Ctrl-C, lets each query finish its running micro-batch (`stop_gracefully`),
-stops, and says what the run read and wrote. `run_batch` runs an app once over an
-event-time range of the bus. Both start and stop the process's SparkSession.
+(`millrace.runtime.lifecycle.check_start`) and its input streams on the bus before Spark
+starts. It then says a line per micro-batch (`millrace.runtime.progress_lines`) and, on
+SIGTERM (`millrace stop`, a service manager) or Ctrl-C, lets each query finish its running
+micro-batch (`stop_gracefully`), stops, and says what the run read and wrote. `run_batch`
+runs an app once over an event-time range of the bus, after the same look at the bus. Both
+start and stop the process's SparkSession.
 
 `stop_requests` is the stop signal handling that runs and the demo share.
 """
@@ -61,6 +62,7 @@ def stream(
             if moved is not None:
                 say(f"starting over: the checkpoint was moved to {moved}")
         lifecycle.check_start(workspace, app, force=force)
+        app.require_inputs(workspace)
         try:
             _drive(workspace, app, trigger, say)
         finally:
@@ -71,6 +73,7 @@ def stream(
 
 def run_batch(workspace: Workspace, app: App, *, start_ms: int, end_ms: int) -> BatchResult:
     """Run `app` once over its inputs' records on the bus from `start_ms` up to `end_ms`."""
+    app.require_inputs(workspace)
     try:
         spark = spark_session(workspace.settings, app.name)
         return app.run_batch(spark, workspace, start_ms=start_ms, end_ms=end_ms)

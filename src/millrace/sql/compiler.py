@@ -26,6 +26,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.udf import UserDefinedFunction
 from sqlglot import exp
 
+from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.serving_sink import lookup_column
@@ -146,7 +147,7 @@ def compile_app(
                     max_future=source.max_future,
                 )
         except StreamNotFoundError as error:
-            raise SqlError(f"{source.position}: input {error.message}", hint=error.hint) from None
+            raise _missing_input(source.position, error) from None
         inputs[source.name].records.createOrReplaceTempView(source.name)
     compiler = _QueryCompiler(spark, app, panes=panes, workspace=workspace)
     for view in app.views:
@@ -163,6 +164,23 @@ def compile_app(
         for insert in app.inserts
     }
     return CompiledApp(app, inputs, tables, inserts, compiler.plans)
+
+
+def require_input_streams(workspace: Workspace, app: SqlApp) -> None:
+    """Look up each input's stream on the bus, before Spark starts.
+
+    Raises `SqlError` at the input's place in the app file for a stream that does not exist,
+    and `BusError` when the bus refuses the login or does not answer.
+    """
+    for source in app.inputs:
+        try:
+            require_stream(workspace.settings, source.stream)
+        except StreamNotFoundError as error:
+            raise _missing_input(source.position, error) from None
+
+
+def _missing_input(position: Position, error: StreamNotFoundError) -> SqlError:
+    return SqlError(f"{position}: input {error.message}", hint=error.hint)
 
 
 def require_streaming_aggregates(app: SqlApp) -> None:
