@@ -152,12 +152,11 @@ def publish(workspace: Workspace, stream: str, events: list[dict[str, str]]) -> 
             publisher.send(event)
 
 
-@pytest.mark.timeout(1200)  # two Spark runs of an app whose every file goes through moto
-def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_rollback(
-    workspace: Workspace, s3_stand_in: S3StandIn, tmp_path: Path
-) -> None:
-    run = uuid.uuid4().hex[:8]
-    name, stream, prefix = f"s3_{run}", f"test.s3.{run}", f"apps-{run}"
+def _s3_workspace(
+    workspace: Workspace, s3_stand_in: S3StandIn, prefix: str, tmp_path: Path
+) -> dict[str, str]:
+    """The environment of a new workspace on the test's bus, its storage root under `prefix`
+    of the S3 stand-in."""
     environment = {
         **os.environ,
         **s3_stand_in.environment(prefix),
@@ -165,8 +164,30 @@ def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_ro
         "MILLRACE_KAFKA": workspace.settings.bootstrap_servers,
         "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "1",  # fewer state files to store per batch
     }
+    init_workspace(Workspace.locate(environment))
+    return environment
+
+
+def _millrace(environment: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
+    """A millrace command in a process of its own, as a user runs it in that environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "millrace.cli.main", *arguments],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(1200)  # two Spark runs of an app whose every file goes through moto
+def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_rollback(
+    workspace: Workspace, s3_stand_in: S3StandIn, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    name, stream, prefix = f"s3_{run}", f"test.s3.{run}", f"apps-{run}"
+    environment = _s3_workspace(workspace, s3_stand_in, prefix, tmp_path)
     shared = Workspace.locate(environment)
-    init_workspace(shared)
     create_stream(shared.settings, stream, buckets=2)
     events = [
         {"event_time": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z", "category": f"c{n % 7}"}
@@ -178,14 +199,7 @@ def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_ro
     source.write_text(APP.format(name=name, stream=stream))
 
     def millrace(*arguments: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "millrace.cli.main", *arguments],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=600,
-            check=False,
-        )
+        return _millrace(environment, *arguments)
 
     def stored(key: str) -> bool:
         return f"{s3_stand_in.bucket}/{prefix}/{key}" in s3_stand_in.keys(prefix)
@@ -241,6 +255,58 @@ def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_ro
     assert not (shared.root / "checkpoints" / name).exists()  # nothing on the local disk
     assert not (shared.root / "tables").exists()
     outputs = "".join(done.stdout + done.stderr for done in (listed, rolled, restarted, printed))
+    assert s3_stand_in.secret_key not in outputs
+
+
+BACKFILL_APP = """
+CREATE APPLICATION {name};
+CREATE INPUT TABLE events (event_time, category)
+  FROM STREAM('{stream}') TIME event_time LATENESS '1 minute';
+CREATE TABLE per_minute AS
+SELECT category, COUNT(*) AS n FROM events [1 minute] GROUP BY category;
+"""
+
+
+@pytest.mark.timeout(1200)  # two Spark runs whose every file goes through moto
+def test_a_stream_archived_under_s3a_backfills_an_app_with_the_exact_answer(
+    workspace: Workspace, s3_stand_in: S3StandIn, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    name, stream, prefix = f"s3_backfill_{run}", f"test.s3-archive.{run}", f"warehouse-{run}"
+    environment = _s3_workspace(workspace, s3_stand_in, prefix, tmp_path)
+    shared = Workspace.locate(environment)
+    created = _millrace(environment, "stream", "create", stream, "--buckets", "2", "--archive")
+    assert created.returncode == 0, created.stderr
+    events = [
+        {"event_time": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z", "category": f"c{n % 7}"}
+        for n in range(EVENTS)
+    ]
+    publish(shared, stream, events)
+    source = tmp_path / "app.sql"
+    source.write_text(BACKFILL_APP.format(name=name, stream=stream))
+
+    archived = _millrace(environment, "archive", stream, "--available-now", "--time", "event_time")
+    assert archived.returncode == 0, archived.stderr
+    assert f"stream {stream}: {EVENTS} records in " in archived.stdout
+    backfilled = _millrace(
+        environment, "backfill", str(source), "--from", "2026-01-01T00:00:00Z",
+        "--to", "2026-01-02T00:00:00Z", "--into", "per_minute",
+    )  # fmt: skip
+    assert backfilled.returncode == 0, backfilled.stderr
+    printed = _millrace(environment, "query", f"{name}.per_minute")
+    assert printed.returncode == 0, printed.stderr
+
+    # Every event counted once, in its minute: the answer computed from the events.
+    rows = [json.loads(line) for line in printed.stdout.splitlines()]
+    counted = Counter()
+    for row in rows:
+        counted[row["category"]] += row["n"]
+    assert counted == Counter(event["category"] for event in events)
+    assert len(rows) == len({(event["event_time"][:16], event["category"]) for event in events})
+    assert any("/_delta_log/" in key for key in s3_stand_in.keys(f"{prefix}/warehouse"))
+    assert not (shared.root / "warehouse").exists()  # nothing on the local disk
+    assert not (shared.root / "tables").exists()
+    outputs = "".join(done.stdout + done.stderr for done in (archived, backfilled, printed))
     assert s3_stand_in.secret_key not in outputs
 
 
