@@ -35,7 +35,9 @@ a plain-Python count of the records (a mismatch stops the benchmark with SystemE
 Records/s count the time the query spends in micro-batches, as Spark reports it (the sum of
 `durationMs.triggerExecution`): the throughput of a running app. Wall-clock figures (`wall_*`),
 from start to stop, add starting and stopping the query. The ratios are of the medians,
-each millrace side and each Spark aggregation over the PySpark baseline and over Bytewax.
+each millrace side and each Spark aggregation over the PySpark baseline, over Bytewax and
+over `spark_aggregation_dedup` (`millrace_monoid_to_spark_dedup_ratio`: the monoid
+processor against Spark's own aggregation with the same guarantee).
 Loading the stream is not measured.
 
 - `bytewax`: the same count in Bytewax (from PyPI; a dev dependency), single worker,
@@ -243,11 +245,16 @@ def _compare(
     for side, side_runs in runs.items():
         result[f"{side}_records_per_s"] = [load.records / run.processing_s for run in side_runs]
         result[f"{side}_wall_records_per_s"] = [load.records / run.wall_s for run in side_runs]
-    for baseline, short in (("pyspark_transform_with_state", "pyspark"), ("bytewax", "bytewax")):
+    baselines = (
+        ("pyspark_transform_with_state", "pyspark"),
+        ("bytewax", "bytewax"),
+        ("spark_aggregation_dedup", "spark_dedup"),
+    )
+    for baseline, short in baselines:
         if baseline not in runs:
             continue
         for side in runs:
-            if not side.startswith(("millrace_", "spark_aggregation")):
+            if side == baseline or not side.startswith(("millrace_", "spark_aggregation")):
                 continue
             for figure in ("records_per_s", "wall_records_per_s"):
                 ratio = statistics.median(result[f"{side}_{figure}"]) / statistics.median(

@@ -2,8 +2,9 @@
 
 Run it with `.venv/bin/python benchmarks/render.py` after any benchmark. For each benchmark
 name under benchmarks/results/ (`<name>-<time>.json`) it takes each workload (a top-level
-table of a result) from the newest file that measured it, so a run of some workloads
-(`--only`) replaces only those, and writes, per file taken from:
+table of a result) and each side's figures in it from the newest file that measured them,
+so a run of some workloads or sides (`--only`) replaces only those, and writes, per file
+taken from:
 
 - a table of throughputs: for every workload, the median of each side's runs (a list of
   figures under a key ending in `_per_s`, or a table of one figure per side under such a
@@ -85,21 +86,34 @@ def _results_by_name() -> dict[str, list[Path]]:
 
 
 def _newest_per_workload(paths: list[Path]) -> list[tuple[Path, dict]]:
-    """The results to show, newest first, each cut down to the workloads that no newer result
-    measured (its settings and single figures kept); results left with none are skipped."""
-    shown: set[str] = set()
+    """The results to show, newest first, each cut down to the runs that no newer result
+    measured: a run is a workload's list of figures of one side, so a run of some sides
+    (`--only`) replaces only those. A workload without such lists is one run. Settings and
+    single figures stay with the runs they came with, and ratios while none of the
+    workload's runs was replaced; results left with no run are skipped."""
+    shown: set[tuple[str, str | None]] = set()
     parts = []
     for path in reversed(paths):
         result = json.loads(path.read_text())
-        workloads = {
-            key for key, value in result.items() if isinstance(value, dict) and key not in _SETTINGS
-        }
-        if shown and workloads <= shown:
-            continue
-        parts.append(
-            (path, {key: value for key, value in result.items() if key not in workloads & shown})
-        )
-        shown |= workloads
+        kept, fresh_runs = {}, set()
+        for key, value in result.items():
+            if not isinstance(value, dict) or key in _SETTINGS:
+                kept[key] = value
+                continue
+            runs = {name for name, figures in value.items() if isinstance(figures, list)}
+            fresh = {(key, name) for name in runs or {None}} - shown
+            if fresh:
+                # A ratio compares runs of the workload: a newer result replaced one of them.
+                replaced = len(fresh) < len(runs)
+                kept[key] = {
+                    name: item
+                    for name, item in value.items()
+                    if (key, name) not in shown and not (replaced and "ratio" in name)
+                }
+            fresh_runs |= fresh
+        if fresh_runs:
+            parts.append((path, kept))
+            shown |= fresh_runs
     return parts
 
 
