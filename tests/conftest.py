@@ -18,6 +18,7 @@ from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace, init_workspace
 from millrace.engine.session import spark_session, stop_spark_session
 from millrace.serving.server import start_redis, stop_redis
+from tests.jvm_options import CHILD_JVM_OPTIONS, CHILD_JVM_TIERED
 from tests.ports import free_port
 
 
@@ -33,11 +34,14 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
         "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "2",
         "MILLRACE_REDIS_PORT": str(free_port()),
     }
-    previous = {name: os.environ.get(name) for name in environment}
+    previous = {name: os.environ.get(name) for name in [*environment, CHILD_JVM_OPTIONS]}
     os.environ.pop("MILLRACE_KAFKA", None)
     os.environ.pop("MILLRACE_REDIS", None)
     os.environ.update(environment)
     located = Workspace.locate()
+    # Set once the workspace is located, so that its settings (and the test process's own
+    # JVM, started from them) go without it, and the processes the tests start have it.
+    os.environ[CHILD_JVM_OPTIONS] = CHILD_JVM_TIERED
     init_workspace(located)
     start_broker(located)
     yield located

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from millrace.cli.main import main
+from tests.jvm_options import CHILD_JVM_OPTIONS
 
 Millrace = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -43,7 +44,10 @@ def _in_this_process(
 ) -> subprocess.CompletedProcess[str]:
     command = ["millrace", *arguments]
     with (
-        CliRunner().isolation(input=_Pipe((stdin or "").encode()), env=environment) as (
+        CliRunner().isolation(
+            input=_Pipe((stdin or "").encode()),
+            env={CHILD_JVM_OPTIONS: None, **(environment or {})},
+        ) as (
             stdout,
             stderr,
             _,
