@@ -152,6 +152,14 @@ def publish(workspace: Workspace, stream: str, events: list[dict[str, str]]) -> 
             publisher.send(event)
 
 
+def _events() -> list[dict[str, str]]:
+    """EVENTS events a second apart from 2026-01-01T00:00:00Z, in 7 categories."""
+    return [
+        {"event_time": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z", "category": f"c{n % 7}"}
+        for n in range(EVENTS)
+    ]
+
+
 def _s3_workspace(
     workspace: Workspace, s3_stand_in: S3StandIn, prefix: str, tmp_path: Path
 ) -> dict[str, str]:
@@ -189,10 +197,7 @@ def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_ro
     environment = _s3_workspace(workspace, s3_stand_in, prefix, tmp_path)
     shared = Workspace.locate(environment)
     create_stream(shared.settings, stream, buckets=2)
-    events = [
-        {"event_time": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z", "category": f"c{n % 7}"}
-        for n in range(EVENTS)
-    ]
+    events = _events()
     publish(shared, stream, events[: EVENTS // 2])
     expected = Counter(event["category"] for event in events)
     source = tmp_path / "app.sql"
@@ -277,10 +282,7 @@ def test_a_stream_archived_under_s3a_backfills_an_app_with_the_exact_answer(
     shared = Workspace.locate(environment)
     created = _millrace(environment, "stream", "create", stream, "--buckets", "2", "--archive")
     assert created.returncode == 0, created.stderr
-    events = [
-        {"event_time": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z", "category": f"c{n % 7}"}
-        for n in range(EVENTS)
-    ]
+    events = _events()
     publish(shared, stream, events)
     source = tmp_path / "app.sql"
     source.write_text(BACKFILL_APP.format(name=name, stream=stream))
