@@ -129,8 +129,10 @@ def processed_offsets(queries: list[StreamingQuery], stream: str) -> dict[int, i
             end = source.get("endOffset")
             if isinstance(end, str):
                 end = json.loads(end)
+            # A query reading each bucket with a source of its own (the low watermark's
+            # plan) has one source per bucket, each with its own bucket's offset.
             if isinstance(end, dict) and stream in end:
-                ends = {int(bucket): offset for bucket, offset in end[stream].items()}
+                ends |= {int(bucket): offset for bucket, offset in end[stream].items()}
         if offsets is None:
             offsets = ends
         else:
