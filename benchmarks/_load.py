@@ -52,16 +52,26 @@ Payloads = Callable[[int, int], list[bytes]]
 
 
 def publish_at_rate(
-    bootstrap_servers: str, stream: str, rate: int, seconds: float, payloads: Payloads
+    bootstrap_servers: str,
+    stream: str,
+    rate: int,
+    seconds: float,
+    payloads: Payloads,
+    ids: str = "load",
 ) -> multiprocessing.Process:
     """Start a process that publishes `rate` records a second to `stream` for `seconds`.
 
-    The process is spawned, not forked: the benchmark's own process holds a JVM gateway.
-    `payloads` must be a module-level function so that the new process can import it.
+    The records' ids are `<ids>:<number>`, numbered from 0: publishers that write to the same
+    stream one after the other each need their own `ids`, or an exactly-once reader drops
+    the later ones' records as copies. The process is spawned, not forked: the benchmark's
+    own process holds a JVM gateway. `payloads` must be a module-level function so that the
+    new process can import it.
     """
     context = multiprocessing.get_context("spawn")
     process = context.Process(
-        target=_publish, args=(bootstrap_servers, stream, rate, seconds, payloads), daemon=True
+        target=_publish,
+        args=(bootstrap_servers, stream, rate, seconds, payloads, ids),
+        daemon=True,
     )
     process.start()
     return process
@@ -192,7 +202,7 @@ def _slope(points: list[tuple[float, int]]) -> float:
 
 
 def _publish(
-    bootstrap_servers: str, stream: str, rate: int, seconds: float, payloads: Payloads
+    bootstrap_servers: str, stream: str, rate: int, seconds: float, payloads: Payloads, ids: str
 ) -> None:
     producer = Producer(
         {"bootstrap.servers": bootstrap_servers, "linger.ms": 5, "compression.type": "lz4"}
@@ -206,7 +216,7 @@ def _publish(
             for offset, value in enumerate(payloads(number, per_tick)):
                 while True:
                     try:
-                        producer.produce(stream, value, headers={"id": f"load:{number + offset}"})
+                        producer.produce(stream, value, headers={"id": f"{ids}:{number + offset}"})
                         break
                     except BufferError:
                         producer.poll(0.05)

@@ -399,7 +399,7 @@ def _millrace(
     return Run(time.perf_counter() - started, processing_seconds(running.query), output)
 
 
-class _DirectCounter(StatefulProcessor):
+class DirectCounter(StatefulProcessor):
     """The per-key counter written directly against transformWithState: one group per key."""
 
     def __init__(self, emit_ms: int) -> None:
@@ -461,7 +461,7 @@ def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) ->
         .drop("event_time")
     )
     counts = records.groupBy("key").transformWithState(
-        statefulProcessor=_DirectCounter(load.emit_ms),
+        statefulProcessor=DirectCounter(load.emit_ms),
         outputStructType="key STRING, count LONG",
         outputMode="Append",
         timeMode="EventTime",

@@ -11,8 +11,8 @@ taken from:
   key; wall-clock figures are left to the JSON);
 - every ratio the benchmark computed (keys containing `ratio`);
 - maximum sustainable rates (`max_sustained_rate`), micro-batch cycles (`median_rows`,
-  `median_cycle_ms`) and latencies (`median_ms`, `p95_ms`, `p99_ms`) where the benchmark
-  measured them;
+  `median_cycle_ms`), latencies (`median_ms`, `p95_ms`, `p99_ms`) and restart times
+  (`median_restart_s`, with each round's `restart_s`) where the benchmark measured them;
 - a bar chart of the throughputs (docs/benchmarks/<file>.png) and, for latencies, their
   distribution (docs/benchmarks/<file>-latency.png).
 
@@ -162,6 +162,18 @@ def _part(path: Path, result: dict) -> str:
             "| --- | ---: | ---: |",
         ]
         lines += [f"| {side} | {rows:,.0f} | {ms:,.0f} |" for side, rows, ms in cycles]
+        lines.append("")
+    restarts = list(_nodes(result, "median_restart_s"))
+    if restarts:
+        lines += [
+            "| side | median s from kill -9 to the first new micro-batch | each round (s) |",
+            "| --- | ---: | --- |",
+        ]
+        lines += [
+            f"| {side} | {node['median_restart_s']:.1f} | "
+            f"{', '.join(f'{s:.1f}' for s in node['restart_s'])} |"
+            for side, node in restarts
+        ]
         lines.append("")
     latencies = list(_latencies(result))
     if latencies:
