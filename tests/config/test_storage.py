@@ -25,6 +25,7 @@ from millrace.config.workspace import Workspace, init_workspace
 from millrace.engine.delivery import AtMostOnce
 from millrace.engine.session import spark_config
 from millrace.errors import ConfigError, StorageError
+from millrace.monitor.checkpoints import app_checkpoints
 from tests.ports import free_port
 from tests.s3_stand_in import S3StandIn
 
@@ -253,8 +254,17 @@ def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_ro
 
     with TestClient(create_app(Workspace.locate(environment))) as client:
         served = client.get(f"/apps/{name}/tables/per_category")
+        monitored = client.get(f"/apps/{name}")
     assert served.status_code == 200, served.text
     assert Counter({row["category"]: row["n"] for row in served.json()}) == expected
+
+    # The monitor (`status`, `top`, `/apps`) reads the app's progress from its checkpoint.
+    [read_back] = app_checkpoints(shared, name)
+    assert read_back.query == QUERY and read_back.committed_ms is not None
+    assert sum(read_back.offsets[stream].values()) == EVENTS
+    assert monitored.status_code == 200, monitored.text
+    assert monitored.json()["lag_records"] == 0
+    assert monitored.json()["last_batch_id"] == read_back.batch_id
 
     assert any("/_delta_log/" in key for key in s3_stand_in.keys(f"{prefix}/tables/{name}"))
     assert not (shared.root / "checkpoints" / name).exists()  # nothing on the local disk
