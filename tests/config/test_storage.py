@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from millrace.api.app import create_app
 from millrace.bus.publisher import Publisher
+from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.settings import Settings, load_settings
 from millrace.config.storage import RemotePath, listing, move, storage_root
@@ -86,6 +87,7 @@ def test_spark_reaches_a_custom_endpoint_path_style_and_never_gets_the_keys_on_i
         "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
         "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
         "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.optimized.copy.from.local.enabled": "false",
         "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
     }
     # PySpark starts the JVM with these settings as arguments, which `ps` shows.
@@ -271,6 +273,74 @@ def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_ro
     assert not (shared.root / "tables").exists()
     outputs = "".join(done.stdout + done.stderr for done in (listed, rolled, restarted, printed))
     assert s3_stand_in.secret_key not in outputs
+
+
+PROCESSOR = """
+from millrace import Input, Processor, ValueState
+
+
+class PerCategory(Processor):
+    name = "{name}"
+    inputs = [Input("{stream}", key="category", time="event_time", lateness="1s")]
+    seen = ValueState(int)
+
+    def on_record(self, key, record, ctx):
+        if key == "{closing}":
+            return
+        if not self.seen.exists():
+            ctx.set_timer("emit", event_time_ms={emit_ms})
+        self.seen.set(self.seen.get(0) + 1)
+
+    def on_timer(self, key, timer, ctx):
+        ctx.produce("{output}", {{"category": key, "n": self.seen.get()}})
+"""
+END_MS = 1_767_229_200_000  # 2026-01-01T01:00:00Z: after every event of `_events`
+CLOSING = "zz_closing"
+
+
+@pytest.mark.timeout(1200)  # a Spark run whose every file goes through moto
+def test_a_processor_keeps_its_state_and_timers_under_s3a_and_gives_the_exact_answer(
+    workspace: Workspace, s3_stand_in: S3StandIn, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    name, prefix = f"s3_processor_{run}", f"processor-{run}"
+    stream, output = f"test.s3-in.{run}", f"test.s3-out.{run}"
+    environment = _s3_workspace(workspace, s3_stand_in, prefix, tmp_path)
+    shared = Workspace.locate(environment)
+    create_stream(shared.settings, stream, buckets=2)
+    create_stream(shared.settings, output)
+    events = _events()
+    publish(shared, stream, events)
+    with Publisher(stream, settings=shared.settings) as publisher:
+        for bucket in range(2):  # each bucket's watermark passes the timers
+            closing = {"event_time": "2026-01-01T02:00:00Z", "category": CLOSING}
+            publisher.send(closing, bucket=bucket)
+    module = tmp_path / "per_category.py"
+    module.write_text(
+        PROCESSOR.format(name=name, stream=stream, output=output, emit_ms=END_MS, closing=CLOSING)
+    )
+
+    ran = _millrace(environment, "run", f"{module}:PerCategory", "--available-now")
+    assert ran.returncode == 0, ran.stderr
+    listed = _millrace(environment, "history", name, "--json")
+    assert listed.returncode == 0, listed.stderr
+
+    productions = [
+        record.value
+        for record in tail(output, TailStart(from_beginning=True), settings=shared.settings)
+        if record.value
+    ]
+    counted = Counter({value["category"]: value["n"] for value in productions})
+    assert counted == Counter(event["category"] for event in events)
+    assert len(productions) == len(counted)  # each category's count produced once
+    checkpoint = f"{s3_stand_in.bucket}/{prefix}/checkpoints/{name}/processor"
+    stored = s3_stand_in.keys(prefix)
+    assert f"{checkpoint}/commits/0" in stored
+    assert f"{checkpoint}/pending_timers.json" in stored  # millrace's own file beside Spark's
+    batches = [json.loads(line)["batch"] for line in listed.stdout.splitlines()]
+    assert batches and batches == list(range(len(batches)))  # read back from s3a://
+    assert not (shared.root / "checkpoints" / name).exists()  # nothing on the local disk
+    assert s3_stand_in.secret_key not in ran.stdout + ran.stderr + listed.stdout
 
 
 BACKFILL_APP = """

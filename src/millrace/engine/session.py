@@ -262,7 +262,11 @@ def _s3a_config(settings: Settings) -> dict[str, str]:
     """Hadoop's S3A settings for a storage root under s3a://, but not its keys.
 
     A custom endpoint (MinIO, Ceph, a stand-in) is reached with path-style requests
-    (`host/bucket/key`), as such stores expect.
+    (`host/bucket/key`), as such stores expect, and a local file is uploaded as Spark's
+    other files are, through S3A's output stream, not the AWS SDK's transfer manager:
+    RocksDB's state files go that way, and the transfer manager's asynchronous client
+    misreads the `100 Continue` some S3-compatible stores answer (with moto's server,
+    every upload of a processor's state failed with "Status Code: 100").
     """
     if not settings.storage_root.startswith("s3a://"):
         return {}
@@ -270,6 +274,7 @@ def _s3a_config(settings: Settings) -> dict[str, str]:
     if settings.storage_s3_endpoint:
         config["spark.hadoop.fs.s3a.endpoint"] = settings.storage_s3_endpoint
         config["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        config["spark.hadoop.fs.s3a.optimized.copy.from.local.enabled"] = "false"
         secure = not settings.storage_s3_endpoint.startswith("http:")
         config["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(secure).lower()
     return config
