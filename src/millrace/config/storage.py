@@ -130,7 +130,10 @@ class RemotePath:
         return RemotePath(self.settings, posixpath.join(self.path, name))
 
     def __str__(self) -> str:
-        return self._store.uri(self.path)
+        root = urlsplit(self.settings.storage_root)
+        if root.scheme == "s3a":
+            return f"s3a://{self.path}"  # the bucket is the first part of the path
+        return f"{root.scheme}://{root.netloc}{self.path}"
 
     @property
     def name(self) -> str:
@@ -252,7 +255,10 @@ class RemotePath:
             ) from None
         except RuntimeError as error:
             # hdfs-native's error for what the namenode refused (no permission, safe mode).
-            raise StorageError(f"{self}: {_first_line(error)}", hint=self._store.hint) from None
+            raise StorageError(
+                f"the namenode refused {self}: {_first_line(error)}",
+                hint="check that the user millrace runs as (or HADOOP_USER_NAME) may write there",
+            ) from None
 
 
 def _not_found(path: RemotePath) -> FileNotFoundError:
@@ -473,9 +479,6 @@ class _S3Store:
         atexit.register(_finalize_s3)
         self.filesystem = pafs.S3FileSystem(**options)
 
-    def uri(self, path: str) -> str:
-        return f"s3a://{path}"
-
     def entry(self, path: str) -> _Entry | None:
         info = self.filesystem.get_file_info(path)
         return None if info.type.name == "NotFound" else _arrow_entry(info)
@@ -505,7 +508,9 @@ class _S3Store:
 
     def move(self, source: str, target: str) -> None:
         found = self.entry(source)
-        if found is not None and not found.is_dir:
+        if found is None:
+            return
+        if not found.is_dir:
             self.filesystem.move(source, target)
             return
         for entry in self.entries(source, recursive=True):
@@ -560,11 +565,8 @@ class _HdfsStore:
     def __init__(self, settings: Settings) -> None:
         from hdfs_native import Client
 
-        self.authority = f"hdfs://{urlsplit(settings.storage_root).netloc}"
-        self.client: Client = Client(self.authority, _HDFS_CLIENT)
-
-    def uri(self, path: str) -> str:
-        return f"{self.authority}{path}"
+        namenode = f"hdfs://{urlsplit(settings.storage_root).netloc}"
+        self.client: Client = Client(namenode, _HDFS_CLIENT)
 
     def entry(self, path: str) -> _Entry | None:
         try:
