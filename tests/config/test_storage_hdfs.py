@@ -3,7 +3,7 @@ DataNode): paths there read, written, listed and moved as paths are; an unreacha
 told within seconds; a Delta table there scanned as on the disk, and printed by `millrace
 query`, which exits cleanly every time; and an app that keeps its checkpoint and result table
 there, rolled back and restarted, read back by `millrace query`, `history` and the HTTP
-results with the answer computed from the events."""
+results with the answer computed from the events, and by the monitor's view of the app."""
 
 import functools
 import json
@@ -28,6 +28,7 @@ from millrace.config.settings import Settings, load_settings
 from millrace.config.storage import RemotePath, listing, move, storage_root, write_whole
 from millrace.config.workspace import Workspace, init_workspace
 from millrace.errors import StorageError
+from millrace.monitor.checkpoints import app_checkpoints
 from millrace.warehouse.delta import DeltaSnapshot, open_delta_table
 from tests.config.storage_apps import (
     APP,
@@ -184,8 +185,17 @@ def test_an_app_keeps_its_checkpoint_and_results_under_hdfs_through_rollback_and
 
     with TestClient(create_app(Workspace.locate(environment))) as client:
         served = client.get(f"/apps/{name}/tables/per_category")
+        monitored = client.get(f"/apps/{name}")
     assert served.status_code == 200, served.text
     assert Counter({row["category"]: row["n"] for row in served.json()}) == expected
+
+    # The monitor (`status`, `top`, `/apps`) reads the app's progress from its checkpoint.
+    [read_back] = app_checkpoints(shared, name)
+    assert read_back.query == QUERY and read_back.committed_ms is not None
+    assert sum(read_back.offsets[stream].values()) == EVENTS
+    assert monitored.status_code == 200, monitored.text
+    assert monitored.json()["lag_records"] == 0
+    assert monitored.json()["last_batch_id"] == read_back.batch_id
 
     stored = hdfs_cluster.files(prefix)
     assert f"/{prefix}/checkpoints/{name}/{QUERY}/commits/0" in stored
