@@ -22,11 +22,20 @@ from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.settings import Settings, load_settings
 from millrace.config.storage import RemotePath, listing, move, storage_root
-from millrace.config.workspace import Workspace, init_workspace
+from millrace.config.workspace import Workspace
 from millrace.engine.delivery import AtMostOnce
 from millrace.engine.session import spark_config
 from millrace.errors import ConfigError, StorageError
 from millrace.monitor.checkpoints import app_checkpoints
+from tests.config.storage_apps import (
+    APP,
+    EVENTS,
+    QUERY,
+    app_events,
+    publish,
+    run_millrace,
+    shared_workspace,
+)
 from tests.ports import free_port
 from tests.s3_stand_in import S3StandIn
 
@@ -50,8 +59,9 @@ def test_the_storage_root_is_the_workspace_unless_storage_root_names_another(
     ("root", "complaint"),
     [
         ("s3://data/prod", "Hadoop's S3 connector is s3a://"),
-        ("hdfs://namenode/prod", "is not an s3a:// or file:// URI"),
+        ("abfss://data@account.dfs.core.windows.net/prod", "is not an s3a://, hdfs:// or file://"),
         ("s3a:///prod", "names no bucket"),
+        ("hdfs:///prod", "names no namenode"),
         ("file://shared/prod", "is not an absolute file URI"),
         ("s3a://data/prod?versioned=1", "has a query or fragment"),
     ],
@@ -139,75 +149,22 @@ def test_an_s3_endpoint_that_does_not_answer_is_a_storage_error_within_seconds()
     assert "s3cret-key" not in raised.value.render()
 
 
-APP = """
-CREATE APPLICATION {name};
-CREATE INPUT TABLE events (event_time, category)
-  FROM STREAM('{stream}') TIME event_time LATENESS '1 hour';
-CREATE TABLE per_category WITH (mode = 'updates') AS
-SELECT category, COUNT(*) AS n FROM events GROUP BY category;
-"""
-EVENTS = 3_000
-QUERY = "table.per_category"
-
-
-def publish(workspace: Workspace, stream: str, events: list[dict[str, str]]) -> None:
-    with Publisher(stream, settings=workspace.settings) as publisher:
-        for event in events:
-            publisher.send(event)
-
-
-def _events() -> list[dict[str, str]]:
-    """EVENTS events a second apart from 2026-01-01T00:00:00Z, in 7 categories."""
-    return [
-        {"event_time": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z", "category": f"c{n % 7}"}
-        for n in range(EVENTS)
-    ]
-
-
-def _s3_workspace(
-    workspace: Workspace, s3_stand_in: S3StandIn, prefix: str, tmp_path: Path
-) -> dict[str, str]:
-    """The environment of a new workspace on the test's bus, its storage root under `prefix`
-    of the S3 stand-in."""
-    environment = {
-        **os.environ,
-        **s3_stand_in.environment(prefix),
-        "MILLRACE_HOME": str(tmp_path / "workspace"),
-        "MILLRACE_KAFKA": workspace.settings.bootstrap_servers,
-        "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "1",  # fewer state files to store per batch
-    }
-    init_workspace(Workspace.locate(environment))
-    return environment
-
-
-def _millrace(environment: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
-    """A millrace command in a process of its own, as a user runs it in that environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "millrace.cli.main", *arguments],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=600,
-        check=False,
-    )
-
-
 @pytest.mark.timeout(1200)  # two Spark runs of an app whose every file goes through moto
 def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_rollback(
     workspace: Workspace, s3_stand_in: S3StandIn, tmp_path: Path
 ) -> None:
     run = uuid.uuid4().hex[:8]
     name, stream, prefix = f"s3_{run}", f"test.s3.{run}", f"apps-{run}"
-    environment = _s3_workspace(workspace, s3_stand_in, prefix, tmp_path)
+    environment = shared_workspace(workspace, s3_stand_in.environment(prefix), tmp_path)
     shared = Workspace.locate(environment)
     create_stream(shared.settings, stream, buckets=2)
-    events = _events()
+    events = app_events()
     publish(shared, stream, events[: EVENTS // 2])
     expected = Counter(event["category"] for event in events)
     source = tmp_path / "app.sql"
     source.write_text(APP.format(name=name, stream=stream))
 
-    millrace = functools.partial(_millrace, environment)
+    millrace = functools.partial(run_millrace, environment)
 
     def stored(key: str) -> bool:
         return f"{s3_stand_in.bucket}/{prefix}/{key}" in s3_stand_in.keys(prefix)
@@ -305,11 +262,11 @@ def test_a_processor_keeps_its_state_and_timers_under_s3a_and_gives_the_exact_an
     run = uuid.uuid4().hex[:8]
     name, prefix = f"s3_processor_{run}", f"processor-{run}"
     stream, output = f"test.s3-in.{run}", f"test.s3-out.{run}"
-    environment = _s3_workspace(workspace, s3_stand_in, prefix, tmp_path)
+    environment = shared_workspace(workspace, s3_stand_in.environment(prefix), tmp_path)
     shared = Workspace.locate(environment)
     create_stream(shared.settings, stream, buckets=2)
     create_stream(shared.settings, output)
-    events = _events()
+    events = app_events()
     publish(shared, stream, events)
     with Publisher(stream, settings=shared.settings) as publisher:
         for bucket in range(2):  # each bucket's watermark passes the timers
@@ -320,9 +277,9 @@ def test_a_processor_keeps_its_state_and_timers_under_s3a_and_gives_the_exact_an
         PROCESSOR.format(name=name, stream=stream, output=output, emit_ms=END_MS, closing=CLOSING)
     )
 
-    ran = _millrace(environment, "run", f"{module}:PerCategory", "--available-now")
+    ran = run_millrace(environment, "run", f"{module}:PerCategory", "--available-now")
     assert ran.returncode == 0, ran.stderr
-    listed = _millrace(environment, "history", name, "--json")
+    listed = run_millrace(environment, "history", name, "--json")
     assert listed.returncode == 0, listed.stderr
 
     productions = [
@@ -358,24 +315,26 @@ def test_a_stream_archived_under_s3a_backfills_an_app_with_the_exact_answer(
 ) -> None:
     run = uuid.uuid4().hex[:8]
     name, stream, prefix = f"s3_backfill_{run}", f"test.s3-archive.{run}", f"warehouse-{run}"
-    environment = _s3_workspace(workspace, s3_stand_in, prefix, tmp_path)
+    environment = shared_workspace(workspace, s3_stand_in.environment(prefix), tmp_path)
     shared = Workspace.locate(environment)
-    created = _millrace(environment, "stream", "create", stream, "--buckets", "2", "--archive")
+    created = run_millrace(environment, "stream", "create", stream, "--buckets", "2", "--archive")
     assert created.returncode == 0, created.stderr
-    events = _events()
+    events = app_events()
     publish(shared, stream, events)
     source = tmp_path / "app.sql"
     source.write_text(BACKFILL_APP.format(name=name, stream=stream))
 
-    archived = _millrace(environment, "archive", stream, "--available-now", "--time", "event_time")
+    archived = run_millrace(
+        environment, "archive", stream, "--available-now", "--time", "event_time"
+    )
     assert archived.returncode == 0, archived.stderr
     assert f"stream {stream}: {EVENTS} records in " in archived.stdout
-    backfilled = _millrace(
+    backfilled = run_millrace(
         environment, "backfill", str(source), "--from", "2026-01-01T00:00:00Z",
         "--to", "2026-01-02T00:00:00Z", "--into", "per_minute",
     )  # fmt: skip
     assert backfilled.returncode == 0, backfilled.stderr
-    printed = _millrace(environment, "query", f"{name}.per_minute")
+    printed = run_millrace(environment, "query", f"{name}.per_minute")
     assert printed.returncode == 0, printed.stderr
 
     # Every event counted once, in its minute: the answer computed from the events.

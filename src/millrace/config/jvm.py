@@ -11,8 +11,9 @@ from typing import Literal
 from millrace.config.settings import Settings
 from millrace.errors import SetupError
 
-JarSet = Literal["kafka", "spark"]
-"""The two classpaths resolved from jvm/pom.xml: the Kafka broker's and Spark's connectors."""
+JarSet = Literal["kafka", "spark", "hdfs"]
+"""The classpaths resolved from jvm/pom.xml: the Kafka broker's, Spark's connectors, and
+Hadoop's MiniDFSCluster (a NameNode and a DataNode in one JVM) that the tests run HDFS with."""
 
 _SETUP_HINT = "run `bash scripts/setup.sh` (or `make setup`) in the millrace repository"
 

@@ -219,7 +219,8 @@ SETTINGS: tuple[Setting, ...] = (
         "MILLRACE_STORAGE_ROOT",
         "Where checkpoints, result tables, the warehouse and at-most-once marks are kept, "
         "for executors on other machines to reach: a Hadoop filesystem URI, "
-        "s3a://bucket/prefix or file:///shared/folder. Empty keeps them in the workspace.",
+        "s3a://bucket/prefix, hdfs://namenode:port/prefix or file:///shared/folder. "
+        "Empty keeps them in the workspace.",
     ),
     Setting(
         "storage.s3_endpoint",

@@ -5,7 +5,9 @@ What must answer without a JVM reads them here: `millrace query`, the HTTP servi
 demo's live view read rows, and a SQL app's driver reads which micro-batch it last appended
 from the commits' metadata. A scan takes a pyarrow filter and the columns it needs, so
 delta-rs skips the files and row groups whose statistics rule rows out and reads only what
-matches.
+matches. A table under `hdfs://` is read whole by delta-rs's own engine instead and filtered
+in memory: pyarrow has no filesystem of its own for HDFS without a JVM, and one of Python
+callbacks aborts the reading process at exit (`millrace.config.storage.arrow_filesystem`).
 """
 
 from __future__ import annotations
@@ -41,12 +43,20 @@ class DeltaSnapshot:
     def __init__(self, path: StoragePath, table: DeltaTable) -> None:
         self.path = path
         self._table = table
-        self._dataset = table.to_pyarrow_dataset(filesystem=arrow_filesystem(path))
+        filesystem = arrow_filesystem(path)
+        self._dataset = (
+            None if filesystem is None else table.to_pyarrow_dataset(filesystem=filesystem)
+        )
+        self._rows: pa.Table | None = None
 
     @property
     def schema(self) -> pa.Schema:
         """The table's columns as pyarrow types (Delta's timestamps as UTC microseconds)."""
-        return self._dataset.schema
+        if self._dataset is not None:
+            return self._dataset.schema
+        # pyarrow takes any schema of Arrow's C interface (delta-rs gives arro3's); its stubs
+        # know only fields.
+        return pa.schema(self._table.schema().to_arrow())  # type: ignore[arg-type]
 
     def file_maxima(self, column: str) -> list[Any]:
         """Each data file's greatest value of `column`, as the statistics in the log record it.
@@ -79,9 +89,20 @@ class DeltaSnapshot:
             [{'window_start': 2}]
         """
         try:
-            return self._dataset.to_table(columns=columns, filter=where)
+            if self._dataset is not None:
+                return self._dataset.to_table(columns=columns, filter=where)
+            rows = self._all_rows()
+            matching = rows if where is None else rows.filter(where)
+            return matching if columns is None else matching.select(columns)
         except (DeltaError, OSError, pa.ArrowException) as error:
             raise _unreadable(self.path, error) from None
+
+    def _all_rows(self) -> pa.Table:
+        """Every row, read once by delta-rs's own engine, in the types of `schema`."""
+        if self._rows is None:
+            schema = self.schema
+            self._rows = pa.table(self._table.scan()).select(schema.names).cast(schema)
+        return self._rows
 
 
 def open_delta_table(path: StoragePath) -> DeltaSnapshot | None:
@@ -151,7 +172,7 @@ def _delta_table(path: StoragePath) -> DeltaTable:
 
 
 def _storage_options(path: StoragePath) -> dict[str, str] | None:
-    """delta-rs's options to reach `path`: None on the disk, the S3 endpoint and keys else."""
+    """delta-rs's options to reach `path`: None on the disk, the S3 endpoint and keys on S3."""
     return None if isinstance(path, Path) else delta_storage_options(path.settings)
 
 
