@@ -436,6 +436,24 @@ class DirectCounter(StatefulProcessor):
         pass
 
 
+def direct_counts(raw: DataFrame, emit_ms: int, lateness_ms: int) -> DataFrame:
+    """The count per key of the records of Kafka frame `raw`, on `transformWithState` with
+    `DirectCounter`: each key's count as a JSON `value`, once the watermark passes `emit_ms`."""
+    records = (
+        raw.select(F.from_json(F.col("value").cast("string"), "time LONG, key STRING").alias("r"))
+        .select(F.col("r.key").alias("key"), F.timestamp_millis("r.time").alias("event_time"))
+        .withWatermark("event_time", f"{lateness_ms} milliseconds")
+        .drop("event_time")
+    )
+    counts = records.groupBy("key").transformWithState(
+        statefulProcessor=DirectCounter(emit_ms),
+        outputStructType="key STRING, count LONG",
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+    return counts.select(F.to_json(F.struct("key", "count")).alias("value"))
+
+
 def _kafka_input(
     spark: SparkSession, workspace, load: _Load, batch_records: int, *, headers: bool
 ) -> DataFrame:
@@ -454,22 +472,10 @@ def _kafka_input(
 def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) -> Run:
     output = _output_stream(workspace)
     raw = _kafka_input(spark, workspace, load, batch_records, headers=False)
-    records = (
-        raw.select(F.from_json(F.col("value").cast("string"), "time LONG, key STRING").alias("r"))
-        .select(F.col("r.key").alias("key"), F.timestamp_millis("r.time").alias("event_time"))
-        .withWatermark("event_time", f"{LATENESS_MS} milliseconds")
-        .drop("event_time")
-    )
-    counts = records.groupBy("key").transformWithState(
-        statefulProcessor=DirectCounter(load.emit_ms),
-        outputStructType="key STRING, count LONG",
-        outputMode="Append",
-        timeMode="EventTime",
-    )
     run = uuid.uuid4().hex[:8]
     started = time.perf_counter()
     query = (
-        counts.select(F.to_json(F.struct("key", "count")).alias("value"))
+        direct_counts(raw, load.emit_ms, LATENESS_MS)
         .writeStream.foreachBatch(
             lambda batch, _: (
                 batch.write.format("kafka")

@@ -8,7 +8,7 @@ its own (Python and Spark's JVM, on this machine's Spark), reading a stream of i
   (per-record Python, `exactly_once`, the default), in an app file started with
   `millrace run FILE:Counter`;
 - `handwritten_pyspark`: the same count written against PySpark's `transformWithState`
-  (`processors.DirectCounter`), in this script started with `--handwritten`: the baseline,
+  (`processors.direct_counts`), in this script started with `--handwritten`: the baseline,
   what restarting a Spark application costs anyway.
 
 Each round, for each side in turn: a publisher feeds the side's stream at N records a second
@@ -325,8 +325,7 @@ def _run_handwritten(
 ) -> None:
     """The baseline's driver: the count on `transformWithState`, Kafka to Kafka, run until
     killed (or to the end of its input with `available_now`)."""
-    from processors import DirectCounter
-    from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+    from processors import direct_counts
 
     from millrace.config.workspace import Workspace
     from millrace.engine.session import spark_session, state_store
@@ -344,20 +343,8 @@ def _run_handwritten(
         .option("startingOffsets", "earliest")
         .load()
     )
-    records = (
-        raw.select(F.from_json(F.col("value").cast("string"), "time LONG, key STRING").alias("r"))
-        .select(F.col("r.key").alias("key"), F.timestamp_millis("r.time").alias("event_time"))
-        .withWatermark("event_time", f"{LATENESS_MS} milliseconds")
-        .drop("event_time")
-    )
-    counts = records.groupBy("key").transformWithState(
-        statefulProcessor=DirectCounter(int(emit_ms)),
-        outputStructType="key STRING, count LONG",
-        outputMode="Append",
-        timeMode="EventTime",
-    )
     writer = (
-        counts.select(F.to_json(F.struct("key", "count")).alias("value"))
+        direct_counts(raw, int(emit_ms), LATENESS_MS)
         .writeStream.foreachBatch(
             lambda batch, _: (
                 batch.write.format("kafka")

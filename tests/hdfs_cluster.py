@@ -40,6 +40,14 @@ class HdfsCluster:
         """The variables that put a workspace's storage root under `hdfs://.../prefix`."""
         return {"MILLRACE_STORAGE_ROOT": f"{self.url}/{prefix}"}
 
+    def uri(self, prefix: str) -> str:
+        """The storage root `environment(prefix)` names."""
+        return f"{self.url}/{prefix}"
+
+    def stored(self, folder: str) -> list[str]:
+        """The files stored under `/folder`, relative to it, sorted."""
+        return [path.removeprefix(f"/{folder}/") for path in self.files(folder)]
+
     def files(self, prefix: str) -> list[str]:
         """The paths of the files stored under `/prefix`, sorted, read with hdfs-native."""
         found = Client(self.url).list_status(f"/{prefix}", recursive=True)

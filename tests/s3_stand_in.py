@@ -44,6 +44,14 @@ class S3StandIn:
             "MILLRACE_S3_SECRET_KEY": self.secret_key,
         }
 
+    def uri(self, prefix: str) -> str:
+        """The storage root `environment(prefix)` names."""
+        return f"s3a://{self.bucket}/{prefix}"
+
+    def stored(self, folder: str) -> list[str]:
+        """The files stored under `folder` (below the bucket), relative to it, sorted."""
+        return [key.removeprefix(f"{self.bucket}/{folder}/") for key in self.keys(folder)]
+
     def keys(self, prefix: str) -> list[str]:
         """The keys of the objects stored under `prefix`, sorted, read with moto's own view."""
         folder = f"{self.bucket}/{prefix}"

@@ -5,13 +5,19 @@ The app counts events per category; `EVENTS` events a second apart in 7 categori
 answer computed in plain Python to compare with what millrace reads from the root.
 """
 
+import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+from fastapi.testclient import TestClient
+
+from millrace.api.app import create_app
 from millrace.bus.publisher import Publisher
 from millrace.config.workspace import Workspace, init_workspace
+from millrace.monitor.checkpoints import app_checkpoints
 
 APP = """
 CREATE APPLICATION {name};
@@ -64,3 +70,30 @@ def run_millrace(environment: dict[str, str], *arguments: str) -> subprocess.Com
         timeout=600,
         check=False,
     )
+
+
+def read_back_answer(
+    environment: dict[str, str], name: str, stream: str, expected: Counter
+) -> subprocess.CompletedProcess[str]:
+    """Check that `millrace query`, the HTTP results and the monitor's view of app `name` read
+    the `expected` counts and every event's offset back from the storage root; the query."""
+    printed = run_millrace(environment, "query", f"{name}.per_category")
+    assert printed.returncode == 0, printed.stderr
+    rows = [json.loads(line) for line in printed.stdout.splitlines()]
+    assert Counter({row["category"]: row["n"] for row in rows}) == expected
+
+    shared = Workspace.locate(environment)
+    with TestClient(create_app(shared)) as client:
+        served = client.get(f"/apps/{name}/tables/per_category")
+        monitored = client.get(f"/apps/{name}")
+    assert served.status_code == 200, served.text
+    assert Counter({row["category"]: row["n"] for row in served.json()}) == expected
+
+    # The monitor (`status`, `top`, `/apps`) reads the app's progress from its checkpoint.
+    [read_back] = app_checkpoints(shared, name)
+    assert read_back.query == QUERY and read_back.committed_ms is not None
+    assert sum(read_back.offsets[stream].values()) == EVENTS
+    assert monitored.status_code == 200, monitored.text
+    assert monitored.json()["lag_records"] == 0
+    assert monitored.json()["last_batch_id"] == read_back.batch_id
+    return printed

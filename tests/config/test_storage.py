@@ -1,6 +1,8 @@
 """The storage root: where checkpoints, result tables and the warehouse live, on the workspace's
-disk or under an `s3a://` URI (moto's server standing in for S3), and an app that keeps them
-there run, killed with kill -9, restarted, rolled back and read from there."""
+disk or under an `s3a://` URI (moto's server standing in for S3) or an `hdfs://` one, where
+paths are read, written, listed and moved as paths are (more of HDFS: test_storage_hdfs.py);
+and apps that keep them under `s3a://` run, killed with kill -9, restarted, rolled back and
+read from there."""
 
 import functools
 import json
@@ -14,28 +16,27 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from millrace.api.app import create_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.settings import Settings, load_settings
-from millrace.config.storage import RemotePath, listing, move, storage_root
+from millrace.config.storage import RemotePath, listing, move, storage_root, write_whole
 from millrace.config.workspace import Workspace
 from millrace.engine.delivery import AtMostOnce
 from millrace.engine.session import spark_config
 from millrace.errors import ConfigError, StorageError
-from millrace.monitor.checkpoints import app_checkpoints
 from tests.config.storage_apps import (
     APP,
     EVENTS,
     QUERY,
     app_events,
     publish,
+    read_back_answer,
     run_millrace,
     shared_workspace,
 )
+from tests.hdfs_cluster import HdfsCluster
 from tests.ports import free_port
 from tests.s3_stand_in import S3StandIn
 
@@ -106,14 +107,21 @@ def test_spark_reaches_a_custom_endpoint_path_style_and_never_gets_the_keys_on_i
     assert "s3cret-key" not in repr(settings)
 
 
-def test_paths_under_an_s3a_root_are_read_written_listed_and_moved_as_paths_are(
-    s3_stand_in: S3StandIn,
+@pytest.fixture(params=["s3_stand_in", "hdfs_cluster"])
+def remote_store(request: pytest.FixtureRequest) -> S3StandIn | HdfsCluster:
+    """Each remote store a storage root may be on: S3 (moto's stand-in) and HDFS."""
+    store: S3StandIn | HdfsCluster = request.getfixturevalue(request.param)
+    return store
+
+
+def test_paths_under_a_remote_root_are_read_written_listed_and_moved_as_paths_are(
+    remote_store: S3StandIn | HdfsCluster,
 ) -> None:
     prefix = f"paths-{uuid.uuid4().hex[:8]}"
-    settings = load_settings(None, s3_stand_in.environment(prefix))
+    settings = load_settings(None, remote_store.environment(prefix))
     root = storage_root(Path("/unused"), settings)
     assert isinstance(root, RemotePath)
-    assert str(root / "checkpoints") == f"s3a://{s3_stand_in.bucket}/{prefix}/checkpoints"
+    assert str(root / "checkpoints") == f"{remote_store.uri(prefix)}/checkpoints"
 
     offsets = root / "checkpoints" / "app" / "q" / "offsets"
     assert not offsets.exists() and not offsets.is_dir() and list(offsets.iterdir()) == []
@@ -127,10 +135,15 @@ def test_paths_under_an_s3a_root_are_read_written_listed_and_moved_as_paths_are(
     with pytest.raises(FileNotFoundError):
         (offsets / "2").read_text()
 
+    write_whole(offsets / "pending.json", '{"a": 1}')
+    write_whole(offsets / "pending.json", '{"a": 2}')  # the new text over the old, whole
+    assert (offsets / "pending.json").read_text() == '{"a": 2}'
+    assert [path.name for path in listing(offsets)] == ["0", "1", "10", "pending.json"]
+
     move(root / "checkpoints" / "app", root / "backups" / "app")
     assert not (root / "checkpoints" / "app").exists()
-    assert s3_stand_in.keys(f"{prefix}/backups") == [
-        f"{s3_stand_in.bucket}/{prefix}/backups/app/q/offsets/{batch}" for batch in ("0", "1", "10")
+    assert remote_store.stored(f"{prefix}/backups") == [
+        f"app/q/offsets/{name}" for name in ("0", "1", "10", "pending.json")
     ]
 
 
@@ -206,24 +219,7 @@ def test_an_app_keeps_its_checkpoint_and_results_under_s3a_through_kill_9_and_ro
 
     restarted = millrace("run", str(source), "--available-now")
     assert restarted.returncode == 0, restarted.stderr
-    printed = millrace("query", f"{name}.per_category")
-    assert printed.returncode == 0, printed.stderr
-    rows = [json.loads(line) for line in printed.stdout.splitlines()]
-    assert Counter({row["category"]: row["n"] for row in rows}) == expected
-
-    with TestClient(create_app(Workspace.locate(environment))) as client:
-        served = client.get(f"/apps/{name}/tables/per_category")
-        monitored = client.get(f"/apps/{name}")
-    assert served.status_code == 200, served.text
-    assert Counter({row["category"]: row["n"] for row in served.json()}) == expected
-
-    # The monitor (`status`, `top`, `/apps`) reads the app's progress from its checkpoint.
-    [read_back] = app_checkpoints(shared, name)
-    assert read_back.query == QUERY and read_back.committed_ms is not None
-    assert sum(read_back.offsets[stream].values()) == EVENTS
-    assert monitored.status_code == 200, monitored.text
-    assert monitored.json()["lag_records"] == 0
-    assert monitored.json()["last_batch_id"] == read_back.batch_id
+    printed = read_back_answer(environment, name, stream, expected)
 
     assert any("/_delta_log/" in key for key in s3_stand_in.keys(f"{prefix}/tables/{name}"))
     assert not (shared.root / "checkpoints" / name).exists()  # nothing on the local disk

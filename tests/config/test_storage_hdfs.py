@@ -20,15 +20,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from deltalake import write_deltalake
-from fastapi.testclient import TestClient
 
-from millrace.api.app import create_app
 from millrace.bus.streams import create_stream
 from millrace.config.settings import Settings, load_settings
-from millrace.config.storage import RemotePath, listing, move, storage_root, write_whole
+from millrace.config.storage import storage_root
 from millrace.config.workspace import Workspace, init_workspace
 from millrace.errors import StorageError
-from millrace.monitor.checkpoints import app_checkpoints
 from millrace.warehouse.delta import DeltaSnapshot, open_delta_table
 from tests.config.storage_apps import (
     APP,
@@ -36,44 +33,12 @@ from tests.config.storage_apps import (
     QUERY,
     app_events,
     publish,
+    read_back_answer,
     run_millrace,
     shared_workspace,
 )
 from tests.hdfs_cluster import HdfsCluster
 from tests.ports import free_port
-
-
-def test_paths_under_an_hdfs_root_are_read_written_listed_and_moved_as_paths_are(
-    hdfs_cluster: HdfsCluster,
-) -> None:
-    prefix = f"paths-{uuid.uuid4().hex[:8]}"
-    settings = load_settings(None, hdfs_cluster.environment(prefix))
-    root = storage_root(Path("/unused"), settings)
-    assert isinstance(root, RemotePath)
-    assert str(root / "checkpoints") == f"{hdfs_cluster.url}/{prefix}/checkpoints"
-
-    offsets = root / "checkpoints" / "app" / "q" / "offsets"
-    assert not offsets.exists() and not offsets.is_dir() and list(offsets.iterdir()) == []
-    for batch in ("0", "1", "10"):
-        (offsets / batch).write_text(f"v1\n{batch}\n")
-    assert offsets.is_dir() and (offsets / "1").is_file()
-    assert sorted(path.name for path in offsets.iterdir()) == ["0", "1", "10"]
-    assert sorted(path.name for path in (root / "checkpoints").glob("*/*/offsets")) == ["offsets"]
-    assert (offsets / "10").read_text() == "v1\n10\n"
-    assert (offsets / "10").stat().st_size == len("v1\n10\n")
-    with pytest.raises(FileNotFoundError):
-        (offsets / "2").read_text()
-
-    write_whole(offsets / "pending.json", '{"a": 1}')
-    write_whole(offsets / "pending.json", '{"a": 2}')  # renamed over the old file
-    assert (offsets / "pending.json").read_text() == '{"a": 2}'
-    assert [path.name for path in listing(offsets)] == ["0", "1", "10", "pending.json"]
-
-    move(root / "checkpoints" / "app", root / "backups" / "app")
-    assert not (root / "checkpoints" / "app").exists()
-    assert hdfs_cluster.files(f"{prefix}/backups") == [
-        f"/{prefix}/backups/app/q/offsets/{name}" for name in ("0", "1", "10", "pending.json")
-    ]
 
 
 def test_a_namenode_that_does_not_answer_is_a_storage_error_within_seconds() -> None:
@@ -178,24 +143,7 @@ def test_an_app_keeps_its_checkpoint_and_results_under_hdfs_through_rollback_and
 
     restarted = millrace("run", str(app), "--available-now")
     assert restarted.returncode == 0, restarted.stderr
-    printed = millrace("query", f"{name}.per_category")
-    assert printed.returncode == 0, printed.stderr
-    rows = [json.loads(line) for line in printed.stdout.splitlines()]
-    assert Counter({row["category"]: row["n"] for row in rows}) == expected
-
-    with TestClient(create_app(Workspace.locate(environment))) as client:
-        served = client.get(f"/apps/{name}/tables/per_category")
-        monitored = client.get(f"/apps/{name}")
-    assert served.status_code == 200, served.text
-    assert Counter({row["category"]: row["n"] for row in served.json()}) == expected
-
-    # The monitor (`status`, `top`, `/apps`) reads the app's progress from its checkpoint.
-    [read_back] = app_checkpoints(shared, name)
-    assert read_back.query == QUERY and read_back.committed_ms is not None
-    assert sum(read_back.offsets[stream].values()) == EVENTS
-    assert monitored.status_code == 200, monitored.text
-    assert monitored.json()["lag_records"] == 0
-    assert monitored.json()["last_batch_id"] == read_back.batch_id
+    read_back_answer(environment, name, stream, expected)
 
     stored = hdfs_cluster.files(prefix)
     assert f"/{prefix}/checkpoints/{name}/{QUERY}/commits/0" in stored
