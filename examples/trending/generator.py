@@ -32,6 +32,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from millrace.bus.client_config import kafka_client_config
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream, list_streams
 from millrace.config.settings import Settings
@@ -165,7 +166,7 @@ def publish(settings: Settings, records: list[dict[str, Any] | bytes]) -> None:
     Example:
         >>> publish(settings, generate(seed=7, count=100, start_ms=0, rate=10))  # doctest: +SKIP
     """
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer = Producer(kafka_client_config(settings))
     with Publisher(EVENTS, settings=settings, time_field="event_time") as publisher:
         for record in records:
             if isinstance(record, bytes):
@@ -196,7 +197,7 @@ def run(
     rng = random.Random(seed)
     start_ms = int(time.time() * 1000)
     started = time.monotonic()
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer = Producer(kafka_client_config(settings))
     events = malformed = 0
     reported = started
     with Publisher(EVENTS, settings=settings, time_field="event_time") as publisher:
