@@ -123,21 +123,17 @@ def main() -> None:
         finally:
             for side in sides:
                 side.kill()
-        for side in sides:
-            results[side.name] = {
-                "restart_s": side.restarts_s,
-                "median_restart_s": statistics.median(side.restarts_s),
-                "records_checked": side.records_checked,
-            }
-    medians = {name: figures["median_restart_s"] for name, figures in _sides_of(results)}
+    medians = {side.name: statistics.median(side.restarts_s) for side in sides}
+    for side in sides:
+        results[side.name] = {
+            "restart_s": side.restarts_s,
+            "median_restart_s": medians[side.name],
+            "records_checked": side.records_checked,
+        }
     if len(medians) == len(SIDES):
         ratio = medians["millrace_processor"] / medians["handwritten_pyspark"]
         results["millrace_processor_to_handwritten_ratio"] = ratio
     write_results("restart", results)
-
-
-def _sides_of(results: dict[str, object]) -> list[tuple[str, dict]]:
-    return [(name, results[name]) for name in SIDES if isinstance(results.get(name), dict)]
 
 
 @dataclass
@@ -149,7 +145,8 @@ class _Side:
     checkpoint: Path
     stream: str
     output: str
-    emit_ms: int
+    bootstrap: str
+    """The bus's address, for the publisher and the check."""
     log: Path
     process: subprocess.Popen | None = None
     restarts_s: list[float] = field(default_factory=list)
@@ -230,16 +227,16 @@ def _side(home: Path, name: str) -> _Side:
         script = str(Path(__file__).resolve())
         arguments = [stream, output, str(checkpoint), str(emit_ms)]
         command = [sys.executable, script, "--handwritten", *arguments]
-    return _Side(name, command, checkpoint, stream, output, emit_ms, log)
+    bootstrap = workspace.settings.bootstrap_servers
+    return _Side(name, command, checkpoint, stream, output, bootstrap, log)
 
 
 def _round(side: _Side, rate: int, round_number: int, generator: random.Random) -> float:
     """Start the side under load, kill it once it runs steadily, restart it: seconds down."""
-    from millrace.config.workspace import Workspace
-
-    bootstrap = Workspace.locate().settings.bootstrap_servers
-    ids = f"{side.name}:{round_number}"
-    publisher = publish_at_rate(bootstrap, side.stream, rate, _PUBLISH_S, keyed_records, ids=ids)
+    ids = f"{side.name}:{round_number}"  # each round's publisher numbers its records from 0
+    publisher = publish_at_rate(
+        side.bootstrap, side.stream, rate, _PUBLISH_S, keyed_records, ids=ids
+    )
     try:
         side.start()
         first = side.wait_for_commit(side.last_commit())
@@ -267,9 +264,7 @@ def keyed_records(first: int, count: int) -> list[bytes]:
 
 def _check(side: _Side) -> None:
     """Run the side to the end of its input and compare its counts with the stream's records."""
-    from millrace.config.workspace import Workspace
-
-    bootstrap = Workspace.locate().settings.bootstrap_servers
+    bootstrap = side.bootstrap
     closing_ms = int(time.time() * 1000)
     producer = Producer({"bootstrap.servers": bootstrap})
     for bucket in range(BUCKETS):
