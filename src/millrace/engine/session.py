@@ -2,9 +2,10 @@
 
 `spark_session` builds (once per process) a session with the master from the settings, the
 Kafka connector and Delta jars on the classpath, RocksDB state with changelog checkpoints,
-UTC time, quiet logs (a query stopped mid-batch prints no Java errors) and a shuffle-partition
-count that fits the machine. `state_store` starts a query on another state store than the
-session's; `checkpoint_state_store` says which store a query's checkpoint began on.
+UTC time, quiet logs (a query stopped mid-batch prints no Java errors), a shuffle-partition
+count that fits the machine, and the class-data archive setup built (`class_archive`).
+`state_store` starts a query on another state store than the session's;
+`checkpoint_state_store` says which store a query's checkpoint began on.
 `add_listener` attaches millrace's query listeners, which read progress events as JSON.
 """
 
@@ -35,6 +36,7 @@ from pyspark.sql.streaming.listener import (
 from millrace.config.jvm import jars
 from millrace.config.settings import Settings
 from millrace.config.storage import StoragePath
+from millrace.engine import class_archive
 from millrace.engine.jvm_stderr import relayed_stderr
 from millrace.errors import CheckpointCorruptError, EngineError
 
@@ -234,11 +236,21 @@ def spark_config(settings: Settings) -> dict[str, str]:
     # matches against a regex that recurses once per character (`(.|\n)*`, in
     # StreamExecution.isInterruptionException): on Java's default 1 MB stack its thread died
     # with a StackOverflowError. Unused stack is only reserved, not taken from memory.
-    driver_options = f"{quiet_logs} {_THREAD_STACK} {settings.spark_driver_java_options}".strip()
+    connectors = connector_jars(settings)
+    driver_options = " ".join(
+        option
+        for option in (
+            quiet_logs,
+            _THREAD_STACK,
+            class_archive.driver_options(settings, connectors),
+            settings.spark_driver_java_options,
+        )
+        if option
+    )
     return {
         "spark.driver.extraJavaOptions": driver_options,
         "spark.executor.extraJavaOptions": quiet_logs,
-        "spark.jars": ",".join(str(jar) for jar in connector_jars(settings)),
+        "spark.jars": ",".join(str(jar) for jar in connectors),
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.shuffle.partitions": str(partitions),
         # Delta rebuilds a table's state from its log in this many tasks (50 by default):
