@@ -10,11 +10,12 @@ demo: setup
 	.venv/bin/millrace demo
 
 # The test suite CI runs: lint, type check, then real Kafka broker and real Spark, started
-# once per run; then the docstring examples of src/millrace, with no server
-# (tests/doctest_namespace.py).
+# once per run by each of two workers (pytest-xdist), each taking a test file at a time,
+# the slowest first (tests/durations.py); then the docstring examples of src/millrace, with
+# no server (tests/doctest_namespace.py).
 test: setup
 	.venv/bin/ruff check src tests benchmarks examples
 	.venv/bin/ruff format --check src tests benchmarks examples
 	.venv/bin/mypy
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest --numprocesses 2 --dist loadfile
 	.venv/bin/python -m pytest --doctest-modules src/millrace

@@ -18,8 +18,15 @@ from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace, init_workspace
 from millrace.engine.session import spark_session, stop_spark_session
 from millrace.serving.server import start_redis, stop_redis
+from tests.durations import SECONDS_BY_FILE
 from tests.jvm_options import CHILD_JVM_OPTIONS, CHILD_JVM_TIERED
 from tests.ports import free_port
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slowest files first (tests/durations.py), each file's tests in their order, so that
+    the two workers of `make test` finish together."""
+    items.sort(key=lambda item: -SECONDS_BY_FILE.get(item.nodeid.split("::")[0], 0))
 
 
 @pytest.fixture(scope="session")
