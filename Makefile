@@ -17,5 +17,5 @@ test: setup
 	.venv/bin/ruff check src tests benchmarks examples
 	.venv/bin/ruff format --check src tests benchmarks examples
 	.venv/bin/mypy
-	.venv/bin/python -m pytest --numprocesses 2 --dist loadfile
+	.venv/bin/python -m pytest --numprocesses 2 --dist loadfile --no-loadscope-reorder
 	.venv/bin/python -m pytest --doctest-modules src/millrace
