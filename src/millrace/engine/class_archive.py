@@ -23,21 +23,14 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import pandas as pd
 import pyspark
 from pyspark import SparkContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import DataStreamWriter
-from pyspark.sql.streaming.stateful_processor import (
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
 
 from millrace.config.jvm import jars_dir, java_executable
 from millrace.config.settings import Settings, load_settings
@@ -132,29 +125,6 @@ def _fingerprint(classpath: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-class _Count(StatefulProcessor):
-    """A running count per key in a value state, as processors keep theirs."""
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.seen = handle.getValueState("seen", "n LONG")
-
-    def handleInputRows(  # type: ignore[override]  # noqa: N802 - Spark's callback names
-        self,
-        key: tuple,
-        rows: Iterator[pd.DataFrame],
-        timerValues: TimerValues,  # noqa: N803
-    ) -> Iterator[pd.DataFrame]:
-        total = sum(len(frame) for frame in rows)
-        previous = self.seen.get()
-        if previous is not None:
-            total += previous[0]
-        self.seen.update((total,))
-        yield pd.DataFrame({"key": [key[0]], "count": [total]})
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
 def _exercise(settings: Settings, scratch: Path) -> None:
     """Start a driver and run in it what apps run, so that the archive holds their classes.
 
@@ -162,8 +132,40 @@ def _exercise(settings: Settings, scratch: Path) -> None:
     table through `foreachBatch`, read back. Processors: `transformWithStateInPandas` with a
     value state on RocksDB, written to Delta.
     """
-    # Deferred: the session imports this module for `driver_options`.
+    # Deferred: the session imports this module for `driver_options`, and only the build
+    # needs pandas and the processor API.
+    from collections.abc import Iterator
+
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import (
+        StatefulProcessor,
+        StatefulProcessorHandle,
+        TimerValues,
+    )
+
     from millrace.engine.session import spark_session, stop_spark_session
+
+    class Count(StatefulProcessor):
+        """A running count per key in a value state, as processors keep theirs."""
+
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.seen = handle.getValueState("seen", "n LONG")
+
+        def handleInputRows(  # type: ignore[override]  # noqa: N802 - Spark's callback names
+            self,
+            key: tuple,
+            rows: Iterator[pd.DataFrame],
+            timerValues: TimerValues,  # noqa: N803
+        ) -> Iterator[pd.DataFrame]:
+            total = sum(len(frame) for frame in rows)
+            previous = self.seen.get()
+            if previous is not None:
+                total += previous[0]
+            self.seen.update((total,))
+            yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+        def close(self) -> None:
+            """Nothing to release."""
 
     spark = spark_session(settings, app_name="millrace-class-data")
     events = scratch / "events"
@@ -190,10 +192,10 @@ def _exercise(settings: Settings, scratch: Path) -> None:
         .count()
         .select("key", "count")
     )
-    _run(counts.writeStream.foreachBatch(merge), scratch / "counts")
+    _run(counts.writeStream.foreachBatch(merge), scratch)
     spark.read.format("delta").load(table).where("count > 0").orderBy("key").collect()
     processed = records.groupBy("key").transformWithStateInPandas(
-        _Count(), "key STRING, count LONG", outputMode="Update", timeMode="None"
+        Count(), "key STRING, count LONG", outputMode="Update", timeMode="None"
     )
     _run(processed.writeStream.format("delta").option("path", f"{table}-processed"), scratch)
     stop_spark_session()
