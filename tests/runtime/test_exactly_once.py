@@ -28,9 +28,9 @@ from millrace.config.workspace import Workspace
 from tests.runtime.crash_pipeline import CrashRun, Pipeline, known_answer, run_with_kills
 
 # Enough events for a few micro-batches of each app before and after a kill, and for another
-# kill when one comes after Spark recorded the batch done: 30 minutes of event time, a minute
+# kill when one comes after Spark recorded the batch done: 12 minutes of event time, a minute
 # per micro-batch of the filter.
-EVENTS = 60_000
+EVENTS = 24_000
 BATCH = 2_000
 KILLS = 1
 # On a busy machine the run takes far longer than usual.
