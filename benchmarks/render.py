@@ -11,8 +11,9 @@ taken from:
   key; wall-clock figures are left to the JSON);
 - every ratio the benchmark computed (keys containing `ratio`);
 - maximum sustainable rates (`max_sustained_rate`), micro-batch cycles (`median_rows`,
-  `median_cycle_ms`), latencies (`median_ms`, `p95_ms`, `p99_ms`) and restart times
-  (`median_restart_s`, with each round's `restart_s`) where the benchmark measured them;
+  `median_cycle_ms`), latencies (`median_ms`, `p95_ms`, `p99_ms`), restart times
+  (`median_restart_s`, with each round's `restart_s`) and driver starts (`median_session_s`,
+  `median_first_work_s`, `median_jvm_cpu_s`) where the benchmark measured them;
 - a bar chart of the throughputs (docs/benchmarks/<file>.png) and, for latencies, their
   distribution (docs/benchmarks/<file>-latency.png).
 
@@ -173,6 +174,19 @@ def _part(path: Path, result: dict) -> str:
             f"| {side} | {node['median_restart_s']:.1f} | "
             f"{', '.join(f'{s:.1f}' for s in node['restart_s'])} |"
             for side, node in restarts
+        ]
+        lines.append("")
+    starts = list(_nodes(result, "median_first_work_s"))
+    if starts:
+        lines += [
+            "| side | median s to the session | median s to the end of its first work "
+            "| median JVM CPU s by then |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| {side} | {node['median_session_s']:.1f} | {node['median_first_work_s']:.1f} "
+            f"| {node['median_jvm_cpu_s']:.1f} |"
+            for side, node in starts
         ]
         lines.append("")
     latencies = list(_latencies(result))

@@ -2,10 +2,11 @@
 
 A Spark driver loads and verifies some 20,000 classes before its first micro-batch. Java's
 class-data sharing (CDS) keeps them parsed and verified in an archive file that a JVM maps
-instead: on the 2-core machine a driver's start and first work took 9.9 s and 5.8 s of JVM
-CPU with the archive against 15.9 s and 9.6 s without (3 interleaved runs each, session,
-aggregation and Delta write; `benchmarks/driver_start.py` measures it). Every `millrace run`,
-`deploy`, `restart`, `rollback` and kill -9 recovery starts a driver, so each of them gains.
+instead. On the 2-core machine a driver's start and first work (an aggregation and a Delta
+write) took a median 6.0 s and 9.6 s of JVM CPU with the archive, against 8.9 s and 14.2 s
+without (`benchmarks/driver_start.py --rounds 5`, docs/benchmarks.md#driver-start). Every
+`millrace run`, `deploy`, `restart`, `rollback` and recovery after a kill starts a driver, so
+each of them gains.
 
 `build_archive` (run by scripts/setup.sh) starts a driver that exercises what apps use (SQL,
 a stateful streaming aggregation, `transformWithStateInPandas`, Delta reads, writes and
