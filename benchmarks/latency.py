@@ -37,8 +37,9 @@ papers' maximum sustainable throughput). A sustained-rate search (`_load.search`
 stage and for the PySpark pass-through with the default trigger, their probes interleaved;
 then every side's latency is measured at that one rate, so the sides carry the same load. The
 result goes to benchmarks/results/latency-*.json, with the median, p95 and p99, the
-percentiles from 1 to 99 for the plot, the records published and read, and with `--fraction`
-the search's probes and rates.
+percentiles from 1 to 99 for the plot, the records published and read, for a Spark side where
+its micro-batches went (`micro_batches`: medians of Spark's `durationMs` phases and of the rows
+per batch), and with `--fraction` the search's probes and rates.
 """
 
 from __future__ import annotations
@@ -205,6 +206,33 @@ def _measure(workspace, side: str, start: Callable[[str, str], Started], options
         "p95_ms": ranked[94],
         "p99_ms": ranked[98],
         "percentiles_ms": ranked,
+        **_micro_batches(started),
+    }
+
+
+def _micro_batches(started: Started) -> dict:
+    """Where a Spark side's micro-batches went, from Spark's own progress: the median of each
+    phase of `durationMs` and of the rows read, over the batches that read records, past the
+    first five (start-up). Nothing for a peer, which runs no Spark query."""
+    batches = [
+        progress
+        for query in started.queries
+        for progress in query.recentProgress
+        if progress["numInputRows"] > 0
+    ][5:]
+    if not batches:
+        return {}
+    phases = {phase for progress in batches for phase in progress["durationMs"]}
+    return {
+        "micro_batches": {
+            "batches": len(batches),
+            "sources": len(batches[0]["sources"]),
+            "median_rows": statistics.median(progress["numInputRows"] for progress in batches),
+            "median_phase_ms": {
+                phase: statistics.median(p["durationMs"].get(phase, 0) for p in batches)
+                for phase in sorted(phases)
+            },
+        }
     }
 
 
