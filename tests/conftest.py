@@ -1,5 +1,6 @@
 """Fixtures shared by the whole suite: one workspace, one real Kafka broker and one
-SparkSession per test run, all on loopback, all stopped at the end."""
+SparkSession per test process (each pytest-xdist worker of `make test`), all on loopback, all
+stopped at the end; and the order the files run in."""
 
 from __future__ import annotations
 
