@@ -8,13 +8,13 @@ without (`benchmarks/driver_start.py --rounds 5`, docs/benchmarks.md#driver-star
 `millrace run`, `deploy`, `restart`, `rollback` and recovery after a kill starts a driver, so
 each of them gains.
 
-`build_archive` (run by scripts/setup.sh) starts a driver that exercises what apps use (SQL,
-a stateful streaming aggregation, `transformWithStateInPandas`, Delta reads, writes and
-merges) and has the JVM write the classes it loaded when it exits. `driver_options` names the
-archive to each driver start. The archive's name carries a fingerprint of the Java
-executable and of every jar on the driver's classpath: a JVM refuses an archive written for
-another classpath, so a changed install simply finds no archive of its name (and starts as
-before) until setup builds the new one.
+`python -m millrace.engine.class_archive` (run by scripts/setup.sh) starts a driver that
+exercises what apps use (SQL, a stateful streaming aggregation, `transformWithStateInPandas`,
+Delta reads, writes and merges) and has the JVM write the classes it loaded when it exits.
+`driver_options` names the archive to each driver start. The archive's name carries a
+fingerprint of the Java executable and of every jar on the driver's classpath: a JVM refuses
+an archive written for another classpath, so a changed install simply finds no archive of its
+name (and starts as before) until setup builds the new one.
 """
 
 from __future__ import annotations
@@ -71,36 +71,31 @@ def driver_options(settings: Settings, classpath: list[Path]) -> str:
     return f"-XX:SharedArchiveFile={archive} {_QUIET}"
 
 
-def build_archive(settings: Settings) -> Path:
-    """Build the archive unless it exists, in this process's driver; its path.
+def _build(settings: Settings, archive: Path) -> None:
+    """Write `archive` from a driver started in this process; `SetupError` when it could not.
 
     It takes about half a minute: the driver runs what apps run (`_exercise`), and its JVM
     writes the archive as it exits, beside the archive's name, which it takes once complete.
-    `SetupError` when the archive could not be written.
     """
-    # Deferred: the session imports this module for `driver_options`.
-    from millrace.engine.session import connector_jars
-
-    archive = archive_file(settings, connector_jars(settings))
-    if _complete(archive):
-        return archive
     archive.parent.mkdir(parents=True, exist_ok=True)
+    written = archive.with_suffix(f".{os.getpid()}.partial")
+    dump = f"-XX:ArchiveClassesAtExit={written} {_QUIET}"
+    options = f"{settings.spark_driver_java_options} {dump}".strip()
     with tempfile.TemporaryDirectory(prefix="millrace-class-data-") as scratch:
-        written = archive.with_suffix(f".{os.getpid()}.partial")
-        dump = f"-XX:ArchiveClassesAtExit={written} {_QUIET}"
-        options = f"{settings.spark_driver_java_options} {dump}".strip()
         _exercise(replace(settings, spark_driver_java_options=options), Path(scratch))
         _stop_jvm()
     if not _complete(written):
+        written.unlink(missing_ok=True)
         raise SetupError(
             f"the Spark driver did not write its class-data archive {written}",
             hint="Spark still runs without it, only its drivers start slower; run "
             "`bash scripts/setup.sh` again once the error above is fixed",
         )
-    for stale in archive.parent.glob("spark-driver-*.jsa"):
-        stale.unlink()
+    # Archives of an earlier install, and files of a build that was killed.
+    for stale in archive.parent.glob("spark-driver-*"):
+        if stale != written:
+            stale.unlink()
     os.replace(written, archive)
-    return archive
 
 
 def _complete(archive: Path) -> bool:
@@ -222,16 +217,19 @@ def _stop_jvm() -> None:
 
 
 def _main() -> None:
-    """Build the archive for the settings of the environment, saying so when it does."""
+    """Build the archive for the settings of the environment unless it exists, saying so."""
+    # Deferred: the session imports this module for `driver_options`.
     from millrace.engine.session import connector_jars
 
     settings = load_settings(None)
-    if not _complete(archive_file(settings, connector_jars(settings))):
-        print("setup: building the class-data archive of Spark's drivers (once, about a minute)")
-        try:
-            build_archive(settings)
-        except MillraceError as error:
-            sys.exit(error.render())
+    archive = archive_file(settings, connector_jars(settings))
+    if _complete(archive):
+        return
+    print("setup: building the class-data archive of Spark's drivers (once, about a minute)")
+    try:
+        _build(settings, archive)
+    except MillraceError as error:
+        sys.exit(error.render())
 
 
 if __name__ == "__main__":
