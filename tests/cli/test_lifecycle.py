@@ -1,8 +1,10 @@
-"""A SQL app deployed, watched, rolled back, upgraded and stopped from the command line.
+"""A SQL app and a processor deployed, watched, rolled back, restarted, upgraded and stopped
+from the command line.
 
-The app runs detached, as `millrace deploy` starts it for a user: its own process and Spark
-application. Its result table is merged by key, so batches recomputed after a rollback
-rewrite the same rows; the table is compared with counts computed in plain Python.
+Each runs detached, as `millrace deploy` starts it for a user: its own process and Spark
+application. The SQL app's result table is merged by key, so batches recomputed after a
+rollback rewrite the same rows, and the records its second query copies to a stream carry
+the ids of the first ones; both are compared with what plain Python computes.
 """
 
 import json
@@ -17,7 +19,10 @@ from subprocess import CompletedProcess
 
 import pyarrow.parquet as pq
 import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
+from millrace.api.app import create_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
@@ -26,6 +31,7 @@ from millrace.records import format_time_ms
 from millrace.runtime import checkpoints, registry
 from tests.cli.deployed import wait_for
 from tests.monitor.chain import WATERMARK_MS, publish_chain
+from tests.runtime.killing import read, unique_values
 
 APP = """
 CREATE APPLICATION {name};
@@ -33,7 +39,9 @@ CREATE INPUT TABLE events (event_time, category)
   FROM STREAM('{stream}') TIME event_time LATENESS '1 hour';
 CREATE TABLE per_category WITH (mode = 'updates') AS
 SELECT category, COUNT(*) AS n FROM events {where} GROUP BY category;
+INSERT INTO STREAM('{copies}') SELECT category FROM events {where};
 """
+TABLE_QUERY = "table.per_category"
 
 
 def _publish(workspace: Workspace, stream: str, categories: list[str], first: int) -> None:
@@ -66,6 +74,23 @@ def _table(workspace: Workspace, app: str) -> dict[str, int]:
     return {row["category"]: row["n"] for row in rows}
 
 
+def _copied(workspace: Workspace, stream: str) -> Counter[str]:
+    """The categories the app copied to `stream`, each record once by its id."""
+    return Counter(value["category"] for value in unique_values(read(workspace, stream)))
+
+
+def _gauges(workspace: Workspace, app: str) -> dict[str, float]:
+    """The app's gauges at `/metrics` of the HTTP service, by name."""
+    response = TestClient(create_app(workspace)).get("/metrics")
+    assert response.status_code == 200
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+        if sample.labels == {"app": app}
+    }
+
+
 # Three starts of a Spark application and their first micro-batches: on a machine shared with
 # other Spark work that takes longer than the suite's default limit.
 @pytest.mark.timeout(1800)
@@ -77,9 +102,11 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
 ) -> None:
     run = uuid.uuid4().hex[:8]
     name, stream = f"lifecycle_{run}", f"test.lifecycle.{run}"
+    copies = f"test.lifecycle-copies.{run}"
     create_stream(workspace.settings, stream, buckets=2)
+    create_stream(workspace.settings, copies)
     source = tmp_path / "app.sql"
-    source.write_text(APP.format(name=name, stream=stream, where=""))
+    source.write_text(APP.format(name=name, stream=stream, copies=copies, where=""))
     first = ["a", "b", "a", "c", "a"]
     _publish(workspace, stream, first, 0)
 
@@ -90,6 +117,12 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
         wait_for(
             "the first results",
             lambda: _table(workspace, name) == Counter(first),
+            name,
+            workspace,
+        )
+        wait_for(
+            "the first copies",
+            lambda: _copied(workspace, copies) == Counter(first),
             name,
             workspace,
         )
@@ -106,13 +139,19 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
             if json.loads(line)["app"] == name
         ]
         assert (row["status"], row["pid"], row["trigger"]) == ("running", record.pid, "interval:1s")
-        assert row["last_batch"]["table.per_category"] >= 0
+        assert row["last_batch"][TABLE_QUERY] >= 0
         assert set(row) >= {"input_rate", "processing_lag", "watermark_lag", "uptime"}
         shown = millrace("ps")
         assert name in shown.stdout and "running" in shown.stdout
+        lags = {"millrace_app_lag_records", "millrace_app_watermark_lag_seconds"}
+        wait_for(
+            "its lags at /metrics", lambda: lags <= set(_gauges(workspace, name)), name, workspace
+        )
+        assert all(_gauges(workspace, name)[gauge] >= 0 for gauge in lags)
 
+        running = f"app '{name}' running: 2 queries"
         logged = millrace("logs", name)
-        assert f"app '{name}' running: 1 queries" in logged.stdout, logged.stdout
+        assert running in logged.stdout, logged.stdout
 
         # The batch that read the first records: the app is rolled back to it later, by the
         # time it was committed. Spark writes a batch's commit after its results, so the
@@ -121,7 +160,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
             return [
                 (batch.batch_id, batch.committed_ms)
                 for batch in checkpoints.history(workspace, name)
-                if batch.committed_ms is not None
+                if batch.query == TABLE_QUERY and batch.committed_ms is not None
             ]
 
         wait_for("the first batch's commit", lambda: bool(committed()), name, workspace)
@@ -140,8 +179,11 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
             both = Counter(first + second)
             wait_for("the second results", lambda: _table(workspace, name) == both, name, workspace)
             wait_for(
+                "the second copies", lambda: _copied(workspace, copies) == both, name, workspace
+            )
+            wait_for(
                 "a batch printed by logs -f",
-                lambda: f"{name}.table.per_category: batch " in followed.read_text(),
+                lambda: f"{name}.{TABLE_QUERY}: batch " in followed.read_text(),
                 name,
                 workspace,
             )
@@ -151,25 +193,32 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
 
         history = millrace("history", name, "--json")
         assert history.returncode == 0, history.stderr
-        batches = [json.loads(line) for line in history.stdout.splitlines()]
+        batches = [
+            row
+            for row in map(json.loads, history.stdout.splitlines())
+            if row["query"] == TABLE_QUERY
+        ]
         # Each batch's end offsets, a source per bucket: the last ones have read all eight.
-        read = sum(
+        offsets_read = sum(
             offset
             for source in batches[-1]["offsets"]
             for offset in source.get(stream, {}).values()
         )
-        assert read == len(first) + len(second)
+        assert offsets_read == len(first) + len(second)
         assert [batch["batch"] for batch in batches] == list(range(len(batches)))
         newest = batches[-1]["batch"]
         assert newest > with_first
 
+        copied = len(read(workspace, copies))
         rolled = millrace_subprocess("rollback", name, "--to-time", str(with_first_committed_ms))
         assert rolled.returncode == 0, rolled.stderr
-        assert f"table.per_category: back to batch {with_first}" in rolled.stdout, rolled.stdout
+        assert f"{TABLE_QUERY}: back to batch {with_first}" in rolled.stdout, rolled.stdout
+        # The copying query went back as far: to its last batch committed by then.
+        assert f"insert.{copies}: back to batch " in rolled.stdout, rolled.stdout
         backup = Path(rolled.stdout.split("backup: ")[1].splitlines()[0])
         moved = sorted(
             int(path.name)
-            for path in (backup / "table.per_category" / "offsets").iterdir()
+            for path in (backup / TABLE_QUERY / "offsets").iterdir()
             if path.name.isdigit()
         )
         assert moved and moved[0] == with_first + 1
@@ -181,25 +230,49 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
             return again is not None and (again.committed_ms or 0) >= rolled_at_ms - 2000
 
         wait_for("the batches after the rollback", recomputed, name, workspace)
+        wait_for(
+            "the copies recomputed after the rollback",
+            lambda: len(read(workspace, copies)) > copied,
+            name,
+            workspace,
+        )
         time.sleep(3)  # a few more micro-batches: nothing may change
-        # The same results as a run without the rollback: the second records counted once.
+        # The same results as a run without the rollback: the second records counted once,
+        # and copied again with the ids of the first copies.
         assert _table(workspace, name) == both
+        assert _copied(workspace, copies) == both
+
+        # The same code again: it goes on from its checkpoint, in a new process.
+        before = registry.load(workspace, name)
+        starts = Path(before.log).read_text().count(running)
+        same = millrace_subprocess("restart", name)
+        assert same.returncode == 0, same.stderr
+        assert "(same code, from its checkpoint)" in same.stdout
+        assert registry.load(workspace, name).pid != before.pid
+        wait_for(
+            "the restarted app",
+            lambda: Path(before.log).read_text().count(running) > starts,
+            name,
+            workspace,
+        )
 
         # Code that keeps other state: refused before the running app is touched.
         source.write_text(
-            APP.format(name=name, stream=stream, where="").replace(
+            APP.format(name=name, stream=stream, copies=copies, where="").replace(
                 "COUNT(*) AS n", "COUNT(*) AS n, MAX(event_time) AS latest"
             )
         )
         refused = millrace("restart", name)
         assert refused.returncode == 1
         assert "error[state-schema]" in refused.stderr
-        assert "query table.per_category: aggregates was" in refused.stderr
+        assert f"query {TABLE_QUERY}: aggregates was" in refused.stderr
         assert f"millrace restart {name} --fresh" in refused.stderr
         assert registry.load(workspace, name).status == "running"
 
         # New code with the same state: resumes with the counts so far.
-        source.write_text(APP.format(name=name, stream=stream, where="WHERE category <> 'b'"))
+        source.write_text(
+            APP.format(name=name, stream=stream, copies=copies, where="WHERE category <> 'b'")
+        )
         restarted = millrace_subprocess("restart", name)
         assert restarted.returncode == 0, restarted.stderr
         assert "(new code, from its checkpoint)" in restarted.stdout
@@ -212,6 +285,12 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
         wait_for(
             "the results of the new code",
             lambda: _table(workspace, name) == expected,
+            name,
+            workspace,
+        )
+        wait_for(
+            "the copies of the new code",
+            lambda: _copied(workspace, copies) == expected,
             name,
             workspace,
         )
@@ -268,8 +347,11 @@ def _productions(workspace: Workspace, stream: str) -> dict[str, dict]:
 
 
 @pytest.mark.timeout(1800)
-def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back(
-    workspace: Workspace, tmp_path: Path, millrace_subprocess: Callable[..., CompletedProcess[str]]
+def test_a_processor_is_deployed_listed_stopped_restarted_with_new_code_and_rolled_back(
+    workspace: Workspace,
+    tmp_path: Path,
+    millrace: Callable[..., CompletedProcess[str]],
+    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     run = uuid.uuid4().hex[:8]
     name, source, output = f"counts_{run}", f"test.counts-in.{run}", f"test.counts-out.{run}"
@@ -290,6 +372,14 @@ def test_a_processor_is_deployed_stopped_restarted_with_new_code_and_rolled_back
         )
         first = registry.load(workspace, name)
         assert first.kind == "processor" and first.source == f"{module}:RunningCount"
+        listed = millrace("ps", "--json")
+        [row] = [row for row in map(json.loads, listed.stdout.splitlines()) if row["app"] == name]
+        assert (row["status"], row["pid"]) == ("running", first.pid)
+        assert f"processor '{name}' running" in millrace("logs", name).stdout
+        history = millrace("history", name, "--json")
+        assert {row["query"] for row in map(json.loads, history.stdout.splitlines())} == {
+            "processor"
+        }
         stopped = millrace_subprocess("stop", name)
         assert stopped.returncode == 0, stopped.stderr
         assert registry.load(workspace, name).status == "stopped"
