@@ -91,7 +91,7 @@ def _gauges(workspace: Workspace, app: str) -> dict[str, float]:
     }
 
 
-# Three starts of a Spark application and their first micro-batches: on a machine shared with
+# Four starts of a Spark application and their first micro-batches: on a machine shared with
 # other Spark work that takes longer than the suite's default limit.
 @pytest.mark.timeout(1800)
 def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
