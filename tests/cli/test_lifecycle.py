@@ -373,10 +373,12 @@ def test_a_processor_is_deployed_listed_stopped_restarted_with_new_code_and_roll
         first = registry.load(workspace, name)
         assert first.kind == "processor" and first.source == f"{module}:RunningCount"
         listed = millrace("ps", "--json")
+        assert listed.returncode == 0, listed.stderr
         [row] = [row for row in map(json.loads, listed.stdout.splitlines()) if row["app"] == name]
         assert (row["status"], row["pid"]) == ("running", first.pid)
         assert f"processor '{name}' running" in millrace("logs", name).stdout
         history = millrace("history", name, "--json")
+        assert history.returncode == 0, history.stderr
         assert {row["query"] for row in map(json.loads, history.stdout.splitlines())} == {
             "processor"
         }
