@@ -261,6 +261,18 @@ def _warm_up(producer: Producer, stream: str, queries: list[StreamingQuery]) -> 
         query.processAllAvailable()
 
 
+def _read_to(query: StreamingQuery, stream: str) -> dict[int, int]:
+    """Per bucket of `stream`, the offset `query`'s last finished micro-batch read to."""
+    progress = query.lastProgress
+    read: dict[int, int] = {}
+    for source in progress["sources"] if progress else []:
+        end = source["endOffset"]
+        offsets = json.loads(end) if isinstance(end, str) else end
+        if isinstance(offsets, dict) and isinstance(offsets.get(stream), dict):
+            read.update({int(bucket): offset for bucket, offset in offsets[stream].items()})
+    return read
+
+
 def _wait_for(condition, timeout_s: float) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
@@ -343,7 +355,8 @@ def test_a_query_rolled_back_reads_its_backlog_again_without_the_earlier_runs_ti
     # first batch: taken for its own, they would pass the records still to be read again.
     create_stream(workspace.settings, stream_name, buckets=2)
     now_ms = int(time.time() * 1000)
-    backlog = {0: [now_ms - 100_000 + n * 100 for n in range(1000)], 1: []}
+    # Six micro-batches: few enough to read on a busy machine, enough to roll back into.
+    backlog = {0: [now_ms - 30_000 + n * 100 for n in range(300)], 1: []}
     published = publish_to_buckets(workspace, stream_name, backlog)
 
     def start(idle_timeout: str) -> tuple[Collected, StreamingQuery, StreamInput]:
@@ -370,7 +383,8 @@ def test_a_query_rolled_back_reads_its_backlog_again_without_the_earlier_runs_ti
 
     first_rows, first_query, first_source = start(idle_timeout="1 second")
     assert first_source.ticker is not None
-    _wait_for(lambda: len(first_rows.snapshot()) == published, timeout_s=120)
+    _wait_for(lambda: _read_to(first_query, stream_name).get(0) == published, timeout_s=120)
+    assert len(first_rows.snapshot()) == published, "the first run dropped records as late"
     _wait_for(lambda: set(first_source.ticker.ticked) == {0, 1}, timeout_s=30)
     first_query.stop()
     first_source.close()
