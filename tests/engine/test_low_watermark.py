@@ -273,13 +273,22 @@ def _read_to(query: StreamingQuery, stream: str) -> dict[int, int]:
     return read
 
 
-def _wait_for(condition, timeout_s: float) -> float:
+def _wait_for(condition, timeout_s: float, query: StreamingQuery | None = None) -> float:
+    """Seconds until `condition` held; on a timeout, says where `query` stood."""
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         if condition():
             return time.monotonic() - started
         time.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s} s")
+    where = ""
+    if query is not None:
+        progress = query.lastProgress or {}
+        where = (
+            f": the query is {query.status['message']!r}, its last batch "
+            f"{progress.get('batchId')} began at {progress.get('timestamp')} and read to "
+            f"{[source['endOffset'] for source in progress.get('sources', [])]}"
+        )
+    raise AssertionError(f"not within {timeout_s} s{where}")
 
 
 def test_the_last_window_of_a_quiet_input_closes_within_the_idle_timeout_and_lateness(
@@ -383,7 +392,11 @@ def test_a_query_rolled_back_reads_its_backlog_again_without_the_earlier_runs_ti
 
     first_rows, first_query, first_source = start(idle_timeout="1 second")
     assert first_source.ticker is not None
-    _wait_for(lambda: _read_to(first_query, stream_name).get(0) == published, timeout_s=120)
+    _wait_for(
+        lambda: _read_to(first_query, stream_name).get(0) == published,
+        timeout_s=120,
+        query=first_query,
+    )
     assert len(first_rows.snapshot()) == published, "the first run dropped records as late"
     _wait_for(lambda: set(first_source.ticker.ticked) == {0, 1}, timeout_s=30)
     first_query.stop()
