@@ -13,7 +13,8 @@ taken from:
 - maximum sustainable rates (`max_sustained_rate`), micro-batch cycles (`median_rows`,
   `median_cycle_ms`), latencies (`median_ms`, `p95_ms`, `p99_ms`), restart times
   (`median_restart_s`, with each round's `restart_s`) and driver starts (`median_session_s`,
-  `median_first_work_s`, `median_jvm_cpu_s`) where the benchmark measured them;
+  `median_first_work_s`, `median_jvm_cpu_s`) and idle costs (`median_core_share`, with each
+  round's `core_share`) where the benchmark measured them;
 - a bar chart of the throughputs (docs/benchmarks/<file>.png) and, for latencies, their
   distribution (docs/benchmarks/<file>-latency.png).
 
@@ -187,6 +188,18 @@ def _part(path: Path, result: dict) -> str:
             f"| {side} | {node['median_session_s']:.1f} | {node['median_first_work_s']:.1f} "
             f"| {node['median_jvm_cpu_s']:.1f} |"
             for side, node in starts
+        ]
+        lines.append("")
+    idle = list(_nodes(result, "median_core_share"))
+    if idle:
+        lines += [
+            "| side | median share of one core while the input is quiet | each round |",
+            "| --- | ---: | --- |",
+        ]
+        lines += [
+            f"| {side} | {node['median_core_share']:.2f} | "
+            f"{', '.join(f'{share:.2f}' for share in node['core_share'])} |"
+            for side, node in idle
         ]
         lines.append("")
     latencies = list(_latencies(result))
