@@ -7,7 +7,8 @@ the same app twice, one side after the other, and publishes one record for it to
 - `ticking`: `IDLE TIMEOUT '2 seconds'`: once the record is read and 2 s old, the idle ticker
   ticks the buckets about once a second, and each tick is a micro-batch;
 - `no_ticks`: `IDLE TIMEOUT '1000 days'`: the same app and plan, whose ticker never ticks,
-  so that nothing runs while the input is quiet.
+  so that no micro-batch runs while the input is quiet (Spark still asks each source for
+  new offsets every `spark.sql.streaming.pollingDelay`, 10 ms).
 
 Once the app has read the record, and the idle timeout has passed, the benchmark reads the CPU
 time of the app's process group (the driver's Python process, its Spark JVM and Python
