@@ -109,6 +109,32 @@ def buckets_of(producer, stream: str) -> list[int]:
     return sorted(producer.list_topics(stream, timeout=10).topics[stream].partitions)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) that process `pid` has used so far, from /proc/<pid>/stat."""
+    fields = _stat_fields(pid)
+    # utime and stime, the 14th and 15th fields, in clock ticks.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_group(group: int) -> list[int]:
+    """The live processes of process group `group` (a deployed app's driver leads one)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int(_stat_fields(int(entry.name))[2]) == group:
+                members.append(int(entry.name))
+        except OSError:
+            continue  # ended while listed
+    return members
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command's name: state, ppid, pgrp, ..."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

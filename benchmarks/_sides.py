@@ -9,7 +9,6 @@ side can also start without an end (`Started`), for `_load.probe` to watch.
 
 from __future__ import annotations
 
-import os
 import random
 import resource
 import statistics
@@ -17,9 +16,8 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from _harness import Run, processing_seconds
+from _harness import Run, cpu_seconds, processing_seconds
 from _load import Payloads, probe, processed_offsets, search, summarize
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -243,11 +241,7 @@ def _cpu_seconds(spark: SparkSession) -> float:
     """
     own = resource.getrusage(resource.RUSAGE_SELF)
     jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
-    # /proc/<pid>/stat: the fields after the command's closing parenthesis, utime and stime
-    # (in clock ticks) 12th and 13th among them.
-    fields = Path(f"/proc/{jvm}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])
-    return own.ru_utime + own.ru_stime + ticks / os.sysconf("SC_CLK_TCK")
+    return own.ru_utime + own.ru_stime + cpu_seconds(jvm)
 
 
 def _settle(spark: SparkSession) -> None:

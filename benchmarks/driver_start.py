@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _harness import write_results
+from _harness import cpu_seconds, write_results
 
 SIDES = ("archive", "no_archive")
 
@@ -104,10 +104,7 @@ def _probe(folder: Path) -> None:
     rows = spark.range(5000).selectExpr("id % 7 AS key", "id AS value")
     rows.groupBy("key").count().write.format("delta").save(str(folder / "table"))
     first_work_at = time.time()
-    driver = spark.sparkContext._gateway.proc.pid
-    fields = Path(f"/proc/{driver}/stat").read_text().rsplit(")", 1)[1].split()
-    # utime and stime, the 14th and 15th fields of /proc/PID/stat, in clock ticks.
-    jvm_cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    jvm_cpu_s = cpu_seconds(spark.sparkContext._gateway.proc.pid)
     report = {"session_at": session_at, "first_work_at": first_work_at, "jvm_cpu_s": jvm_cpu_s}
     print(json.dumps(report))
 

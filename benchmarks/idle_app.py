@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from _harness import cli, isolated_workspace, write_results
+from _harness import cli, cpu_seconds, isolated_workspace, process_group, write_results
 
 SIDES = {"ticking": "2 seconds", "no_ticks": "1000 days"}
 STREAM = "idle.events"
@@ -92,7 +91,8 @@ def _idle_share(app: str, source: Path, idle_s: float) -> float:
             time.sleep(1)
         time.sleep(SETTLE_S)
         group = registry.load(workspace, app).pid
-        assert group is not None, f"app {app} has no process"
+        if group is None:
+            raise SystemExit(f"app {app} has no process")
         before = _group_cpu_s(group)
         time.sleep(idle_s)
         after = _group_cpu_s(group)
@@ -104,18 +104,12 @@ def _idle_share(app: str, source: Path, idle_s: float) -> float:
 
 def _group_cpu_s(group: int) -> dict[int, float]:
     """CPU seconds (user and system) of each live process of process group `group`."""
-    tick = os.sysconf("SC_CLK_TCK")
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in process_group(group):
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            found[pid] = cpu_seconds(pid)
         except OSError:
-            continue
-        # After the command's name: state, ppid, pgrp, ..., utime and stime (fields 14 and 15).
-        if int(fields[2]) == group:
-            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+            continue  # ended since it was listed
     return found
 
 

@@ -165,18 +165,12 @@ def _part(path: Path, result: dict) -> str:
         ]
         lines += [f"| {side} | {rows:,.0f} | {ms:,.0f} |" for side, rows, ms in cycles]
         lines.append("")
-    restarts = list(_nodes(result, "median_restart_s"))
-    if restarts:
-        lines += [
-            "| side | median s from kill -9 to the first new micro-batch | each round (s) |",
-            "| --- | ---: | --- |",
-        ]
-        lines += [
-            f"| {side} | {node['median_restart_s']:.1f} | "
-            f"{', '.join(f'{s:.1f}' for s in node['restart_s'])} |"
-            for side, node in restarts
-        ]
-        lines.append("")
+    lines += _median_and_rounds(
+        result,
+        "restart_s",
+        "median s from kill -9 to the first new micro-batch | each round (s)",
+        digits=1,
+    )
     starts = list(_nodes(result, "median_first_work_s"))
     if starts:
         lines += [
@@ -190,18 +184,12 @@ def _part(path: Path, result: dict) -> str:
             for side, node in starts
         ]
         lines.append("")
-    idle = list(_nodes(result, "median_core_share"))
-    if idle:
-        lines += [
-            "| side | median share of one core while the input is quiet | each round |",
-            "| --- | ---: | --- |",
-        ]
-        lines += [
-            f"| {side} | {node['median_core_share']:.2f} | "
-            f"{', '.join(f'{share:.2f}' for share in node['core_share'])} |"
-            for side, node in idle
-        ]
-        lines.append("")
+    lines += _median_and_rounds(
+        result,
+        "core_share",
+        "median share of one core while the input is quiet | each round",
+        digits=2,
+    )
     latencies = list(_latencies(result))
     if latencies:
         if "rate" in result:
@@ -226,6 +214,20 @@ def _part(path: Path, result: dict) -> str:
     unsupported = [(path, node["unsupported"]) for path, node in _nodes(result, "unsupported")]
     lines += [f"- {side}: not run: {reason}" for side, reason in unsupported]
     return "\n".join(lines) + "\n"
+
+
+def _median_and_rounds(result: dict, rounds: str, columns: str, *, digits: int) -> list[str]:
+    """A table of each side's `median_<rounds>` and its list `<rounds>`, under `columns`."""
+    median = f"median_{rounds}"
+    sides = list(_nodes(result, median))
+    if not sides:
+        return []
+    rows = [
+        f"| {side} | {node[median]:.{digits}f} | "
+        f"{', '.join(f'{value:.{digits}f}' for value in node[rounds])} |"
+        for side, node in sides
+    ]
+    return [f"| side | {columns} |", "| --- | ---: | --- |", *rows, ""]
 
 
 def _nodes(node: object, key: str, path: str = "") -> Iterator[tuple[str, dict]]:
