@@ -4,13 +4,16 @@ process of its own.
 `millrace` runs a command through the CLI's entry point (`millrace.cli.main.main`, which
 renders errors and sets the exit status) in this process, with click's `CliRunner` giving it
 its own stdin, stdout, stderr and environment variables for the call: no new interpreter to
-start and load. It is for verbs that talk to the bus, Redis or the workspace's files.
+start and load. It is for verbs that talk to the bus, Redis or the workspace's files, and
+for those that run Spark (`check`, `run`, `table create --from-stream`, `archive`,
+`backfill`, `sql`): they run on the suite's session, which they leave running, as they would
+a notebook's (`millrace.engine.session.command_session`), and start no JVM.
 
 `millrace_subprocess` starts `python -m millrace.cli.main` for what needs a process of its
-own: verbs that start Spark and stop it when done (`check`, `run`, `table create
---from-stream`, `archive`, `backfill`, `sql`; in this process they would stop the suite's
-session), that start or signal detached apps (`deploy`, `restart`, `rollback`, `stop`), or
-that set up logging or a server (`serve`, `monitor`).
+own: a run that is killed or signalled, or whose terminal output a test reads as a user sees
+it (the JVM's lines too); a run on other Spark settings than the suite's (another master,
+S3A or HDFS storage); verbs that start or signal detached apps (`deploy`, `restart`,
+`rollback`, `stop`), or that set up logging or a server (`serve`, `monitor`).
 
 Both return what a finished process gives: its exit status, stdout and stderr.
 """

@@ -109,11 +109,10 @@ def test_a_lost_or_corrupt_checkpoint_is_refused_with_the_way_out(
     workspace: Workspace,
     tmp_path: Path,
     millrace: Callable[..., CompletedProcess[str]],
-    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     name, source = _app(workspace, tmp_path, "restarts")
     # A new app starts without a flag.
-    first = millrace_subprocess("run", str(source), "--available-now")
+    first = millrace("run", str(source), "--available-now")
     assert first.returncode == 0, first.stderr
     checkpoint = workspace.checkpoint(name, QUERY)
     last = max(batch.batch_id for batch in checkpoints.history(workspace, name))
@@ -157,7 +156,7 @@ def test_a_lost_or_corrupt_checkpoint_is_refused_with_the_way_out(
         assert f"`millrace rollback {name} --to-batch N`" in refused.stderr
     assert not (registry.app_dir(workspace, name) / "app.json").exists()  # deploy started none
 
-    fresh = millrace_subprocess("run", str(source), "--available-now", "--fresh")
+    fresh = millrace("run", str(source), "--available-now", "--fresh")
     assert fresh.returncode == 0, fresh.stderr
     moved = Path(fresh.stdout.split("the checkpoint was moved to ")[1].splitlines()[0])
     assert moved.parent == registry.app_dir(workspace, name) / "backups" and moved.is_dir()

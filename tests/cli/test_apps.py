@@ -24,9 +24,7 @@ ZEITGEIST = Path(__file__).parents[2] / "examples" / "zeitgeist.py"
 
 
 def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
-    workspace: Workspace,
-    millrace: Callable[..., CompletedProcess[str]],
-    millrace_subprocess: Callable[..., CompletedProcess[str]],
+    workspace: Workspace, millrace: Callable[..., CompletedProcess[str]]
 ) -> None:
     for stream in ("events_stream", "superbowl_posts"):
         create_stream(workspace.settings, stream, exist_ok=True)
@@ -39,7 +37,7 @@ def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
     ]
     millrace("publish", "events_stream", "-", stdin="\n".join(json.dumps(e) for e in events))
 
-    checked = millrace_subprocess("check", str(EXAMPLE))
+    checked = millrace("check", str(EXAMPLE))
     assert checked.returncode == 0, checked.stderr
     assert "== table top_events_5min (two stages: partial aggregates per 300000 ms pane" in (
         checked.stdout
@@ -50,7 +48,7 @@ def test_an_app_is_checked_run_and_its_results_queried_from_the_command_line(
     assert "== Analyzed Logical Plan ==" in checked.stdout
     assert "Exception" not in checked.stdout and "Physical Plan" not in checked.stdout
 
-    ran = millrace_subprocess("run", str(EXAMPLE), "--available-now")
+    ran = millrace("run", str(EXAMPLE), "--available-now")
     assert ran.returncode == 0, ran.stderr
     # Each query's micro-batches are shown, and what each query did with the records it read.
     lines = ran.stdout.splitlines()
@@ -118,7 +116,7 @@ def test_query_answers_without_java_filtering_and_keeping_the_last_windows(
 
 
 def test_check_reports_an_input_stream_that_does_not_exist(
-    workspace: Workspace, tmp_path: Path, millrace_subprocess: Callable[..., CompletedProcess[str]]
+    workspace: Workspace, tmp_path: Path, millrace: Callable[..., CompletedProcess[str]]
 ) -> None:
     app = tmp_path / "app.sql"
     app.write_text(
@@ -126,7 +124,7 @@ def test_check_reports_an_input_stream_that_does_not_exist(
         "CREATE INPUT TABLE t (x) FROM STREAM('no.such.stream') TIME ts;\n"
         "INSERT INTO STREAM('no.such.stream') SELECT x FROM t;\n"
     )
-    checked = millrace_subprocess("check", str(app))
+    checked = millrace("check", str(app))
     assert checked.returncode == 1
     assert f"{app}:3:1: output stream 'no.such.stream' does not exist" in checked.stderr
 
@@ -163,7 +161,6 @@ def test_run_batch_writes_the_results_of_a_range_and_says_what_it_wrote(
     stream_name: str,
     tmp_path: Path,
     millrace: Callable[..., CompletedProcess[str]],
-    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     create_stream(workspace.settings, stream_name)
     app = tmp_path / "app.sql"
@@ -181,7 +178,7 @@ def test_run_batch_writes_the_results_of_a_range_and_says_what_it_wrote(
     ]
     millrace("publish", stream_name, "-", stdin="\n".join(json.dumps(e) for e in events))
 
-    ran = millrace_subprocess(
+    ran = millrace(
         "run", str(app), "--batch", "--from", "2026-01-01T00:00:00Z", "--to", "1767225660000"
     )
     assert ran.returncode == 0, ran.stderr
@@ -232,7 +229,7 @@ def test_a_processor_runs_from_the_command_line_over_live_streams(
     # produces the same values again.
     streamed = _values("query_counts", workspace)
     anomalies = _values("query_anomalies", workspace)
-    batch = millrace_subprocess(
+    batch = millrace(
         "run",
         f"{ZEITGEIST}:Zeitgeist",
         "--batch",

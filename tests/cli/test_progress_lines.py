@@ -14,7 +14,7 @@ def test_run_prints_a_line_per_micro_batch_that_accounts_for_every_record_read(
     workspace: Workspace,
     stream_name: str,
     tmp_path: Path,
-    millrace_subprocess: Callable[..., CompletedProcess[str]],
+    millrace: Callable[..., CompletedProcess[str]],
 ) -> None:
     output = f"{stream_name}.kept"
     create_stream(workspace.settings, stream_name, buckets=2)
@@ -48,7 +48,7 @@ def test_run_prints_a_line_per_micro_batch_that_accounts_for_every_record_read(
         f"INSERT INTO STREAM('{output}') SELECT n FROM events;\n"
     )
 
-    ran = millrace_subprocess("run", str(app), "--available-now")
+    ran = millrace("run", str(app), "--available-now")
 
     assert ran.returncode == 0, ran.stderr
     query = f"cli_progress.insert.{output}"

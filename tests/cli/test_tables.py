@@ -13,7 +13,6 @@ def test_table_create_feeds_a_stream_then_get_list_and_delete(
     redis_url: str,
     stream_name: str,
     millrace: Callable[..., CompletedProcess[str]],
-    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> None:
     settings = workspace.settings
     create_stream(settings, stream_name, buckets=2)
@@ -25,7 +24,7 @@ def test_table_create_feeds_a_stream_then_get_list_and_delete(
             publisher.send(update, key=update["dimension_id"])
     last = {update["dimension_id"]: update for update in updates}
     name = f"cls_{uuid.uuid4().hex[:8]}"
-    created = millrace_subprocess(
+    created = millrace(
         "table", "create", name, "--from-stream", stream_name, "--key", "dimension_id",
         "--value", "topic", "--value", "score:double", "--ttl", "7d", "--available-now",
     )  # fmt: skip

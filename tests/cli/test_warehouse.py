@@ -13,10 +13,6 @@ from millrace.config.workspace import Workspace
 from millrace.runtime.adhoc_sql import QueryResult
 from millrace.warehouse.layout import streams_marked_for_archive
 
-# Each `millrace_subprocess` here starts its own JVM: a minute or less alone, but several on a
-# machine busy with other Spark jobs, which the suite's 600 s per test does not allow for.
-pytestmark = pytest.mark.timeout(1800)
-
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 EVENTS = [
     {"event_time": START_MS + n * 7_000, "category": ("movies", "news")[n % 2], "n": n}
@@ -45,7 +41,6 @@ def archived(
     workspace: Workspace,
     tmp_path_factory: pytest.TempPathFactory,
     millrace: Callable[..., CompletedProcess[str]],
-    millrace_subprocess: Callable[..., CompletedProcess[str]],
 ) -> Archived:
     """A stream created with --archive, published to, archived and backfilled from the CLI."""
     stream = f"test.cli_{uuid.uuid4().hex[:8]}"
@@ -56,14 +51,14 @@ def archived(
     with Publisher(stream, settings=workspace.settings, time_field="event_time") as out:
         for event in EVENTS:
             out.send(event)
-    done = millrace_subprocess("archive", stream, "--available-now", "--time", "event_time")
+    done = millrace("archive", stream, "--available-now", "--time", "event_time")
     assert done.returncode == 0, done.stderr
     assert f"stream {stream}: {len(EVENTS)} records in " in done.stdout
 
     app = f"cli_backfill_{uuid.uuid4().hex[:8]}"
     app_file = tmp_path_factory.mktemp("apps") / "per_minute.sql"
     app_file.write_text(APP.format(app=app, stream=stream))
-    backfilled = millrace_subprocess(
+    backfilled = millrace(
         "backfill", str(app_file), "--from", "2026-01-01T00:00:00Z",
         "--to", "2026-01-01T00:10:00Z", "--into", "per_minute",
     )  # fmt: skip
@@ -82,11 +77,10 @@ def test_backfill_says_what_it_wrote(archived: Archived) -> None:
 
 
 def test_sql_reads_the_archive_the_decoded_inputs_and_the_result_tables(
-    archived: Archived,
-    millrace_subprocess: Callable[..., CompletedProcess[str]],
+    archived: Archived, millrace: Callable[..., CompletedProcess[str]]
 ) -> None:
     view, app = "warehouse__" + archived.stream.replace(".", "_"), archived.app
-    queried = millrace_subprocess(
+    queried = millrace(
         "sql",
         "--json",
         "--app",

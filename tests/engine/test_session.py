@@ -14,10 +14,12 @@ from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from millrace.config.settings import Settings
+from millrace.config.workspace import Workspace
 from millrace.engine.session import (
     _JsonProgressBridge,
     add_listener,
     checkpoint_state_store,
+    command_session,
     connector_jars,
     remove_listener,
     spark_config,
@@ -111,6 +113,22 @@ def test_delta_tables_can_be_written_and_read(spark: SparkSession, tmp_path) -> 
         3,
         4,
     ]
+
+
+def test_a_command_run_where_a_session_runs_leaves_it_and_its_queries_running(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    """As in a notebook: `millrace run` or `check` called there must not stop its Spark."""
+    theirs = spark.readStream.format("rate").load().writeStream.format("noop").start()
+    try:
+        with command_session(workspace.settings, "a-command") as session:
+            assert session is spark
+            ours = session.readStream.format("rate").load().writeStream.format("noop").start()
+        assert not ours.isActive, "the command's own query stops with it"
+        assert theirs.isActive
+        assert SparkSession.getActiveSession() is spark and spark.range(3).count() == 3
+    finally:
+        theirs.stop()
 
 
 class _Recorder(StreamingQueryListener):

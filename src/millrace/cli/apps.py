@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 @click.argument("app_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def check(app_file: Path) -> None:
     """Validate the SQL app in APP_FILE against the bus and print its Spark plans."""
-    from millrace.engine.session import spark_session, stop_spark_session
+    from millrace.engine.session import command_session
     from millrace.runtime.sql_apps import explain_sql_app
     from millrace.sql.compiler import require_streaming_aggregates
     from millrace.sql.parser import load_app
@@ -35,10 +35,8 @@ def check(app_file: Path) -> None:
     app = load_app(app_file)
     require_streaming_aggregates(app)
     workspace = Workspace.locate().require_initialized()
-    try:
-        plans = explain_sql_app(spark_session(workspace.settings, app.name), workspace, app)
-    finally:
-        stop_spark_session()
+    with command_session(workspace.settings, app.name) as spark:
+        plans = explain_sql_app(spark, workspace, app)
     for output, plan in plans.items():
         click.echo(f"== {output} ==\n{plan}")
     click.echo(f"{app_file}: app {app.name!r} is valid")

@@ -65,7 +65,7 @@ def create(
     Example: millrace table create classifications --from-stream dimension_updates
     --key dimension_id --value topic --ttl 7d
     """
-    from millrace.engine.session import spark_session, stop_spark_session
+    from millrace.engine.session import command_session
     from millrace.runtime.tables import create_stream_table, start_table_feed
 
     workspace = Workspace.locate().require_initialized()
@@ -90,21 +90,21 @@ def create(
     click.echo(f"serving table {name!r} fed from stream {stream!r}: {_columns(spec)}")
     if no_feed:
         return
-    spark = spark_session(workspace.settings, f"table.{name}")
-    try:
-        feed = start_table_feed(spark, workspace, name, available_now=available_now)
-        click.echo(f"feeding {name!r} from {stream!r} (Ctrl-C stops; the table stays)")
-        seen = -1
-        while feed.query.isActive:
-            seen = _echo_progress(feed.query.lastProgress, seen)
-            time.sleep(_PROGRESS_EVERY_S)
-        feed.await_termination()
-        _echo_progress(feed.query.lastProgress, seen)
-        click.echo(f"{feed.rows_written} rows written, {feed.dead_letters} records to {stream}.dlq")
-    except KeyboardInterrupt:
-        click.echo("stopping...")
-    finally:
-        stop_spark_session()
+    with command_session(workspace.settings, f"table.{name}") as spark:
+        try:
+            feed = start_table_feed(spark, workspace, name, available_now=available_now)
+            click.echo(f"feeding {name!r} from {stream!r} (Ctrl-C stops; the table stays)")
+            seen = -1
+            while feed.query.isActive:
+                seen = _echo_progress(feed.query.lastProgress, seen)
+                time.sleep(_PROGRESS_EVERY_S)
+            feed.await_termination()
+            _echo_progress(feed.query.lastProgress, seen)
+            click.echo(
+                f"{feed.rows_written} rows written, {feed.dead_letters} records to {stream}.dlq"
+            )
+        except KeyboardInterrupt:
+            click.echo("stopping...")
 
 
 @table.command(name="list")

@@ -40,37 +40,35 @@ def archive(
     started again goes on from where it stopped, writing no record twice.
     """
     from millrace.engine.archive import ARCHIVE_APP, read_archive, start_archive
-    from millrace.engine.session import spark_session, stop_spark_session
+    from millrace.engine.session import command_session
     from millrace.runtime.progress_lines import ProgressLines, count
 
     workspace = Workspace.locate().require_initialized()
     names = list(dict.fromkeys([*streams, *(streams_marked_for_archive(workspace) * all_marked)]))
     if not names:
         raise click.UsageError("name the streams to archive, or give --all")
-    spark = spark_session(workspace.settings, "millrace-archive")
-    try:
-        queries = [
-            start_archive(
-                spark, workspace, name, available_now=available_now, time_field=time_field
-            )
-            for name in names
-        ]
-        click.echo(f"archiving {', '.join(names)} (Ctrl-C stops)")
-        lines = ProgressLines(ARCHIVE_APP)
-        while any(query.isActive for query in queries):
+    with command_session(workspace.settings, "millrace-archive") as spark:
+        try:
+            queries = [
+                start_archive(
+                    spark, workspace, name, available_now=available_now, time_field=time_field
+                )
+                for name in names
+            ]
+            click.echo(f"archiving {', '.join(names)} (Ctrl-C stops)")
+            lines = ProgressLines(ARCHIVE_APP)
+            while any(query.isActive for query in queries):
+                lines.say_new(queries, click.echo)
+                time.sleep(_PROGRESS_EVERY_S)
+            for query in queries:
+                query.awaitTermination()
             lines.say_new(queries, click.echo)
-            time.sleep(_PROGRESS_EVERY_S)
-        for query in queries:
-            query.awaitTermination()
-        lines.say_new(queries, click.echo)
-        for name in names:
-            records = read_archive(spark, workspace, name).count()
-            path = archive_path(workspace, name)
-            click.echo(f"stream {name}: {count(records, 'record')} in {path}")
-    except KeyboardInterrupt:
-        click.echo("stopping...")
-    finally:
-        stop_spark_session()
+            for name in names:
+                records = read_archive(spark, workspace, name).count()
+                path = archive_path(workspace, name)
+                click.echo(f"stream {name}: {count(records, 'record')} in {path}")
+        except KeyboardInterrupt:
+            click.echo("stopping...")
 
 
 @click.command()
@@ -93,24 +91,15 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
     streaming run, merged by key, so running a backfill again changes nothing.
     """
     from millrace.cli.apps import echo_batch
-    from millrace.engine.session import spark_session, stop_spark_session
+    from millrace.engine.session import command_session
     from millrace.runtime.backfill import backfill as run_backfill
 
     start_ms, end_ms = epoch_ms("--from", start), epoch_ms("--to", end)
     if start_ms >= end_ms:
         raise click.UsageError(f"--to ({end}) must come after --from ({start})")
     workspace = Workspace.locate().require_initialized()
-    try:
-        result = run_backfill(
-            spark_session(workspace.settings, "millrace-backfill"),
-            workspace,
-            app,
-            start_ms=start_ms,
-            end_ms=end_ms,
-            into=into,
-        )
-    finally:
-        stop_spark_session()
+    with command_session(workspace.settings, "millrace-backfill") as spark:
+        result = run_backfill(spark, workspace, app, start_ms=start_ms, end_ms=end_ms, into=into)
     echo_batch(result, "backfilled")
 
 
@@ -131,22 +120,14 @@ def sql(query: str, as_json: bool, app_files: tuple[Path, ...], limit: int) -> N
     Tables: warehouse__<stream> for each archived stream (value as JSON text) and
     <app>__<table> for each result table; a '.' or '-' in a name becomes '_'.
     """
-    from millrace.engine.session import spark_session, stop_spark_session
+    from millrace.engine.session import command_session
     from millrace.runtime.adhoc_sql import run_query
     from millrace.sql.parser import load_app
 
     apps = [load_app(path) for path in app_files]
     workspace = Workspace.locate().require_initialized()
-    try:
-        result = run_query(
-            spark_session(workspace.settings, "millrace-sql"),
-            workspace,
-            query,
-            apps=apps,
-            limit=limit,
-        )
-    finally:
-        stop_spark_session()
+    with command_session(workspace.settings, "millrace-sql") as spark:
+        result = run_query(spark, workspace, query, apps=apps, limit=limit)
     if as_json:
         for row in result.rows:
             click.echo(json_line(row))

@@ -4,7 +4,8 @@
 Kafka connector and Delta jars on the classpath, RocksDB state with changelog checkpoints,
 UTC time, quiet logs (a query stopped mid-batch prints no Java errors), a shuffle-partition
 count that fits the machine, and the class-data archive setup built (`class_archive`).
-`state_store` starts a query on another state store than the session's;
+`command_session` is the session of one command, stopped when the command ends unless it was
+there before. `state_store` starts a query on another state store than the session's;
 `checkpoint_state_store` says which store a query's checkpoint began on.
 `add_listener` attaches millrace's query listeners, which read progress events as JSON.
 """
@@ -123,6 +124,30 @@ def stop_spark_session() -> None:
     for listener in _LISTENERS.pop(id(spark), []):
         spark.streams.removeListener(listener)
     spark.stop()
+
+
+@contextmanager
+def command_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
+    """The SparkSession for one command (`run`, `check`, `archive`...), stopped at its end.
+
+    A session this starts (`spark_session`) is stopped with `stop_spark_session`. A session
+    that already ran in the process, a notebook's or a test's, is the caller's: it is left
+    running, and only the streaming queries started inside the block are stopped. So
+    `with command_session(settings, "top_events") as spark: ...` runs a command as well in a
+    process of its own as in one that goes on using Spark.
+    """
+    borrowed = SparkSession.getActiveSession() is not None
+    spark = spark_session(settings, app_name)
+    running_before = {query.id for query in spark.streams.active}
+    try:
+        yield spark
+    finally:
+        if borrowed:
+            for query in spark.streams.active:
+                if query.id not in running_before:
+                    query.stop()
+        else:
+            stop_spark_session()
 
 
 def add_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:

@@ -9,7 +9,8 @@ starts. It then says a line per micro-batch (`millrace.runtime.progress_lines`) 
 SIGTERM (`millrace stop`, a service manager) or Ctrl-C, lets each query finish its running
 micro-batch (`stop_gracefully`), stops, and says what the run read and wrote. `run_batch`
 runs an app once over an event-time range of the bus, after the same look at the bus. Both
-start and stop the process's SparkSession.
+take the process's SparkSession for the run (`command_session`): one they started is stopped
+at the end.
 
 `stop_requests` is the stop signal handling that runs and the demo share.
 """
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pyspark.sql.streaming import StreamingQuery
 
 from millrace.config.workspace import Workspace
-from millrace.engine.session import spark_session, stop_spark_session
+from millrace.engine.session import command_session
 from millrace.engine.triggers import Trigger
 from millrace.runtime import checkpoints, drivers, lifecycle
 from millrace.runtime.apps import App, BatchResult
@@ -74,11 +75,8 @@ def stream(
 def run_batch(workspace: Workspace, app: App, *, start_ms: int, end_ms: int) -> BatchResult:
     """Run `app` once over its inputs' records on the bus from `start_ms` up to `end_ms`."""
     app.require_inputs(workspace)
-    try:
-        spark = spark_session(workspace.settings, app.name)
+    with command_session(workspace.settings, app.name) as spark:
         return app.run_batch(spark, workspace, start_ms=start_ms, end_ms=end_ms)
-    finally:
-        stop_spark_session()
 
 
 def on_master(workspace: Workspace, master: str | None) -> Workspace:
@@ -138,10 +136,9 @@ def stop_gracefully(queries: list[StreamingQuery], timeout_s: float = GRACE_S) -
 def _drive(
     workspace: Workspace, app: App, trigger: Trigger | None, say: Callable[[str], None]
 ) -> None:
-    """Start Spark and the app, say its progress until it ends or is stopped, then stop Spark."""
+    """Start the app on the command's session; say its progress until it ends or is stopped."""
     # Installed before Spark starts, which takes the longest: a stop then waits for no batch.
-    with stop_requests() as stopping:
-        spark = spark_session(workspace.settings, app.name)
+    with stop_requests() as stopping, command_session(workspace.settings, app.name) as spark:
         try:
             running = app.start(spark, workspace, trigger)
             record_state(workspace, app.name, app.fingerprint)
@@ -168,5 +165,3 @@ def _drive(
                 say("stopped")
         except KeyboardInterrupt:
             say("stopping...")
-        finally:
-            stop_spark_session()
