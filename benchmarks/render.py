@@ -13,8 +13,9 @@ taken from:
 - maximum sustainable rates (`max_sustained_rate`), micro-batch cycles (`median_rows`,
   `median_cycle_ms`), latencies (`median_ms`, `p95_ms`, `p99_ms`), restart times
   (`median_restart_s`, with each round's `restart_s`) and driver starts (`median_session_s`,
-  `median_first_work_s`, `median_jvm_cpu_s`) and idle costs (`median_core_share`, with each
-  round's `core_share`) where the benchmark measured them;
+  `median_first_work_s`, `median_jvm_cpu_s`), idle costs (`median_core_share`, with each
+  round's `core_share`) and runs of the test suite (`busy_share`, with `wall_s`, `passed`
+  and the CPU seconds busy and idle) where the benchmark measured them;
 - a bar chart of the throughputs (docs/benchmarks/<file>.png) and, for latencies, their
   distribution (docs/benchmarks/<file>-latency.png).
 
@@ -190,6 +191,19 @@ def _part(path: Path, result: dict) -> str:
         "median share of one core while the input is quiet | each round",
         digits=2,
     )
+    suites = list(_nodes(result, "busy_share"))
+    if suites:
+        lines += [
+            "| workers | passed | wall s | CPU s busy | CPU s idle | busy share of the cores |",
+            "| --- | --- | ---: | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| {run.removeprefix('runs.')} | {'yes' if node['passed'] else 'no'} "
+            f"| {node['wall_s']:,.0f} "
+            f"| {node['busy_cpu_s']:,.0f} | {node['idle_cpu_s']:,.0f} | {node['busy_share']:.2f} |"
+            for run, node in suites
+        ]
+        lines.append("")
     latencies = list(_latencies(result))
     if latencies:
         if "rate" in result:
