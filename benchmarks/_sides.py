@@ -86,7 +86,7 @@ def millrace_app(spark: SparkSession, workspace, app_text: str, available_now: b
     With `available_now` it runs over all its input and gives a `Run` whose output is its first
     result table; otherwise it keeps running and gives the `RunningApp`.
     """
-    from millrace.runtime.sql_apps import result_table_path, start_sql_app
+    from millrace.apps.sql.running import result_table_path, start_sql_app
     from millrace.sql.parser import parse_app
 
     app = parse_app(app_text.format(run=uuid.uuid4().hex[:8]))

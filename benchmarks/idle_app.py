@@ -71,8 +71,8 @@ def _app_sql(app: str, idle_timeout: str) -> str:
 def _idle_share(app: str, source: Path, idle_s: float) -> float:
     """Deploy `app`, let it read one record and go quiet: its processes' share of one core."""
     from millrace.config.workspace import Workspace
-    from millrace.runtime import registry
-    from millrace.runtime.result_files import ResultTableNotFoundError, read_result_rows
+    from millrace.ops import registry
+    from millrace.warehouse.result_tables import ResultTableNotFoundError, read_result_rows
 
     workspace = Workspace.locate()
     cli("deploy", str(source))

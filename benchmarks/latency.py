@@ -15,7 +15,7 @@ SystemExit).
 Sides, run one after the other in the same sitting:
 
 - `millrace_processor`: a millrace `Processor` keyed by the record's key that produces each
-  record it gets (`ctx.produce`), as `millrace.runtime.processors` runs it, default trigger;
+  record it gets (`ctx.produce`), as `millrace.apps.processors.streaming` runs it, default trigger;
 - `pyspark_default`: the same pass-through hand-written in PySpark, Kafka to Kafka, with the
   default trigger (micro-batches as fast as they go);
 - `pyspark_real_time`: the same query with Spark's real-time mode trigger, the fastest
@@ -316,7 +316,7 @@ def stamped_records(first: int, count: int) -> list[bytes]:
 
 def _millrace(spark: SparkSession, workspace, source: str, output: str) -> Started:
     from millrace import Input, Processor
-    from millrace.runtime.processors import start_processor_app
+    from millrace.apps.processors.streaming import start_processor_app
 
     class Relay(Processor):
         name = f"bench_relay_{uuid.uuid4().hex[:8]}"

@@ -8,7 +8,7 @@ the Python work of one micro-batch of R records for the per-key counter of
 
 - `whole_bucket_json`: the bucket state as one JSON document of every key, decoded and
   encoded whole at each micro-batch (the runtime's format before `BucketStore`);
-- `bucket_store`: `millrace.runtime.bucket_store.BucketStore`, one JSON text per key and a
+- `bucket_store`: `millrace.apps.processors.bucket_store.BucketStore`, one JSON text per key and a
   timer index: only the keys the micro-batch runs are decoded and encoded;
 - `execution_only`: `execution.run_batch` alone, over state already decoded: the floor the
   state format leaves.
@@ -56,9 +56,9 @@ def main() -> None:
 
 
 def _measure(processor_class: type, keys: int, options: argparse.Namespace) -> dict[str, float]:
+    from millrace.apps.processors.bucket_store import BucketStore
     from millrace.processor.execution import run_batch
     from millrace.records import Record, decode_value
-    from millrace.runtime.bucket_store import BucketStore
 
     rng = random.Random(keys)
     processor = processor_class()

@@ -9,7 +9,7 @@ available-now, at most B records a micro-batch, a fresh checkpoint and output st
 time), after one round of each that warms the JVM up and is not kept:
 
 - `millrace_stateful`: a millrace `Processor` counting in a `ValueState` with per-record
-  Python logic (`on_record`), as `millrace.runtime.processors` runs it, `exactly_once` (the
+  Python logic (`on_record`), as `millrace.apps.processors.streaming` runs it, `exactly_once` (the
   default: each key remembers its records' ids to drop copies);
 - `millrace_stateful_at_least_once`: the same processor with `semantics = "at_least_once"`,
   which remembers no ids: the difference is what input deduplication costs;
@@ -384,7 +384,7 @@ def _millrace(
     processor: Callable[[str, str, int], type],
     batch_records: int,
 ) -> Run:
-    from millrace.runtime.processors import start_processor_app
+    from millrace.apps.processors.streaming import start_processor_app
 
     output = _output_stream(workspace)
     started = time.perf_counter()

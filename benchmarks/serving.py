@@ -5,7 +5,7 @@ Run it with `.venv/bin/python benchmarks/serving.py [--rows N] [--keys K] [--par
 consecutive rows each, a STRING and a DOUBLE value) into a serving table R times per side,
 interleaved, after one round of each that warms up and is not kept:
 
-- `millrace_executors`: `millrace.engine.serving_sink.write_table` on a DataFrame of the rows
+- `millrace_executors`: `millrace.serving.sink.write_table` on a DataFrame of the rows
   in P partitions: each executor task sends its partition's Arrow batches to Redis as
   pipelines of `SET key json PX ttl`, as serving-table feeds and apps write;
 - `millrace_one_process`: `millrace.serving.tables.write_rows`, the function each executor
@@ -46,8 +46,8 @@ def main() -> None:
     options = parser.parse_args()
     with isolated_workspace():
         from millrace.config.workspace import Workspace
-        from millrace.engine.serving_sink import write_table
         from millrace.engine.session import spark_session, stop_spark_session
+        from millrace.serving.sink import write_table
         from millrace.serving.tables import (
             TableSpec,
             create_table,

@@ -51,7 +51,7 @@ Run its test, in memory and without Spark or Kafka:
 `.venv/bin/pytest -q tests/examples/test_sessions.py`. On live
 streams: `millrace run examples/sessions.py:ActiveSessions`; in batch over a stored range:
 `millrace run examples/sessions.py:ActiveSessions --batch --from T --to T`
-(`tests/runtime/test_example_processors.py` runs both, with a kill -9 mid-stream).
+(`tests/apps/processors/test_examples.py` runs both, with a kill -9 mid-stream).
 
 Example:
     >>> from millrace.testing import ProcessorTester

@@ -40,7 +40,7 @@ Run its test, in memory and without Spark or Kafka:
 `.venv/bin/pytest -q tests/examples/test_zeitgeist.py`. On live
 streams: `millrace run examples/zeitgeist.py:Zeitgeist`; in batch over a stored range:
 `millrace run examples/zeitgeist.py:Zeitgeist --batch --from T --to T`
-(`tests/runtime/test_example_processors.py` runs both, with a kill -9 mid-stream).
+(`tests/apps/processors/test_examples.py` runs both, with a kill -9 mid-stream).
 
 Example:
     >>> from millrace.testing import ProcessorTester

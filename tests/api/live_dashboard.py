@@ -15,15 +15,15 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace.api.app import background_service
+from millrace.apps.processors.streaming import start_processor_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
-from millrace.runtime.processors import start_processor_app
-from millrace.runtime.sql_apps import start_sql_app
 from millrace.sql.parser import parse_app
+from tests.apps.processor_apps import QUERIES, window_counter
 from tests.ports import free_port
-from tests.runtime.processor_apps import QUERIES, window_counter
 
 TOKEN = "s3cret-dashboard"
 MALFORMED = b"{this is not json"

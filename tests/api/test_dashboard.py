@@ -13,7 +13,7 @@ from playwright.sync_api import Page
 
 from millrace.api.app import create_app
 from millrace.config.workspace import Workspace
-from millrace.runtime.result_files import read_result_rows
+from millrace.warehouse.result_tables import read_result_rows
 from tests.api.live_dashboard import MALFORMED, RESULT_TABLE, TOKEN, LivePipeline
 
 APPEAR_MS = 300_000

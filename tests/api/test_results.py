@@ -10,10 +10,10 @@ from fastapi.testclient import TestClient
 from pyspark.sql import SparkSession
 
 from millrace.api.app import create_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from millrace.runtime.sql_apps import start_sql_app
 from millrace.serving.tables import TableSpec, create_table, drop_table, write_rows
 from millrace.sql.parser import parse_app
 

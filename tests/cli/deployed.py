@@ -5,7 +5,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from millrace.config.workspace import Workspace
-from millrace.runtime import registry
+from millrace.ops import registry
 
 WAIT_S = 600  # generous: the machine running the suite may be busy with other Spark work
 # Each look reads the app's record and log, and what `check` reads: a fraction of a second.

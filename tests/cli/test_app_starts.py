@@ -21,8 +21,8 @@ from subprocess import CompletedProcess
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from millrace.runtime import checkpoints, drivers, registry
-from millrace.runtime.registry import AppRecord
+from millrace.ops import checkpoints, driver_lock, registry
+from millrace.ops.registry import AppRecord
 from tests.cli.deployed import WAIT_S, wait_for
 
 APP = """
@@ -86,7 +86,7 @@ def test_a_second_driver_is_refused_whether_the_first_was_deployed_or_run_in_a_t
     )
     try:
         deadline = time.monotonic() + WAIT_S
-        while getattr(drivers.holder(workspace, name), "pid", None) != foreground.pid:
+        while getattr(driver_lock.holder(workspace, name), "pid", None) != foreground.pid:
             assert foreground.poll() is None, "the run in the terminal ended"
             assert time.monotonic() < deadline, "the run in the terminal took no lock"
             time.sleep(0.2)
@@ -102,7 +102,7 @@ def test_a_second_driver_is_refused_whether_the_first_was_deployed_or_run_in_a_t
         # Killed, as a machine that dies would leave it: no clean-up of any kind.
         os.killpg(foreground.pid, signal.SIGKILL)
         foreground.wait()
-    assert drivers.holder(workspace, name) is None
+    assert driver_lock.holder(workspace, name) is None
 
 
 def test_a_lost_or_corrupt_checkpoint_is_refused_with_the_way_out(

@@ -21,10 +21,10 @@ from subprocess import CompletedProcess
 
 import pytest
 
+from millrace.cli.demo import APP_NAMES, RANKER, RANKER_TABLE, topic_line
 from millrace.config.workspace import Workspace
-from millrace.runtime import registry
-from millrace.runtime.demo import APP_NAMES, RANKER, RANKER_TABLE, topic_line
-from millrace.runtime.result_files import read_result_rows
+from millrace.ops import registry
+from millrace.warehouse.result_tables import read_result_rows
 from tests.chromium import chromium, save_docs_screenshot, wants_docs_screenshot
 from tests.ports import free_port
 

@@ -27,11 +27,11 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+from millrace.ops import checkpoints, registry
 from millrace.records import format_time_ms
-from millrace.runtime import checkpoints, registry
+from tests.apps.processors.killing import read, unique_values
 from tests.cli.deployed import wait_for
 from tests.monitor.chain import WATERMARK_MS, publish_chain
-from tests.runtime.killing import read, unique_values
 
 APP = """
 CREATE APPLICATION {name};

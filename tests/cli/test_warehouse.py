@@ -10,7 +10,7 @@ import pytest
 
 from millrace.bus.publisher import Publisher
 from millrace.config.workspace import Workspace
-from millrace.runtime.adhoc_sql import QueryResult
+from millrace.warehouse.adhoc_sql import QueryResult
 from millrace.warehouse.layout import streams_marked_for_archive
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

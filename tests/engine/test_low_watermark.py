@@ -20,7 +20,7 @@ from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.streams import StreamInput, read_stream
-from millrace.runtime.checkpoints import rollback
+from millrace.ops.checkpoints import rollback
 
 SCHEMA = "event STRING"
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

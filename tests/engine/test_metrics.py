@@ -10,6 +10,8 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, Processor
+from millrace.apps.processors.streaming import start_processor_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.internal import METRICS_STREAM, end_offsets, read_after
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
@@ -19,8 +21,6 @@ from millrace.engine.metrics import MetricsListener, OldestWaiting, publish_metr
 from millrace.monitor.history import SERIES
 from millrace.monitor.metrics_log import MetricsLog, batch_of
 from millrace.monitor.status import app_status
-from millrace.runtime.processors import start_processor_app
-from millrace.runtime.sql_apps import start_sql_app
 from millrace.sql.parser import parse_app
 from tests.ports import free_port
 

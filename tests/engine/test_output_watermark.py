@@ -17,14 +17,14 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, MapState, Processor
+from millrace.apps.processors.streaming import start_processor_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import ResultTableNotFoundError
-from millrace.runtime.processors import start_processor_app
-from millrace.runtime.result_files import read_result_rows
-from millrace.runtime.sql_apps import start_sql_app
 from millrace.sql.parser import parse_app
+from millrace.warehouse.result_tables import read_result_rows
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 WINDOW_MS = 10_000

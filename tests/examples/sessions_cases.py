@@ -2,7 +2,7 @@
 session starts and ends the example must give for them.
 
 The example's own tests (tests/examples/test_sessions.py) and its live run
-(tests/runtime/test_example_processors.py) share them.
+(tests/apps/processors/test_examples.py) share them.
 """
 
 import random

@@ -21,13 +21,13 @@ from fastapi.testclient import TestClient
 from pyspark.sql import SparkSession
 
 from millrace.api.app import create_app
+from millrace.apps.processors.batch import run_processor_batch
+from millrace.apps.sql.running import query_result_table, run_sql_app_batch, start_sql_app
 from millrace.bus.reader import TailStart, tail
 from millrace.config.workspace import Workspace
 from millrace.engine.user_code import ship_with_tasks
 from millrace.processor.loading import load_processor
 from millrace.records import event_time_ms
-from millrace.runtime.processor_batch import run_processor_batch
-from millrace.runtime.sql_apps import query_result_table, run_sql_app_batch, start_sql_app
 from millrace.sql.parser import load_app
 from millrace.testing import ProcessorTester
 

@@ -2,7 +2,7 @@
 per-second counts and the spikes and dips the example must give for them.
 
 The example's own tests (tests/examples/test_zeitgeist.py) and its live runs
-(tests/runtime/test_example_processors.py) share them.
+(tests/apps/processors/test_examples.py) share them.
 """
 
 import math

@@ -8,13 +8,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.internal import end_offsets
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.monitor.metrics_log import MetricsLog
 from millrace.monitor.status import app_status
-from millrace.runtime.sql_apps import start_sql_app
 from millrace.sql.parser import parse_app
 
 START_MS = 1_767_225_600_000

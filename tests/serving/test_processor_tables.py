@@ -6,12 +6,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millrace import Input, Processor
+from millrace.apps.processors.streaming import start_processor_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import ProcessorError
-from millrace.runtime.processors import start_processor_app
 from millrace.serving.tables import TableSpec, create_table, drop_table, get_rows, write_rows
 from millrace.testing import ProcessorTester
 

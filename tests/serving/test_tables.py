@@ -9,9 +9,9 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.serving_sink import write_table
 from millrace.errors import TableNotFoundError, TableSpecError
-from millrace.runtime.tables import create_stream_table, delete_stream_table, start_table_feed
+from millrace.serving.feeds import create_stream_table, delete_stream_table, start_table_feed
+from millrace.serving.sink import write_table
 from millrace.serving.tables import (
     TableSpec,
     count_rows,

@@ -7,12 +7,12 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
+from millrace.apps.sql.running import query_result_table, start_sql_app
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
 from millrace.records import Record
-from millrace.runtime.sql_apps import query_result_table, start_sql_app
 from millrace.sql.parser import load_app, parse_app
 from millrace.testing import SqlAppTester
 from tests.sql.file_sources import run_from_files

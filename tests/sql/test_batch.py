@@ -5,17 +5,17 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql import SparkSession
 
-from millrace.bus.publisher import Publisher
-from millrace.bus.reader import TailStart, tail
-from millrace.bus.streams import create_stream
-from millrace.config.workspace import Workspace
-from millrace.errors import SqlError
-from millrace.runtime.sql_apps import (
+from millrace.apps.sql.running import (
     BatchRun,
     query_result_table,
     run_sql_app_batch,
     start_sql_app,
 )
+from millrace.bus.publisher import Publisher
+from millrace.bus.reader import TailStart, tail
+from millrace.bus.streams import create_stream
+from millrace.config.workspace import Workspace
+from millrace.errors import SqlError
 from millrace.sql.compiler import compile_app
 from millrace.sql.parser import SqlApp, parse_app
 

@@ -5,12 +5,12 @@ from collections import Counter, defaultdict
 import pytest
 from pyspark.sql import SparkSession
 
+from millrace.apps.sql.running import explain_sql_app, start_sql_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
-from millrace.runtime.sql_apps import explain_sql_app, start_sql_app
 from millrace.serving.tables import TableSpec, create_table, drop_table, get_rows, write_rows
 from millrace.sql.parser import parse_app
 

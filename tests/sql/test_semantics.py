@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from millrace.apps.sql.running import query_result_table, start_sql_app, state_store_notices
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
@@ -17,7 +18,6 @@ from millrace.config.workspace import Workspace
 from millrace.engine.delivery import AtMostOnce
 from millrace.engine.session import checkpoint_state_store
 from millrace.errors import SqlError
-from millrace.runtime.sql_apps import query_result_table, start_sql_app, state_store_notices
 from millrace.sql.parser import parse_app
 
 START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)

@@ -7,8 +7,8 @@ from pyspark.sql import SparkSession
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.archive import archive_view, read_archive, start_archive
 from millrace.engine.streams import read_batch
+from millrace.warehouse.archive import archive_view, read_archive, start_archive
 from millrace.warehouse.layout import archive_checkpoint, archive_path, archived_streams
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

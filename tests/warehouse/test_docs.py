@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from millrace.apps.sql.running import query_result_table
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
-from millrace.runtime.adhoc_sql import run_query
-from millrace.runtime.sql_apps import query_result_table
+from millrace.warehouse.adhoc_sql import run_query
 
 ROOT = Path(__file__).parents[2]
 PAGE = ROOT / "docs" / "warehouse.md"

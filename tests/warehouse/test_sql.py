@@ -4,9 +4,9 @@ from pyspark.sql import SparkSession
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.archive import start_archive
 from millrace.errors import SqlError
-from millrace.runtime.adhoc_sql import run_query
+from millrace.warehouse.adhoc_sql import run_query
+from millrace.warehouse.archive import start_archive
 from millrace.warehouse.layout import view_name
 
 START_MS = 1_767_225_600_000

@@ -20,8 +20,8 @@ from millrace.api.monitoring import iso_time
 from millrace.config.workspace import Workspace
 from millrace.errors import AppNotFoundError
 from millrace.monitor.service import Monitor
-from millrace.runtime import registry
-from millrace.runtime.checkpoints import history
+from millrace.ops import registry
+from millrace.ops.checkpoints import history
 
 router = APIRouter(responses=ERROR_RESPONSES)
 

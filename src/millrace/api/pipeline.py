@@ -27,7 +27,7 @@ from millrace.errors import MillraceError
 from millrace.monitor.metrics_log import Batch
 from millrace.monitor.service import Monitor
 from millrace.monitor.status import AppStatus
-from millrace.runtime import registry
+from millrace.ops import registry
 from millrace.sql.parser import load_app
 
 router = APIRouter(responses=ERROR_RESPONSES)

@@ -5,7 +5,7 @@ latest windows. Column filters are compared as values (never pasted into a query
 column matches every ISO-8601 form of its instant (`2026-01-01T00:00:00Z`, `...+00:00`,
 `...T01:00:00+01:00`; UTC without an offset). A column the table does not have is a 400, a
 table that does not exist (yet) a 404. The rows are read from the table's Delta files by
-`millrace.runtime.result_files`, with the filters and `last` applied in the scan, so the
+`millrace.warehouse.result_tables`, with the filters and `last` applied in the scan, so the
 service needs no Spark and reads only the rows it returns.
 """
 
@@ -21,7 +21,7 @@ from millrace.api.deps import get_monitor, get_workspace
 from millrace.api.errors import ERROR_RESPONSES
 from millrace.config.workspace import Workspace
 from millrace.monitor.service import Monitor
-from millrace.runtime.result_files import read_result_rows
+from millrace.warehouse.result_tables import read_result_rows
 
 router = APIRouter(responses=ERROR_RESPONSES)
 

@@ -1,7 +1,7 @@
 """CLI verbs for apps: `millrace check`, `millrace run` (or `run --batch`), `millrace query`.
 
-`run` parses its options, loads the app (`millrace.runtime.apps`) and hands it to the runner
-(`millrace.runtime.runner`), which prints its progress; both load Spark, so they are
+`run` parses its options, loads the app (`millrace.apps.app`) and hands it to the runner
+(`millrace.apps.runner`), which prints its progress; both load Spark, so they are
 imported when `run` runs.
 """
 
@@ -12,23 +12,23 @@ from typing import TYPE_CHECKING, Literal
 
 import click
 
+from millrace.apps.sources import source_kind
 from millrace.cli.rows import json_line
 from millrace.cli.times import epoch_ms, iso
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import ConfigError
-from millrace.runtime.app_sources import source_kind
 
 if TYPE_CHECKING:
-    from millrace.runtime.apps import BatchResult
+    from millrace.apps.app import BatchResult
 
 
 @click.command()
 @click.argument("app_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def check(app_file: Path) -> None:
     """Validate the SQL app in APP_FILE against the bus and print its Spark plans."""
+    from millrace.apps.sql.running import explain_sql_app
     from millrace.engine.session import command_session
-    from millrace.runtime.sql_apps import explain_sql_app
     from millrace.sql.compiler import require_streaming_aggregates
     from millrace.sql.parser import load_app
 
@@ -119,8 +119,8 @@ def run(
 def _stream(
     source: str, trigger: Trigger | None, master: str | None, force: bool, fresh: bool
 ) -> None:
-    from millrace.runtime import runner
-    from millrace.runtime.apps import App
+    from millrace.apps import runner
+    from millrace.apps.app import App
 
     app = App.load(source)
     workspace = runner.on_master(Workspace.locate().require_initialized(), master)
@@ -129,8 +129,8 @@ def _stream(
 
 
 def _batch(source: str, start_ms: int, end_ms: int, master: str | None) -> None:
-    from millrace.runtime import runner
-    from millrace.runtime.apps import App
+    from millrace.apps import runner
+    from millrace.apps.app import App
 
     app = App.load(source)
     workspace = runner.on_master(Workspace.locate().require_initialized(), master)
@@ -142,14 +142,14 @@ def echo_batch(result: BatchResult, done: Literal["ran", "backfilled"]) -> None:
     """Print what a batch run (`run --batch`) or a backfill of an app wrote.
 
     Example:
-        >>> from millrace.runtime.apps import BatchResult
+        >>> from millrace.apps.app import BatchResult
         >>> day = BatchResult("top_events", "sql", 1_767_225_600_000, 1_767_312_000_000,
         ...                   tables={"top_events_5min": 288})
         >>> echo_batch(day, "ran")
         app 'top_events' ran over 2026-01-01T00:00:00Z to 2026-01-02T00:00:00Z
         table top_events_5min: 288 rows merged
     """
-    from millrace.runtime.progress_lines import count
+    from millrace.apps.progress_lines import count
 
     span = f"over {iso(result.start_ms)} to {iso(result.end_ms)}"
     if result.kind == "processor":
@@ -179,7 +179,7 @@ def echo_batch(result: BatchResult, done: Literal["ran", "backfilled"]) -> None:
 @click.option("--last", type=int, help="Only the last N windows.")
 def query(table: str, conditions: tuple[str, ...], last: int | None) -> None:
     """Print rows of a SQL app's result table TABLE, named APP.TABLE, as JSON lines."""
-    from millrace.runtime.result_files import read_result_rows
+    from millrace.warehouse.result_tables import read_result_rows
 
     app, _, name = table.partition(".")
     if not name:

@@ -174,7 +174,7 @@ def status() -> None:
 def demo(rate: float, seconds: float | None, dashboard_port: int) -> None:
     """Run the trending-events pipeline live: generator, 4 apps, top 3 events per topic."""
     from millrace.api.app import background_service
-    from millrace.runtime.demo import run_demo
+    from millrace.cli.demo import run_demo
 
     workspace = Workspace.locate()
     init_workspace(workspace)

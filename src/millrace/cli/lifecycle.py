@@ -15,9 +15,9 @@ from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import CheckpointError, MillraceError
 from millrace.monitor.service import Monitor
+from millrace.ops import checkpoints, registry
+from millrace.ops.registry import AppRecord
 from millrace.records import format_time_ms
-from millrace.runtime import checkpoints, registry
-from millrace.runtime.registry import AppRecord
 
 _FOLLOW_POLL_S = 0.5
 
@@ -50,7 +50,7 @@ def deploy(app: str, trigger: str | None, master: str | None, force: bool, fresh
     Refused while the app runs (deployed, or in a terminal with `millrace run`), and when
     queries of it that ran before have lost their checkpoints (--fresh starts over).
     """
-    from millrace.runtime import lifecycle
+    from millrace.ops import lifecycle
 
     record = lifecycle.deploy(
         _workspace(), app, trigger=_trigger(trigger), master=master, force=force, fresh=fresh
@@ -137,7 +137,7 @@ def logs(app: str, follow: bool, lines: int) -> None:
 )
 def stop(app: str, timeout: float) -> None:
     """Stop deployed app APP gracefully: its running micro-batch finishes first."""
-    from millrace.runtime import lifecycle
+    from millrace.ops import lifecycle
 
     record = lifecycle.stop(_workspace(), app, timeout_s=timeout)
     click.echo(f"app {record.name!r} {record.status}")
@@ -170,7 +170,7 @@ def restart(
     <workspace>/apps/APP/backups/ (<storage.root>/backups/APP/ when storage.root is set) and
     the app starts over, reading its inputs from --from.
     """
-    from millrace.runtime import lifecycle
+    from millrace.ops import lifecycle
 
     if start_from is not None and not fresh:
         raise click.UsageError("--from goes with --fresh")
@@ -232,7 +232,7 @@ def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool
     """
     if (to_batch is None) == (to_time is None):
         raise click.UsageError("give --to-batch N or --to-time TIME")
-    from millrace.runtime import lifecycle
+    from millrace.ops import lifecycle
 
     done = lifecycle.rollback(
         _workspace(),

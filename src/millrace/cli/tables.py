@@ -66,7 +66,7 @@ def create(
     --key dimension_id --value topic --ttl 7d
     """
     from millrace.engine.session import command_session
-    from millrace.runtime.tables import create_stream_table, start_table_feed
+    from millrace.serving.feeds import create_stream_table, start_table_feed
 
     workspace = Workspace.locate().require_initialized()
     key_columns = [parse_column(text, what="--key") for text in keys]
@@ -134,7 +134,7 @@ def get(name: str, key: tuple[str, ...]) -> None:
 @click.argument("name")
 def delete(name: str) -> None:
     """Delete serving table NAME: its rows, its spec and its feed's checkpoint."""
-    from millrace.runtime.tables import delete_stream_table
+    from millrace.serving.feeds import delete_stream_table
 
     removed = delete_stream_table(Workspace.locate(), name)
     click.echo(f"deleted serving table {name!r} ({removed} rows)")

@@ -16,7 +16,7 @@ from millrace.config.workspace import Workspace
 from millrace.warehouse.layout import archive_path, streams_marked_for_archive
 
 if TYPE_CHECKING:
-    from millrace.runtime.adhoc_sql import QueryResult
+    from millrace.warehouse.adhoc_sql import QueryResult
 
 _PROGRESS_EVERY_S = 2.0
 
@@ -39,9 +39,9 @@ def archive(
     <workspace>/warehouse/<stream>, partitioned by event date. A job that is stopped and
     started again goes on from where it stopped, writing no record twice.
     """
-    from millrace.engine.archive import ARCHIVE_APP, read_archive, start_archive
+    from millrace.apps.progress_lines import ProgressLines, count
     from millrace.engine.session import command_session
-    from millrace.runtime.progress_lines import ProgressLines, count
+    from millrace.warehouse.archive import ARCHIVE_APP, read_archive, start_archive
 
     workspace = Workspace.locate().require_initialized()
     names = list(dict.fromkeys([*streams, *(streams_marked_for_archive(workspace) * all_marked)]))
@@ -90,9 +90,9 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
     of its streaming run; the outputs named by --into get the same final results as the
     streaming run, merged by key, so running a backfill again changes nothing.
     """
+    from millrace.apps.backfill import backfill as run_backfill
     from millrace.cli.apps import echo_batch
     from millrace.engine.session import command_session
-    from millrace.runtime.backfill import backfill as run_backfill
 
     start_ms, end_ms = epoch_ms("--from", start), epoch_ms("--to", end)
     if start_ms >= end_ms:
@@ -121,8 +121,8 @@ def sql(query: str, as_json: bool, app_files: tuple[Path, ...], limit: int) -> N
     <app>__<table> for each result table; a '.' or '-' in a name becomes '_'.
     """
     from millrace.engine.session import command_session
-    from millrace.runtime.adhoc_sql import run_query
     from millrace.sql.parser import load_app
+    from millrace.warehouse.adhoc_sql import run_query
 
     apps = [load_app(path) for path in app_files]
     workspace = Workspace.locate().require_initialized()
@@ -137,7 +137,7 @@ def sql(query: str, as_json: bool, app_files: tuple[Path, ...], limit: int) -> N
 
 def print_table(result: QueryResult) -> None:
     """Print the rows of `result` as a table, then their count."""
-    from millrace.runtime.progress_lines import count
+    from millrace.apps.progress_lines import count
 
     table = Table(*result.columns)
     for row in result.rows:

@@ -6,7 +6,7 @@ is committed. An `offsets/N` file is the log's version (`v1`), the batch's metad
 JSON object (its watermark, start time and conf), then one line per source: its end offsets
 as JSON (for Kafka, `{"stream": {"bucket": offset}}`), or `-` for a source without any yet.
 A `commits/N` file is the version, then the commit's metadata. The operator's view
-(`millrace.runtime.checkpoints`) and the monitor (`millrace.monitor.checkpoints`) both read
+(`millrace.ops.checkpoints`) and the monitor (`millrace.monitor.checkpoints`) both read
 the log here; a file that is not as Spark writes it is an `UnreadableLogError` naming it.
 """
 

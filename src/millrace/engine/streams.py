@@ -35,7 +35,6 @@ from millrace.bus.streams import (
 )
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.engine.archive import read_archive
 from millrace.engine.dead_letter_routing import (
     DeadLetterRouter,
     dead_letter_records,
@@ -64,6 +63,7 @@ from millrace.records import (
     TIME_HEADER,
     record_time_ms,
 )
+from millrace.warehouse.archive import read_archive
 
 RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
 """Columns `read_stream` adds beside the declared ones; `write_stream` leaves them out."""
@@ -265,7 +265,7 @@ def read_batch(
     the range; each keeps the id a streaming read gives it, so a reader can drop the
     letters that both wrote. Times are epoch milliseconds.
 
-    `source="warehouse"` reads the stream's archive (see `millrace.engine.archive`) instead
+    `source="warehouse"` reads the stream's archive (see `millrace.warehouse.archive`) instead
     of the bus, as it is when `read_batch` is called: the archived records are the bus's
     own, decoded by the same code, so the columns, the records kept and the dead letters
     (with their ids) are those of a read from the bus over the same records.

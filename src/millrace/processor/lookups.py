@@ -2,7 +2,7 @@
 
 `ctx.lookup(table, key)` reads a row of a serving table through the `LookupSource` the
 runtime hands the execution core (`run_batch(..., lookups=...)`): on Spark,
-`millrace.runtime.processor_lookups.ServingLookups` (Redis, with the executor's cache of
+`millrace.apps.processors.lookups.ServingLookups` (Redis, with the executor's cache of
 bounded age); in `ProcessorTester`, `MemoryTables` (dicts you give). A missing key gives None.
 There is no process-wide source: a micro-batch run without one has no tables to read.
 

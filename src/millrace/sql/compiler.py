@@ -29,10 +29,10 @@ from sqlglot import exp
 from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.engine.serving_sink import lookup_column
 from millrace.engine.streams import RECORD_TIME, StreamInput, read_batch, read_stream
 from millrace.engine.user_code import ship_with_tasks
 from millrace.errors import ServingError, SqlError, StreamNotFoundError, import_failure
+from millrace.serving.sink import lookup_column
 from millrace.serving.tables import describe_table
 from millrace.sql.aggregates import (
     TOPK_FINISH,
@@ -355,7 +355,7 @@ class _QueryCompiler:
         """`query` selecting its input's `record_id` too, when it reads one table that has it.
 
         An insert's records take their ids from the records they come from (see
-        `millrace.runtime.sql_apps`); a query that selects `*` keeps the id already.
+        `millrace.apps.sql.running`); a query that selects `*` keeps the id already.
         """
         select, table = query.tree, _single_table(query.tree)
         if table is None or any(

@@ -18,13 +18,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from millrace.apps.sql.running import query_result_table, result_table_path, start_sql_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.records import event_time_ms
-from millrace.runtime.sql_apps import query_result_table, result_table_path, start_sql_app
 from millrace.sql.parser import SqlApp, load_app, parse_app
 
 __all__ = ["CLOSING_RECORD_ID", "SqlAppResult", "SqlAppTester"]

@@ -45,8 +45,8 @@ from millrace.config.workspace import Workspace
 from millrace.errors import MillraceError, StreamNotFoundError
 from millrace.monitor.service import Monitor
 from millrace.monitor.status import AppStatus
-from millrace.runtime import registry
-from millrace.runtime.result_files import read_result_rows
+from millrace.ops import registry
+from millrace.warehouse.result_tables import read_result_rows
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

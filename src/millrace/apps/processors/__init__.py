@@ -1,0 +1,1 @@
+"""Processors on Spark: bucketed keys and their state, timers, wake-ups, outputs, batch runs."""

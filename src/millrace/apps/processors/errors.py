@@ -1,0 +1,67 @@
+"""The errors a processor run raises on Spark, and how they get from a worker to the driver.
+
+A processor's input or output stream that does not exist is a `ProcessorError` naming its
+role (`require_processor_stream`). A `ProcessorError` raised in a Python worker (a callback's
+failure, a processing-time timer in a batch run) reaches the driver only as the text of
+Spark's exception: `worker_error_text` puts its fields, as JSON after a mark, into the text
+the worker raises, and `processor_error_in` finds them in the driver's exception and makes
+the `ProcessorError` again, so that the user sees its message and hint and not Spark's trace.
+Streaming (`millrace.apps.processors.streaming`) and batch (`millrace.apps.processors.batch`) runs
+share them.
+
+Example:
+    >>> text = worker_error_text(ProcessorError("bad key", hint="give a key"))
+    >>> processor_error_in("Job aborted: " + text).hint
+    'give a key'
+"""
+
+from __future__ import annotations
+
+import json
+
+from millrace.bus.streams import require_stream
+from millrace.config.workspace import Workspace
+from millrace.errors import ProcessorError, StreamNotFoundError
+
+# This mark starts a worker's error fields in the text of Spark's exception.
+_WORKER_ERROR_MARK = "millrace-processor-error:"
+
+
+def require_processor_stream(workspace: Workspace, stream: str, role: str) -> int:
+    """The bucket count of `stream`; `ProcessorError` naming its `role` when it does not exist."""
+    try:
+        return require_stream(workspace.settings, stream)
+    except StreamNotFoundError as error:
+        raise ProcessorError(
+            f"stream {stream!r}, {role}, does not exist",
+            hint=f"create it with `millrace stream create {stream}` and start the app again",
+        ) from error
+
+
+def worker_error_text(error: ProcessorError) -> str:
+    """The text a Python worker raises for `error`, for `processor_error_in` on the driver.
+
+    Example:
+        >>> worker_error_text(ProcessorError("bad key", hint="give a key"))
+        'millrace-processor-error:{"message": "bad key", "hint": "give a key"}'
+    """
+    return _WORKER_ERROR_MARK + json.dumps({"message": error.message, "hint": error.hint})
+
+
+def processor_error_in(text: str) -> ProcessorError | None:
+    """The `ProcessorError` a Python worker raised, from the text of the failed query's error.
+
+    None when the text holds none (the failure is Spark's or another's).
+
+    Example:
+        >>> processor_error_in("java.lang.OutOfMemoryError") is None
+        True
+    """
+    start = text.find(_WORKER_ERROR_MARK)
+    if start < 0:
+        return None
+    try:
+        fields, _ = json.JSONDecoder().raw_decode(text, start + len(_WORKER_ERROR_MARK))
+    except json.JSONDecodeError:
+        return None
+    return ProcessorError(fields["message"], hint=fields["hint"])

@@ -1,0 +1,397 @@
+"""The rows of a processor's Spark operator: input rows in key buckets, and output rows.
+
+Streaming (`millrace.apps.processors.streaming`) and batch (`millrace.apps.processors.batch`) runs
+of a processor share them. Raw Kafka records become input rows with `placed_rows`, which
+decodes each value once before the shuffle to find its key's bucket (`bucket_of`) and its
+event time; in its bucket, `input_rows` reads a group's rows back and `record_of` makes each a
+`Record` for the execution core, which is given the event time found before the shuffle. What
+the core gives back becomes output rows (`output_rows_of`, `undecodable_letter`,
+`report_row`) of schema `OUTPUT_SCHEMA`, one kind each: productions and dead letters, which
+`millrace.apps.processors.outputs` writes, and the late records, duplicates and bucket
+reports that are only counted or handed to the driver.
+
+Example:
+    >>> row = InputRow("clicks", b'{"user": "u7", "ts": 1767225600000}', "u7", "3f2a", 0, 41,
+    ...                None, 1_767_225_600_000)
+    >>> record_of(row).value["user"]
+    'u7'
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+
+from millrace.apps.processors.bucket_store import canonical_key, canonical_text
+from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
+from millrace.bus.streams import dead_letter_stream
+from millrace.config.durations import parse_duration_ms
+from millrace.config.workspace import Workspace
+from millrace.engine.headers import header_text
+from millrace.engine.low_watermark import MARKER_MS, WRITTEN, future_dated_reason, marker_columns
+from millrace.engine.streams import carried_millis
+from millrace.processor.execution import BatchOutcome, DeadLetter
+from millrace.processor.processor import Input
+from millrace.records import ID_HEADER, Record, RecordDecodeError, decode_value
+
+DEFAULT_BUCKETS = 64
+"""Hash buckets a processor's keys are spread over; each is one group of Spark's operator."""
+
+OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING, time STRING"
+"""The Spark schema of the operator's output rows, in the order of `OutputRow`'s fields."""
+
+PRODUCTION = "production"
+"""The kind of an output row that is a processor's production, written to its stream."""
+DEAD_LETTER = "dead_letter"
+"""The kind of an output row that is a dead letter, written to a dead-letter stream."""
+LATE = "late"
+"""The kind of an output row that counts a record that came behind the watermark."""
+DUPLICATE = "duplicate"
+"""The kind of an output row that counts a copy of a record already processed."""
+CLOCK = "clock"
+"""The kind of a bucket's report of its earliest processing-time timer, for the driver's
+`ProcessorClock` (`millrace.apps.processors.wakeups`)."""
+TIMERS = "timers"
+"""The kind of a bucket's report of its earliest event-time timer, when it changed, for the
+driver's `PendingTimers` (`millrace.apps.processors.pending_timers`)."""
+NOT_WRITTEN = (LATE, DUPLICATE, CLOCK, TIMERS)
+"""The kinds of output rows that are counted or reported, never written to a stream."""
+
+
+class InputRow(NamedTuple):
+    """One input record as the bucket runner receives it; `time_ms` is None when unreadable.
+
+    `fault` says why a record that is a JSON object is a dead letter all the same (it is
+    dated too far ahead of its arrival), and is None for the others.
+
+    Example:
+        >>> InputRow("clicks", b'{"user": "u7"}', "u7", None, 0, 41, None, None).time_ms is None
+        True
+    """
+
+    stream: str
+    value: bytes | None
+    record_key: str | None
+    record_id: str | None
+    record_bucket: int
+    record_offset: int
+    fault: str | None
+    time_ms: int | None
+
+
+class OutputRow(NamedTuple):
+    """One row of the operator's output, in the order of `OUTPUT_SCHEMA`.
+
+    `kind` is one of `PRODUCTION`, `DEAD_LETTER` and the `NOT_WRITTEN` kinds; `time` is a
+    production's event time as epoch ms text, for its `time` header.
+
+    Example:
+        >>> OutputRow(PRODUCTION, "counts", "u7", '{"n":3}', "counter:u7:1", "1767225600000").kind
+        'production'
+    """
+
+    kind: str
+    stream: str
+    key: str | None
+    value: str | None
+    id: str | None
+    time: str | None = None
+
+
+def bucket_of(key: Any, buckets: int) -> int:
+    """The hash bucket of `key`: the same for keys Python finds equal, on every machine.
+
+    Example:
+        >>> bucket_of("cats", 64) == bucket_of("cats", 64)
+        True
+        >>> bucket_of(1, 64) == bucket_of(1.0, 64)
+        True
+    """
+    return zlib.crc32(canonical_text(key).encode()) % buckets
+
+
+def input_max_future_ms(workspace: Workspace, source: Input) -> int:
+    """How far ahead of its arrival a record of `source` may be dated, in ms.
+
+    The input's own `max_future`, else the workspace's setting.
+
+    Example:
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> input_max_future_ms(workspace, Input("clicks", key="user", time="ts", max_future="1m"))
+        60000
+        >>> input_max_future_ms(workspace, Input("clicks", key="user", time="ts"))
+        300000
+    """
+    if source.max_future is None:
+        return workspace.settings.max_future_ms
+    return parse_duration_ms(source.max_future, what="max_future")
+
+
+def event_time_of(
+    value: dict, arrival_ms: int, carried_ms: int | None, *, source: Input, max_future_ms: int
+) -> int | None:
+    """A record's event time as the runtime takes it; None where it dead-letters the record.
+
+    `value` is the record's JSON object, `carried_ms` the time its `time` header carries.
+
+    Example:
+        >>> clicks = Input("clicks", key="user", time="ts")
+        >>> event_time_of({"user": "u7", "ts": 1_767_225_600_000}, 1_767_225_601_000, None,
+        ...               source=clicks, max_future_ms=60_000)
+        1767225600000
+    """
+    try:
+        time_ms = _time_in(source, value, carried_ms)
+    except Exception:
+        return None
+    return None if time_ms < 0 or time_ms - arrival_ms > max_future_ms else time_ms
+
+
+def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int) -> DataFrame:
+    """Kafka records of `source` (streaming or not) as the bucket runner's input rows.
+
+    A record's event time is its Input's time field, else the time its `time` header carries.
+
+    A record dated more than `max_future_ms` ahead of its arrival keeps no time (so it moves
+    no watermark), and its `fault` says why: the bucket runner makes it a dead letter. A
+    record dated before 1970 keeps no time either, and the execution core, reading it again,
+    makes it a dead letter. The rows have the `marker_columns` too: the watermark markers
+    among them are for `bucket_watermarked`, and no reader's records.
+    """
+    placement = _placement(source, buckets)(F.col("value"), carried_millis(F.col("headers")))
+    # Spark's watermark starts at 1970 and never goes back: an earlier time would be late.
+    read_ms = F.when(placement.getField("time_ms") >= 0, placement.getField("time_ms"))
+    read_time = F.timestamp_millis(read_ms)
+    fault = future_dated_reason(read_time, F.col("timestamp"), max_future_ms)
+    placed = raw.select(
+        F.lit(source.stream).alias("stream"),
+        placement.getField("bucket").alias("bucket"),
+        read_time.alias("_read_time"),
+        read_ms.alias("_read_ms"),
+        F.col("value"),
+        F.col("key").cast("string").alias("record_key"),
+        # Another producer's empty id is no id: the record is known by its place, not dropped
+        # as a copy of every other record with an empty id.
+        F.nullif(header_text(F.col("headers"), ID_HEADER), F.lit("")).alias("record_id"),
+        F.col("partition").alias("record_bucket"),
+        F.col("offset").alias("record_offset"),
+        fault.alias("fault"),
+        *marker_columns(F.col("value"), F.col("headers")),
+    )
+    kept = F.col("fault").isNull()
+    return placed.select(
+        "stream",
+        "bucket",
+        F.when(kept, F.col("_read_time")).alias("event_time"),
+        F.when(kept, F.col("_read_ms")).alias("time_ms"),
+        "value",
+        "record_key",
+        "record_id",
+        "record_bucket",
+        "record_offset",
+        "fault",
+        MARKER_MS,
+        WRITTEN,
+    )
+
+
+def _time_in(source: Input, record: dict, carried_ms: int | None) -> int:
+    """A record's event time: its Input's time field, else the time its `time` header carries.
+
+    Raises `ProcessorError` when the field holds no time, or is missing and nothing is carried.
+    """
+    if carried_ms is not None and record.get(source.time) is None:
+        return carried_ms
+    return source.time_of(record)
+
+
+def _placement(source: Input, buckets: int) -> Callable[..., Any]:
+    """A vectorised UDF: each raw value's key bucket and event time (null when unreadable)."""
+
+    def place(
+        value: bytes | None, carried_ms: int | None, known: dict[Any, int]
+    ) -> tuple[int, int | None]:
+        try:
+            record = json.loads(value) if value is not None else None
+            if not isinstance(record, dict):
+                return 0, None
+            time_ms = _time_in(source, record, carried_ms)
+            key = source.key_of(record)
+            bucket = known.get(key)
+            if bucket is None:
+                bucket = known[key] = bucket_of(key, buckets)
+            return bucket, time_ms
+        except Exception:
+            # The record goes to any bucket: the execution core reports its fault there.
+            return 0, None
+
+    # PySpark's stubs lack the type-hinted form, pandas_udf(returnType) without functionType.
+    @F.pandas_udf("bucket INT, time_ms LONG")  # type: ignore[call-overload]
+    def placement(values: pd.Series, carried: pd.Series) -> pd.DataFrame:
+        # The buckets of the keys seen in this Arrow batch: a key's bucket is hashed once.
+        known: dict[Any, int] = {}
+        # A LONG column with nulls arrives as floats; Int64 turns it back into ints and NA.
+        carried_ms = [None if ms is pd.NA else ms for ms in carried.astype("Int64").tolist()]
+        return pd.DataFrame(
+            [place(value, ms, known) for value, ms in zip(values, carried_ms, strict=True)],
+            columns=["bucket", "time_ms"],
+        ).astype({"bucket": "int32", "time_ms": "Int64"})
+
+    return placement
+
+
+def input_rows(frame: pd.DataFrame) -> Iterator[InputRow]:
+    """A bucket's rows from one of Spark's frames, read column by column.
+
+    Example:
+        >>> frame = pd.DataFrame({"stream": ["clicks"], "value": [b'{"user": "u7"}'],
+        ...     "record_key": ["u7"], "record_id": [None], "record_bucket": [0],
+        ...     "record_offset": [41], "fault": [None], "time_ms": [1_767_225_600_000]})
+        >>> next(input_rows(frame)).record_offset
+        41
+    """
+    # A LONG column with nulls arrives as floats; Int64 turns it back into ints and NA.
+    times = [
+        None if time_ms is pd.NA else time_ms
+        for time_ms in frame["time_ms"].astype("Int64").tolist()
+    ]
+    columns = (frame[name].tolist() for name in InputRow._fields[:-1])
+    return map(InputRow._make, zip(*columns, times, strict=True))
+
+
+def record_of(row: InputRow) -> Record:
+    """The record of an input row, with its event time found before the shuffle.
+
+    Raises `RecordDecodeError` when the value is not a JSON object, or has a `fault`.
+
+    Example:
+        >>> record_of(InputRow("clicks", b'{"user": "u7"}', "u7", None, 0, 41, None, 5)).time_ms
+        5
+    """
+    if not row.value:
+        raise RecordDecodeError("value is empty")
+    if row.fault is not None:
+        raise RecordDecodeError(row.fault)
+    value = decode_value(bytes(row.value))
+    return Record(
+        row.stream,
+        row.record_bucket,
+        row.record_offset,
+        row.record_key,
+        row.record_id,
+        row.time_ms,
+        value,
+    )
+
+
+def undecodable_letter(row: InputRow, error: str) -> OutputRow:
+    """The dead letter of a value that is not a JSON object, as every millrace reader writes.
+
+    Example:
+        >>> undecodable_letter(InputRow("clicks", b"oops", None, None, 0, 41, None, None),
+        ...                    "value is not JSON").stream
+        'clicks.dlq'
+    """
+    letter = dead_letter_value(
+        error, row.stream, row.record_bucket, row.record_offset, bytes(row.value or b"")
+    )
+    return OutputRow(
+        DEAD_LETTER,
+        dead_letter_stream(row.stream),
+        row.record_key,
+        json.dumps(letter),
+        dead_letter_id(row.stream, row.record_bucket, row.record_offset),
+    )
+
+
+def output_rows_of(name: str, outcome: BatchOutcome) -> list[OutputRow]:
+    """The operator's output rows for one run of the execution core by processor `name`.
+
+    Example:
+        >>> from millrace.processor import Production
+        >>> late = Record("clicks", 0, 41, "u7", "3f2a", 1_767_225_600_000, {"user": "u7"})
+        >>> count = Production("counts", {"n": 3}, "u7", 1_767_225_600_000, "a1")
+        >>> outcome = BatchOutcome(states={}, productions=[count], dead_letters=[], late=[late],
+        ...                        duplicates=[], max_event_time_ms={})
+        >>> [row.kind for row in output_rows_of("counter", outcome)]
+        ['production', 'late']
+    """
+    outputs = [
+        OutputRow(
+            PRODUCTION,
+            production.stream,
+            _routing_key(production.key),
+            json.dumps(production.value, separators=(",", ":"), ensure_ascii=False),
+            production.id,
+            _text_or_none(production.time_ms),
+        )
+        for production in outcome.productions
+    ]
+    outputs.extend(_processor_letter(name, letter) for letter in outcome.dead_letters)
+    outputs.extend(OutputRow(LATE, record.stream, None, None, record.id) for record in outcome.late)
+    outputs.extend(
+        OutputRow(DUPLICATE, record.stream, None, None, record.id) for record in outcome.duplicates
+    )
+    return outputs
+
+
+def report_row(kind: str, stream: str, bucket: int, time_ms: int | None) -> OutputRow:
+    """A bucket's report (`CLOCK` or `TIMERS`) of its earliest timer; None when it has none.
+
+    Example:
+        >>> report_row(TIMERS, "", 3, 1_767_225_610_000).value
+        '1767225610000'
+    """
+    return OutputRow(kind, stream, str(bucket), _text_or_none(time_ms), "")
+
+
+def output_frame(rows: Iterable[OutputRow]) -> pd.DataFrame:
+    """Output rows as the pandas frame Spark's operator returns, with `OUTPUT_SCHEMA`'s columns.
+
+    Example:
+        >>> list(output_frame([]).columns)
+        ['kind', 'stream', 'key', 'value', 'id', 'time']
+    """
+    return pd.DataFrame(list(rows), columns=list(OutputRow._fields))
+
+
+def _text_or_none(time_ms: int | None) -> str | None:
+    return None if time_ms is None else str(time_ms)
+
+
+def _processor_letter(name: str, letter: DeadLetter) -> OutputRow:
+    """A record's dead letter goes to its stream's; a timer's to the processor's own."""
+    fields: dict[str, Any] = {"error": letter.error, "processor": name, "key": letter.key}
+    record = letter.record
+    if record is not None:
+        original = json.dumps(record.value, separators=(",", ":"), ensure_ascii=False)
+        fields |= dead_letter_value(
+            letter.error, record.stream, record.bucket, record.offset, original.encode()
+        )
+        target = dead_letter_stream(record.stream)
+        letter_id = f"{name}:{dead_letter_id(record.stream, record.bucket, record.offset)}"
+    else:
+        timer = letter.timer
+        assert timer is not None  # a dead letter holds a record or a timer
+        fields["timer"] = {"tag": timer.tag, "time_ms": timer.time_ms, "domain": timer.domain}
+        target = dead_letter_stream(name)
+        letter_id = f"{name}:dlq:timer:{_canonical_text(letter.key)}:{timer.tag}:{timer.time_ms}"
+    return OutputRow(
+        DEAD_LETTER, target, _routing_key(letter.key), json.dumps(fields, default=repr), letter_id
+    )
+
+
+def _canonical_text(key: Any) -> str:
+    return json.dumps(canonical_key(key), separators=(",", ":"), default=repr)
+
+
+def _routing_key(key: Any) -> str | None:
+    if key is None or isinstance(key, str):
+        return key
+    return _canonical_text(key)

@@ -1,0 +1,497 @@
+"""Running a processor app on Spark: bucketed keys, bucket state, event-time timers, outputs.
+
+A processor's keys are spread over a fixed number of hash buckets, and Spark's
+`transformWithStateInPandas` runs one group per bucket: per micro-batch it reads the bucket's
+stored state (every key's state and timers, as `millrace.processor.execution` keeps them) from
+one `ValueState` holding JSON, calls `execution.run_batch` once with the bucket's records, and
+writes the state back once. The cost grows with micro-batches and buckets, not with keys: no
+key costs a round trip between the Python worker and the JVM. The operator's pandas flavour
+is used because it hands a bucket's rows over as columns converted from Arrow in bulk; the
+Row flavour builds every cell of every row as a Python object of its own, and with it
+`benchmarks/processors.py` ran at half the speed with 1,000 keys.
+
+The bucket state is one `ValueState` of schema `keys STRING, timers STRING, timer_ms LONG`:
+`keys` and `timers` are a `millrace.apps.processors.bucket_store.BucketStore`, one JSON text per key
+and each key's earliest timer of each time domain, so that a micro-batch decodes and encodes
+only the keys it runs (those with records and those with a due timer) and copies the others' text
+through; `timer_ms` is the bucket's registered Spark timer (null when none). Keeping each key
+in a `MapState` entry instead would bring back a round trip per key (Spark's state API has no
+bulk map write).
+
+Timers: each bucket registers one Spark event-time timer, at the earliest event-time timer of
+its keys. When the watermark passes it, `run_batch` runs on the bucket with no records and
+fires what is due. The operator runs in event time; processing-time timers fire whenever
+their bucket runs in a micro-batch whose processing time has reached them, and
+`millrace.apps.processors.wakeups` wakes the bucket when the wall clock gets there.
+
+Inputs are read from Kafka as raw values, since a processor's records are whole JSON objects
+of any fields, each bucket of a stream by a source of its own under its own watermark, so that
+the input's watermark is the least over its buckets (`millrace.engine.low_watermark`): each
+record is decoded once before the shuffle, to find its key's bucket and its event time (for
+the watermark; a record dated too far ahead of its arrival keeps none, and is a dead
+letter), and once in its bucket, for the execution core, which is given the event time found
+before the shuffle rather than reading it again (the operator's input and output rows are
+`millrace.apps.processors.rows`, shared with batch runs). Values that are not JSON objects
+go to `<stream>.dlq`, as from any millrace reader.
+
+Productions, and the dead letters of `on_error = "dlq"`, are written to Kafka once per
+micro-batch (`millrace.apps.processors.outputs`), each production with its deterministic
+id, so a micro-batch run again writes the same ids and millrace readers drop the copies. The
+state is exactly-once: it is Spark's, in the checkpoint under
+`<workspace>/checkpoints/<processor name>/processor`.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from millrace.apps.processors.bucket_store import BucketStore
+from millrace.apps.processors.errors import (
+    processor_error_in,
+    require_processor_stream,
+    worker_error_text,
+)
+from millrace.apps.processors.lookups import ServingLookups, require_tables
+from millrace.apps.processors.outputs import write_output_rows
+from millrace.apps.processors.pending_timers import PendingTimers
+from millrace.apps.processors.rows import (
+    CLOCK,
+    DEAD_LETTER,
+    DEFAULT_BUCKETS,
+    DUPLICATE,
+    LATE,
+    OUTPUT_SCHEMA,
+    PRODUCTION,
+    TIMERS,
+    OutputRow,
+    event_time_of,
+    input_max_future_ms,
+    input_rows,
+    output_frame,
+    output_rows_of,
+    placed_rows,
+    record_of,
+    report_row,
+    undecodable_letter,
+)
+from millrace.apps.processors.wakeups import ProcessorClock, clock_stream, read_wakeups
+from millrace.config.durations import parse_duration_ms
+from millrace.config.workspace import Workspace
+from millrace.engine.dead_letter_routing import create_dead_letter_stream
+from millrace.engine.delivery import AtMostOnce, run_without_writing
+from millrace.engine.disk_full import disk_full_error
+from millrace.engine.low_watermark import (
+    MARKER_MS,
+    WRITTEN,
+    IdleTicker,
+    bucket_metrics_name,
+    bucket_watermarked,
+    read_buckets,
+    read_ticks,
+    union_buckets,
+)
+from millrace.engine.metrics import observe_outputs
+from millrace.engine.output_watermark import OutputWatermark
+from millrace.engine.session import state_store
+from millrace.engine.triggers import Trigger
+from millrace.errors import ProcessorError
+from millrace.processor.execution import run_batch
+from millrace.processor.lookups import LookupSource
+from millrace.processor.processor import Input, Processor
+from millrace.records import Record, RecordDecodeError
+
+_BUCKET_STATE_SCHEMA = "keys STRING, timers STRING, timer_ms LONG"
+_PENDING_TIMERS = "pending_timers.json"
+
+
+@dataclass
+class RunningProcessor:
+    """A started processor app: its streaming query and what it has written this run.
+
+    `productions`, `dead_letters`, `late` and `duplicates` count, since the start, the records
+    written to output streams, the records and timers sent to dead-letter streams, the records
+    that came behind the watermark and were not processed, and the copies of records already
+    processed that were dropped (under `exactly_once`).
+    """
+
+    processor: type[Processor]
+    query: StreamingQuery
+    workspace: Workspace
+    productions: int = 0
+    dead_letters: int = 0
+    late: int = 0
+    duplicates: int = 0
+    _stream_buckets: dict[str, int] = field(default_factory=dict)
+    _tickers: list[IdleTicker] = field(default_factory=list)
+    _clock: ProcessorClock | None = None
+    _timers: PendingTimers | None = None
+    _markers: OutputWatermark | None = None
+
+    def process_all_available(self) -> None:
+        """Block until the query has processed the data there is; a failure is raised here."""
+        self._surfacing(self.query.processAllAvailable)
+
+    def await_termination(self) -> None:
+        """Block until the query stops; with `available_now` it stops by itself."""
+        try:
+            self._surfacing(self.query.awaitTermination)
+        finally:
+            self._close_tickers()
+
+    def stop(self) -> None:
+        """Stop the query, once its running micro-batch is done."""
+        self.query.stop()
+        self._close_tickers()
+
+    def _close_tickers(self) -> None:
+        for ticker in self._tickers:
+            ticker.close()
+        self._tickers.clear()
+        if self._clock is not None:
+            self._clock.close()
+            self._clock = None
+        if self._markers is not None:
+            self._markers.close()
+            self._markers = None
+
+    def _surfacing(self, wait: Callable[[], Any]) -> None:
+        try:
+            wait()
+        except StreamingQueryException as error:
+            raise (
+                processor_error_in(str(error))
+                or disk_full_error(error, self.workspace, self.processor.name)
+                or error
+            ) from None
+
+
+def start_processor_app(
+    spark: SparkSession,
+    workspace: Workspace,
+    processor_class: type[Processor],
+    *,
+    available_now: bool = False,
+    max_records_per_batch: int | None = None,
+    buckets: int = DEFAULT_BUCKETS,
+    trigger: Trigger | None = None,
+) -> RunningProcessor:
+    """Start `processor_class` on Spark; with `available_now` it stops at the end of input.
+
+    `max_records_per_batch` caps the records each micro-batch reads from an input (by
+    default the class's `max_records_per_batch`); `buckets` is the number of hash buckets of
+    keys (keep it once the app has a checkpoint: a key's state lives in its bucket). Its input
+    streams must exist; an output stream that does not exist stops the app at the first
+    micro-batch that produces to it, before anything of that micro-batch is written.
+    `trigger` sets when micro-batches run.
+    """
+    processor_class.validate()
+    if buckets < 1:
+        raise ProcessorError(
+            f"{processor_class.__name__} was started with {buckets} buckets",
+            hint="give buckets=1 or more; the default is 64",
+        )
+    for source in processor_class.inputs:
+        require_processor_stream(
+            workspace, source.stream, f"input of processor {processor_class.name!r}"
+        )
+        create_dead_letter_stream(workspace, source.stream)
+    if processor_class.on_error == "dlq":
+        create_dead_letter_stream(workspace, processor_class.name)
+    require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
+    if max_records_per_batch is None:
+        max_records_per_batch = processor_class.max_records_per_batch
+    idle_ticks = not available_now and (trigger is None or trigger.kind != "available-now")
+    records = None
+    tickers = []
+    for source in processor_class.inputs:
+        frame, ticker = _read_input(
+            spark, workspace, processor_class, source, buckets, max_records_per_batch, idle_ticks
+        )
+        records = frame if records is None else records.unionByName(frame)
+        tickers += [ticker] if ticker is not None else []
+    assert records is not None  # validate() requires at least one input
+    # Read in every run, so that a checkpoint holds the same sources whether a clock runs.
+    records = records.unionByName(_wakeup_rows(spark, workspace, processor_class.name, records))
+    outputs = records.groupBy("bucket").transformWithStateInPandas(
+        statefulProcessor=_BucketRunner(
+            processor_class,
+            ServingLookups(workspace.settings.redis, workspace.settings.redis_lookup_cache_s),
+        ),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+    outputs = observe_outputs(spark, workspace, processor_class.name, outputs, F.col("kind"))
+    running: RunningProcessor
+    # Spark may hand the writer its first micro-batch before `start` has returned and
+    # `running` is set: the writer waits for it.
+    ready = threading.Event()
+
+    def started() -> RunningProcessor:
+        ready.wait()
+        return running
+
+    write = _semantics_writer(processor_class, workspace, started)
+    writer = (
+        outputs.writeStream.queryName(f"{processor_class.name}.processor")
+        .foreachBatch(write)
+        .option("checkpointLocation", str(workspace.checkpoint(processor_class.name, "processor")))
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif trigger is not None:
+        writer = trigger.apply(writer, f"{processor_class.name}.processor", foreach_batch=True)
+    # transformWithState keeps its state only in RocksDB.
+    clock = ProcessorClock(workspace, processor_class.name, buckets=buckets) if idle_ticks else None
+    timers = PendingTimers(
+        workspace.checkpoint(processor_class.name, "processor") / _PENDING_TIMERS
+    )
+    try:
+        with state_store(spark, "rocksdb"):
+            running = RunningProcessor(
+                processor_class,
+                writer.start(),
+                workspace,
+                _tickers=tickers,
+                _clock=clock,
+                _timers=timers,
+            )
+        running._markers = OutputWatermark(
+            workspace,
+            processor_class.name,
+            {running.query: timers.streams},
+            held_back=timers.earliest_ms,
+        )
+    finally:
+        ready.set()  # also when starting failed: the writer then fails, rather than hangs
+    return running
+
+
+def _read_input(
+    spark: SparkSession,
+    workspace: Workspace,
+    processor: type[Processor],
+    source: Input,
+    buckets: int,
+    max_records_per_batch: int | None,
+    idle_ticks: bool,
+) -> tuple[DataFrame, IdleTicker | None]:
+    """One input's Kafka records, placed in their key's bucket, under the input's low watermark.
+
+    Each bucket of the stream has a watermark of its own, and Spark takes the least (see
+    `millrace.engine.low_watermark`), as `execution.watermark_after` computes it. The
+    event-time column is then dropped, so that Spark does not drop late records itself: the
+    execution core sets them aside and counts them. With `idle_ticks`, idle buckets are
+    ticked on by the returned `IdleTicker` until it is closed.
+    """
+    max_future_ms = input_max_future_ms(workspace, source)
+    # Read in every run, so that a checkpoint holds the same sources whether a ticker runs.
+    ticks = read_ticks(spark, workspace, processor.name, source.stream)
+    branches = [
+        bucket_watermarked(
+            placed_rows(raw, source, buckets, max_future_ms).observe(
+                bucket_metrics_name(processor.name, source.stream, bucket),
+                # The execution core counts the dead letters, in the query's outputs.
+                F.lit(0).alias("bad"),
+                F.count_if(F.col("fault").isNotNull()).alias("future"),
+                F.max(
+                    F.when(F.col(MARKER_MS).isNotNull(), F.col(MARKER_MS)).when(
+                        ~F.col(WRITTEN), F.col("time_ms")
+                    )
+                ).alias("max_ms"),
+                F.count(MARKER_MS).alias("markers"),
+            ),
+            time="event_time",
+            lateness_ms=source.lateness_ms,
+            ticks=ticks,
+            bucket=bucket,
+        )
+        for bucket, raw in enumerate(
+            read_buckets(
+                spark, workspace, source.stream, max_records_per_batch=max_records_per_batch
+            )
+        )
+    ]
+    ticker = None
+    if idle_ticks:
+        idle_timeout = source.idle_timeout or workspace.settings.events_idle_timeout
+        ticker = IdleTicker(
+            spark,
+            workspace,
+            processor.name,
+            source.stream,
+            run=ticks.run,
+            time_of=functools.partial(event_time_of, source=source, max_future_ms=max_future_ms),
+            idle_timeout_ms=parse_duration_ms(idle_timeout, what="idle_timeout"),
+        )
+    return union_buckets(branches).drop("event_time"), ticker
+
+
+def _wakeup_rows(
+    spark: SparkSession, workspace: Workspace, name: str, records: DataFrame
+) -> DataFrame:
+    """The wake-ups of `millrace.apps.processors.wakeups` as rows of `records`' columns.
+
+    A wake-up has its bucket, the clock stream for its `stream`, and nothing else.
+    """
+    return read_wakeups(spark, workspace, name).select(
+        *[
+            F.lit(clock_stream(name)).alias(column)
+            if column == "stream"
+            else F.col(column)
+            if column == "bucket"
+            else F.lit(None).cast(kind).alias(column)
+            for column, kind in records.dtypes
+        ]
+    )
+
+
+# ---- Semantics (docs/semantics.md), kept apart: the query's foreachBatch is `_semantics_writer`.
+# Inputs are deduplicated by the execution core, with the ids kept in each key's own state
+# (MillWheel's way): Spark's `dropDuplicatesWithinWatermark` would shuffle the records by id,
+# which breaks the order of a key's records before its bucket.
+
+
+def _semantics_writer(
+    processor_class: type[Processor],
+    workspace: Workspace,
+    running: Callable[[], RunningProcessor],
+) -> Callable[[DataFrame, int], None]:
+    """The query's foreachBatch: `_write_outputs`, at most once per batch for at_most_once."""
+    once = AtMostOnce(workspace.checkpoint(processor_class.name, "processor") / "at_most_once")
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        if processor_class.semantics == "at_most_once":
+            if not once.write(batch_id, lambda: _write_outputs(running(), workspace, batch)):
+                run_without_writing(batch)
+        else:
+            _write_outputs(running(), workspace, batch)
+
+    return write
+
+
+class _BucketRunner(StatefulProcessor):
+    """Spark's stateful processor for one bucket: runs the execution core over bucket state."""
+
+    def __init__(
+        self, processor_class: type[Processor], lookup_source: LookupSource | None = None
+    ) -> None:
+        self.processor_class = processor_class
+        self.lookup_source = lookup_source
+        self.clock_stream = clock_stream(processor_class.name)
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.bucket_state = handle.getValueState("bucket", _BUCKET_STATE_SCHEMA)
+        self.processor = self.processor_class()
+
+    # Spark passes the timer arguments by these names. transformWithStateInPandas passes pandas
+    # frames; the base class's type also allows the Row API's rows.
+    def handleInputRows(  # type: ignore[override]  # noqa: N802 - Spark's callback names
+        self,
+        key: Any,
+        rows: Iterator[pd.DataFrame],
+        timerValues: TimerValues,  # noqa: N803
+    ) -> Iterator[pd.DataFrame]:
+        records: list[Record] = []
+        undecodable: list[OutputRow] = []
+        for frame in rows:
+            # A wake-up only makes the bucket run.
+            frame = frame[frame["stream"] != self.clock_stream]
+            for row in input_rows(frame):
+                try:
+                    records.append(record_of(row))
+                except RecordDecodeError as error:
+                    undecodable.append(undecodable_letter(row, str(error)))
+        yield from _frames(undecodable + self._run(int(key[0]), records, timerValues))
+
+    def handleExpiredTimer(  # noqa: N802
+        self,
+        key: Any,
+        timerValues: TimerValues,  # noqa: N803
+        expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
+    ) -> Iterator[pd.DataFrame]:
+        yield from _frames(self._run(int(key[0]), [], timerValues))
+
+    def close(self) -> None:
+        pass
+
+    def _run(
+        self, bucket: int, records: list[Record], timer_values: TimerValues
+    ) -> list[OutputRow]:
+        name = self.processor_class.name
+        kept = self.bucket_state.get() if self.bucket_state.exists() else None
+        store = BucketStore(kept[0], kept[1]) if kept else BucketStore(None, None)
+        registered_ms = kept[2] if kept else None
+        clock_before_ms = store.next_clock_ms()
+        # Spark's watermark is 0 until an input has seen a record.
+        watermark_ms = timer_values.getCurrentWatermarkInMs() or None
+        # The batch's timestamp, the same when a micro-batch runs again after a crash.
+        processing_time_ms = timer_values.getCurrentProcessingTimeInMs()
+        try:
+            outcome = run_batch(
+                self.processor,
+                store,
+                records,
+                watermark_ms=watermark_ms,
+                processing_time_ms=processing_time_ms,
+                timer_keys=store.due_keys(watermark_ms, processing_time_ms=processing_time_ms),
+                lookups=self.lookup_source,
+            )
+            store.update(outcome.states, processor=name)
+        except ProcessorError as error:
+            raise RuntimeError(worker_error_text(error)) from error
+        next_timer_ms = store.next_timer_ms()
+        if next_timer_ms != registered_ms:
+            if registered_ms is not None:
+                self.handle.deleteTimer(registered_ms)
+            if next_timer_ms is not None:
+                self.handle.registerTimer(next_timer_ms)
+        if not store:
+            self.bucket_state.clear()
+        elif outcome.states or next_timer_ms != registered_ms:
+            self.bucket_state.update((*store.encode(), next_timer_ms))
+        outputs = output_rows_of(name, outcome)
+        if next_timer_ms != registered_ms:
+            outputs.append(report_row(TIMERS, "", bucket, next_timer_ms))
+        clock_ms = store.next_clock_ms()
+        if clock_ms is not None or clock_before_ms is not None:
+            outputs.append(report_row(CLOCK, self.clock_stream, bucket, clock_ms))
+        return outputs
+
+
+def _frames(outputs: list[OutputRow]) -> Iterator[pd.DataFrame]:
+    if outputs:
+        yield output_frame(outputs)
+
+
+def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataFrame) -> None:
+    """Write one micro-batch's productions and dead letters to Kafka, in one write."""
+    counts = write_output_rows(
+        workspace,
+        running.processor.name,
+        running._stream_buckets,
+        batch,
+        on_clock=running._clock.report if running._clock is not None else None,
+        on_timers=running._timers.report if running._timers is not None else None,
+    )
+    running.productions += counts[PRODUCTION]
+    running.dead_letters += counts[DEAD_LETTER]
+    running.late += counts[LATE]
+    running.duplicates += counts[DUPLICATE]

@@ -1,0 +1,1 @@
+"""SQL apps on Spark: their streaming queries, batch runs and result tables."""

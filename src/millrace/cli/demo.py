@@ -1,0 +1,324 @@
+"""`millrace demo`: the trending-events pipeline of the Facebook paper, live on one machine.
+
+Figure 3 of `realtime-data-processing-at-facebook.txt` (see docs/trending.md): a generator
+publishes events to `trending.events`; the Filterer (SQL) keeps the relevant event types; the
+Joiner (SQL, `JOIN LOOKUP`) adds each event's name and topic from the serving table
+`trending_dimensions` and reshards by (event, topic); the Scorer (a processor) keeps
+sliding-window counts and a long-term trend per (event, topic) and scores each 10-second
+pane; the Ranker (SQL, `TOPK`) keeps the top 3 events per topic and 10-second window in its
+result table, which `millrace serve` answers at `/apps/trending_ranker/tables/top_events`.
+
+`run_demo` brings Kafka and Redis up, creates what is missing (streams, the dimensions
+table), deploys the four apps detached (`millrace ps` lists them), runs the generator in a
+thread, and prints progress and each new window's top 3 per topic until it is interrupted
+(Ctrl-C, or SIGTERM, taken as the runner takes it: `runner.stop_requests`) or `seconds` have
+passed; then it stops the generator and the apps gracefully. Kafka and Redis stay up. The
+apps keep their checkpoints: a second run resumes. Each app runs in the process `deploy`
+starts (`millrace.ops.deployed`), by the runner that `millrace run` uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from millrace.apps.runner import stop_requests
+from millrace.bus.broker import start_broker
+from millrace.bus.streams import dead_letter_stream, describe_stream
+from millrace.config.workspace import Workspace
+from millrace.engine.triggers import Trigger
+from millrace.errors import (
+    AlreadyDeployedError,
+    AppNotFoundError,
+    MillraceError,
+    SqlError,
+)
+from millrace.monitor.service import Monitor
+from millrace.ops import registry
+from millrace.ops.lifecycle import deploy, stop
+from millrace.serving.server import start_redis
+from millrace.warehouse.result_tables import read_result_rows
+
+RANKER = "trending_ranker"
+RANKER_TABLE = "top_events"
+APP_NAMES = ("trending_filterer", "trending_joiner", "trending_scorer", RANKER)
+LEAN_SPARK = {
+    # Four Spark applications share the machine: few shuffle partitions and a small heap
+    # each. A setting the user made (in the environment) wins.
+    "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "2",
+    "MILLRACE_SPARK_DRIVER_MEMORY": "1g",
+    # The JVM's optimizing compiler (C2) makes four cold JVMs compete for 2 cores while they
+    # start, for speed the demo's 200 events/s never needs: C1 alone brought the first top-K
+    # from 166 s to 106 s on the 2-core machine (docs/trending.md).
+    "MILLRACE_SPARK_DRIVER_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1",
+}
+
+
+@dataclass
+class DemoRun:
+    """What a demo run saw: when its first top-K appeared, what it published, and so on."""
+
+    started: float = field(default_factory=time.monotonic)
+    first_results_s: float | None = None
+    events: int = 0
+    malformed: int = 0
+    windows_shown: int = 0
+    dead_letters_before: int = 0
+
+
+def trending_dir() -> Path:
+    """The folder of the pipeline's apps: `examples/trending` of the source tree, or of here.
+
+    Example:
+        >>> trending_dir().name
+        'trending'
+    """
+    candidates = [
+        Path(__file__).resolve().parents[3] / "examples" / "trending",
+        Path.cwd() / "examples" / "trending",
+    ]
+    for candidate in candidates:
+        if (candidate / "generator.py").is_file():
+            return candidate
+    raise MillraceError(
+        "cannot find examples/trending (the demo's apps)",
+        hint="run `millrace demo` from the millrace source tree",
+    )
+
+
+def run_demo(
+    workspace: Workspace,
+    *,
+    rate: float,
+    seconds: float | None,
+    say: Callable[[str], None],
+    trigger: str = "interval:2s",
+) -> DemoRun:
+    """Run the pipeline live until interrupted or `seconds` have passed; then stop the apps."""
+    run = DemoRun()
+    folder = trending_dir()
+    generator = _load(folder / "generator.py")
+    bus = start_broker(workspace)
+    redis = start_redis(workspace)
+    say(f"1. Kafka up at {bus.bootstrap_servers}, Redis up at {redis.url}")
+    settings = workspace.settings
+    generator.setup(settings)
+    run.dead_letters_before = _dead_letter_count(workspace, generator.EVENTS) or 0
+    say(
+        f"2. streams {', '.join(generator.STREAMS)} ready; serving table "
+        f"{generator.DIMENSIONS_TABLE!r} loaded from {generator.DIMENSIONS_FILE.name}"
+    )
+    for name, value in LEAN_SPARK.items():
+        os.environ.setdefault(name, value)
+    stopping = threading.Event()
+    deployed: list[str] = []
+    sender: threading.Thread | None = None
+    with stop_requests() as asked_to_stop:
+        try:
+            for source in generator.APPS:
+                if asked_to_stop.is_set():
+                    raise KeyboardInterrupt
+                where, _, cls = source.partition(":")
+                path = str(folder / where) + (f":{cls}" if cls else "")
+                record = _deploy(workspace, path, trigger)
+                deployed.append(record.name)
+                say(f"3. deployed {record.name} (pid {record.pid}, log {record.log})")
+
+            def counted(events: int, malformed: int) -> None:
+                run.events, run.malformed = events, malformed
+
+            sender = threading.Thread(
+                target=generator.run,
+                kwargs={"settings": settings, "rate": rate, "stop": stopping, "on_sent": counted},
+                name="generator",
+                daemon=True,
+            )
+            sender.start()
+            say(
+                f"4. generator publishing {rate:g} events/s to {generator.EVENTS}; the apps "
+                "start their Spark sessions (a minute or two on a busy machine), then the "
+                "first 10-second windows close"
+            )
+            _watch(workspace, run, deployed, seconds, say, asked_to_stop)
+        except KeyboardInterrupt:
+            say("interrupted")
+        finally:
+            stopping.set()
+            if sender is not None:
+                sender.join(timeout=10)
+            _stop_all(workspace, deployed, say)
+            _summary(run, generator.EVENTS, _dead_letter_count(workspace, generator.EVENTS), say)
+    return run
+
+
+def _deploy(workspace: Workspace, source: str, trigger: str) -> registry.AppRecord:
+    try:
+        return deploy(workspace, source, trigger=Trigger.parse(trigger))
+    except AlreadyDeployedError as error:
+        # A demo left running (its terminal closed): stop it and start it again.
+        stop(workspace, error.app)
+        return deploy(workspace, source, trigger=Trigger.parse(trigger))
+
+
+def _watch(
+    workspace: Workspace,
+    run: DemoRun,
+    apps: list[str],
+    seconds: float | None,
+    say: Callable[[str], None],
+    asked_to_stop: threading.Event,
+) -> None:
+    """Print progress every few seconds and each new window's top K, until time is up.
+
+    Raises `KeyboardInterrupt` once the process is asked to stop (SIGTERM), as Ctrl-C does.
+    """
+    monitor = Monitor(workspace)
+    shown: set[Any] = set()
+    last_events, last_time = 0, time.monotonic()
+    while seconds is None or time.monotonic() - run.started < seconds:
+        if asked_to_stop.wait(5):
+            raise KeyboardInterrupt
+        for name in apps:
+            record = registry.load(workspace, name)
+            if record.status != "running":
+                raise MillraceError(
+                    f"app {name} is {record.status}",
+                    hint=f"its log: {record.log} (`millrace logs {name}`)",
+                )
+        now = time.monotonic()
+        rate = (run.events - last_events) / (now - last_time)
+        last_events, last_time = run.events, now
+        say(
+            f"[{now - run.started:5.0f} s] published {run.events} events ({rate:.0f}/s), "
+            f"{run.malformed} malformed; " + _lags(monitor, apps)
+        )
+        for window, rows in _new_windows(workspace, shown):
+            if run.first_results_s is None:
+                run.first_results_s = time.monotonic() - run.started
+                say(f"first top-K after {run.first_results_s:.0f} s")
+            run.windows_shown += 1
+            say(
+                f"  top 3 per topic, window {window:%H:%M:%S}-{rows[0]['window_end']:%H:%M:%S} UTC:"
+            )
+            for row in sorted(rows, key=lambda row: row["topic"]):
+                say(topic_line(row))
+
+
+def topic_line(row: dict[str, Any]) -> str:
+    """How the demo prints one of the Ranker's rows: a topic and its top events with scores.
+
+    Example:
+        >>> topic_line({"topic": "sports", "top_events": [{"item": "#worldcup", "weight": 9.25}]})
+        '    sports   #worldcup (9.2)'
+    """
+    ranked = ", ".join(f"{entry['item']} ({entry['weight']:.1f})" for entry in row["top_events"])
+    return f"    {row['topic']:<8} {ranked}"
+
+
+def _lags(monitor: Monitor, apps: list[str]) -> str:
+    try:
+        statuses = {status.name: status for status in monitor.statuses(fresh=True)}
+    except MillraceError:
+        return "lag: monitor not available"
+    parts = []
+    for name in apps:
+        status = statuses.get(name)
+        short = name.removeprefix("trending_")
+        if status is None or status.last_batch_id is None:
+            parts.append(f"{short} starting")
+        else:
+            parts.append(f"{short} lag {status.lag_records}")
+    return ", ".join(parts)
+
+
+def _new_windows(workspace: Workspace, shown: set[Any]) -> list[tuple[Any, list[dict]]]:
+    """The Ranker's windows not shown yet, oldest first (all of the latest 3 at most)."""
+    try:
+        rows = read_result_rows(workspace, RANKER, RANKER_TABLE, last=3)
+    except SqlError:
+        return []  # no window has closed yet, or a commit is being written
+    windows: dict[Any, list[dict]] = {}
+    for row in rows:
+        windows.setdefault(row["window_start"], []).append(row)
+    fresh = [(window, windows[window]) for window in sorted(windows) if window not in shown]
+    shown.update(window for window, _ in fresh)
+    return fresh
+
+
+def _stop_all(workspace: Workspace, apps: list[str], say: Callable[[str], None]) -> None:
+    """Stop the apps gracefully, all at once (each finishes its micro-batch)."""
+    if not apps:
+        return
+    say(f"stopping {', '.join(apps)} (each finishes its running micro-batch)...")
+    threads = [threading.Thread(target=_stop_one, args=(workspace, name)) for name in apps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _stop_one(workspace: Workspace, name: str) -> None:
+    with contextlib.suppress(AppNotFoundError):
+        stop(workspace, name)
+
+
+def _dead_letter_count(workspace: Workspace, stream: str) -> int | None:
+    """The records `stream`'s dead-letter stream holds, None before a reader created it."""
+    try:
+        return describe_stream(workspace.settings, dead_letter_stream(stream)).record_count
+    except MillraceError:
+        return None
+
+
+def _summary(
+    run: DemoRun, events_stream: str, dead_letters: int | None, say: Callable[[str], None]
+) -> None:
+    if dead_letters is None:
+        letters = "no dead-letter stream yet"
+    else:
+        routed = dead_letters - run.dead_letters_before
+        letters = (
+            f"{routed} routed to {dead_letter_stream(events_stream)} this run "
+            f"({dead_letters} there in all)"
+        )
+        if routed < run.malformed:
+            # A malformed record published after the Filterer's last micro-batch stays on
+            # the stream; the Filterer's next run reads and routes it.
+            letters += f", {run.malformed - routed} not read yet: the next run routes them"
+    first = (
+        f"first top-K after {run.first_results_s:.0f} s"
+        if run.first_results_s is not None
+        else "no window closed yet"
+    )
+    say(
+        f"done: published {run.events} events and {run.malformed} malformed records; "
+        f"{letters}; {first}; {run.windows_shown} windows shown"
+    )
+    say(
+        "Kafka and Redis stay up (`millrace down` stops them); results stay queryable: "
+        f"`millrace query {RANKER}.{RANKER_TABLE} --last 3`, or `millrace serve` and "
+        f"GET /apps/{RANKER}/tables/{RANKER_TABLE}?topic=sports&last=3"
+    )
+
+
+def _load(path: Path) -> ModuleType:
+    name = f"millrace_trending_{path.stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise MillraceError(
+                f"{path} is not a Python module", hint="reinstall millrace with its examples"
+            )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -1,0 +1,1 @@
+"""The operations layer: deployed apps, their registry, driver lock and checkpoints."""

@@ -1,0 +1,201 @@
+"""The workspace's app registry: what `millrace deploy` started, in plain JSON files.
+
+Each deployed app has a folder `<workspace>/apps/<app>/` holding `app.json` (its name, kind,
+source and the source's hash, configuration, process id, checkpoint, log file, start time,
+trigger and status) and `app.log`, the output of its process. The deployed process writes
+`exit.json` as it ends, so `status` can tell an app that stopped from one that crashed: a
+process that is gone without that file died (killed, out of memory, machine restarted).
+
+The files are written whole to a temporary name and renamed, so a reader never sees half a
+record; they are meant to be read by people as much as by millrace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from millrace.apps.sources import Kind
+from millrace.config.workspace import Workspace
+from millrace.errors import AppNotFoundError
+
+Status = Literal["running", "stopped", "finished", "crashed"]
+
+STOP_TIMEOUT_S = 120.0
+"""How long `millrace stop` waits for an app's running micro-batches before killing it."""
+
+
+@dataclass(frozen=True)
+class AppRecord:
+    """One deployed app as the registry keeps it.
+
+    `source` is what `millrace run` takes (an absolute SQL file path, `module:Class` or
+    `/abs/file.py:Class`); `source_hash` the SHA-256 of the source file at the last (re)start;
+    `config` the options it runs with (`trigger`, `master`); `pid` the process started for it,
+    whose process group holds its Spark JVM too; `proc_start` that process's start time in
+    clock ticks since boot, so a recycled pid is not taken for the app.
+
+    Example:
+        >>> AppRecord("top_events", "sql", "/apps/top_events.sql", "ab12",
+        ...           checkpoint="/ws/checkpoints/top_events", log="/ws/apps/x/app.log").trigger
+        'micro-batch'
+    """
+
+    name: str
+    kind: Kind
+    source: str
+    source_hash: str
+    checkpoint: str
+    log: str
+    config: dict[str, Any] = field(default_factory=dict)
+    pid: int | None = None
+    proc_start: int | None = None
+    started_at: str | None = None
+    stopped_at: str | None = None
+    status: Status = "stopped"
+
+    @property
+    def trigger(self) -> str:
+        """The trigger it runs with, as `--trigger` takes it."""
+        return str(self.config.get("trigger") or "micro-batch")
+
+
+def app_dir(workspace: Workspace, name: str) -> Path:
+    """The registry folder of app `name`."""
+    return workspace.root / "apps" / name
+
+
+def save(workspace: Workspace, record: AppRecord) -> None:
+    """Write `record` as `apps/<name>/app.json`, replacing the one there."""
+    _write_json(app_dir(workspace, record.name) / "app.json", asdict(record))
+
+
+def load(workspace: Workspace, name: str) -> AppRecord:
+    """The record of app `name`, its status brought up to date; `AppNotFoundError` if none.
+
+    Example:
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> try:
+        ...     load(workspace, "top_events")
+        ... except AppNotFoundError as error:
+        ...     print(error.hint)
+        deployed apps: none yet; start one with `millrace deploy APP`
+    """
+    path = app_dir(workspace, name) / "app.json"
+    if not path.is_file():
+        known = ", ".join(record.name for record in list_apps(workspace)) or "none yet"
+        raise AppNotFoundError(
+            f"no deployed app {name!r} in {workspace.root / 'apps'}",
+            hint=f"deployed apps: {known}; start one with `millrace deploy APP`",
+        )
+    return _current(workspace, AppRecord(**json.loads(path.read_text(encoding="utf-8"))))
+
+
+def list_apps(workspace: Workspace) -> list[AppRecord]:
+    """Every app of the registry, by name, with its status brought up to date."""
+    root = workspace.root / "apps"
+    names = sorted(path.parent.name for path in root.glob("*/app.json")) if root.is_dir() else []
+    return [load(workspace, name) for name in names]
+
+
+def record_exit(workspace: Workspace, name: str, code: int) -> None:
+    """Called by a deployed app's process as it ends (`runtime.deployed`): its exit code."""
+    _write_json(app_dir(workspace, name) / "exit.json", {"code": code, "at": now_iso()})
+
+
+def clear_exit(workspace: Workspace, name: str) -> None:
+    """Forget the last exit of `name`, before starting it again."""
+    (app_dir(workspace, name) / "exit.json").unlink(missing_ok=True)
+
+
+def source_hash(source: str) -> str:
+    """SHA-256 of the file a source names: the SQL file, the `.py` file, or the module's file.
+
+    Example:
+        >>> app_file = tmp_path / "app.sql"
+        >>> _ = app_file.write_text("CREATE APPLICATION a;")
+        >>> source_hash(str(app_file)) == hashlib.sha256(b"CREATE APPLICATION a;").hexdigest()
+        True
+    """
+    path = source_file(source)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else ""
+
+
+def source_file(source: str) -> Path | None:
+    """The file holding a source's code, or None for a module that cannot be found."""
+    if Path(source).is_file():
+        return Path(source)
+    target = source.rsplit(":", 1)[0]
+    if target.endswith(".py"):
+        return Path(target) if Path(target).is_file() else None
+    import importlib.util  # only module sources need it
+
+    try:
+        spec = importlib.util.find_spec(target)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec is not None and spec.origin else None
+
+
+def process_alive(pid: int | None, proc_start: int | None) -> bool:
+    """True when process `pid` runs and is the one started at `proc_start` (not a zombie)."""
+    if pid is None:
+        return False
+    stat = _proc_stat(pid)
+    if stat is None:
+        return False
+    state, started = stat
+    return state != "Z" and (proc_start is None or started == proc_start)
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process `pid` in clock ticks since boot, from /proc."""
+    stat = _proc_stat(pid)
+    return stat[1] if stat is not None else None
+
+
+def uptime_s(record: AppRecord) -> float | None:
+    """Seconds since a running app started, None for one that is not running."""
+    if record.status != "running" or record.started_at is None:
+        return None
+    started = datetime.fromisoformat(record.started_at.replace("Z", "+00:00"))
+    return max(0.0, (datetime.now(UTC) - started).total_seconds())
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO-8601 with a Z."""
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _current(workspace: Workspace, record: AppRecord) -> AppRecord:
+    """`record` with its status from its process: a running app whose process is gone ended."""
+    if record.status != "running" or process_alive(record.pid, record.proc_start):
+        return record
+    exit_file = app_dir(workspace, record.name) / "exit.json"
+    if exit_file.is_file():
+        ended = json.loads(exit_file.read_text(encoding="utf-8"))
+        status: Status = "finished" if ended.get("code") == 0 else "crashed"
+        return replace(record, status=status, stopped_at=ended.get("at"))
+    return replace(record, status="crashed")
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = text[text.rindex(")") + 2 :].split()
+    return fields[0], int(fields[19])
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".tmp{os.getpid()}")
+    temporary.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    temporary.replace(path)

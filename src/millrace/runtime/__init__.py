@@ -1,1 +1,0 @@
-"""The runtime layer: what runs apps on the engine. For now, the foundation's demo."""

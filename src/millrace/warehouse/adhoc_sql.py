@@ -1,0 +1,182 @@
+"""Ad-hoc SQL over the warehouse and the SQL apps' current results (`millrace sql`).
+
+For the paper's slice-and-dice use on small data: one Spark SQL query over views of
+
+- each archived stream, as `warehouse__<stream>`: the records as people read them, with
+  `value` as text for `get_json_object` and `from_json` (see `engine.archive.archive_view`);
+- each SQL app result table, as `<app>__<table>`, as the app keeps it now;
+- with `apps`, each input table of those SQL apps whose stream is archived, as
+  `<app>__<input>`: the archive decoded with the app's declared columns by the code of a
+  live read (records that do not decode are left out, and not routed anywhere).
+
+Characters Spark does not allow in a name (such as the `.` of `test.clicks`) become `_`.
+Errors name the line and column of the query, as a SQL app's errors do.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import DataFrame, SparkSession
+
+from millrace.config.storage import listing
+from millrace.config.workspace import Workspace
+from millrace.engine.streams import read_batch
+from millrace.errors import SqlError
+from millrace.sql.parser import InputTable, SqlApp
+from millrace.warehouse.archive import archive_view
+from millrace.warehouse.layout import archived_streams, is_archived, view_name
+
+# Event times that every record falls between: the whole archive, for a decoded view.
+_EARLIEST_MS = -62_135_596_800_000  # 0001-01-01
+_LATEST_MS = 253_402_300_800_000  # 10000-01-01
+_QUERY_START = re.compile(
+    r"^\s*(?:\(\s*)*(SELECT|WITH|FROM|VALUES|TABLE|SHOW|DESCRIBE|DESC|EXPLAIN)\b", re.I
+)
+_SPARK_POSITION = re.compile(r"\(line (?P<line>\d+), pos (?P<pos>\d+)\)")
+_NAME = "<query>"
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """The columns and rows of a query, and the views it could read."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    views: dict[str, str]
+
+
+def register_views(
+    spark: SparkSession,
+    workspace: Workspace,
+    apps: Sequence[SqlApp] = (),
+    *,
+    used_by: str | None = None,
+) -> dict[str, str]:
+    """Register the warehouse's views (see the module docstring); what each holds, by name.
+
+    With `used_by`, only the views whose names that query text mentions are registered (each
+    costs a look at its table), though all are described.
+    """
+    makers: dict[str, Callable[[], DataFrame]] = {}
+    described: dict[str, str] = {}
+    for stream in archived_streams(workspace):
+        name = view_name("warehouse", stream)
+        makers[name] = functools.partial(archive_view, spark, workspace, stream)
+        described[name] = f"archive of stream {stream}"
+    for table in listing(workspace.tables_dir, "*/*"):
+        if (table / "_delta_log").is_dir():
+            name = view_name(table.parent.name, table.name)
+            makers[name] = functools.partial(spark.read.format("delta").load, str(table))
+            described[name] = f"result table {table.name} of app {table.parent.name}"
+    for app in apps:
+        for source in app.inputs:
+            if not is_archived(workspace, source.stream):
+                continue
+            name = view_name(app.name, source.name)
+            makers[name] = functools.partial(_decoded, spark, workspace, source)
+            described[name] = f"input {source.name} of app {app.name}, decoded from the archive"
+    mentioned = None if used_by is None else used_by.lower()
+    for name, make in makers.items():
+        if mentioned is None or name.lower() in mentioned:
+            make().createOrReplaceTempView(name)
+    return described
+
+
+def _decoded(spark: SparkSession, workspace: Workspace, source: InputTable) -> DataFrame:
+    return read_batch(
+        spark,
+        workspace,
+        source.stream,
+        source.schema,
+        time=source.time,
+        start_ms=_EARLIEST_MS,
+        end_ms=_LATEST_MS,
+        route_dead_letters=False,
+        source="warehouse",
+    ).records
+
+
+def run_query(
+    spark: SparkSession,
+    workspace: Workspace,
+    text: str,
+    *,
+    apps: Sequence[SqlApp] = (),
+    limit: int | None = None,
+) -> QueryResult:
+    """Run one Spark SQL query over the warehouse's views; at most `limit` rows.
+
+    Only queries run (SELECT, WITH, FROM..., VALUES, TABLE, SHOW, DESCRIBE, EXPLAIN): the
+    warehouse is written by archive jobs and apps, never by hand. A query that Spark cannot
+    parse or analyse raises `SqlError` starting with `<query>:line:column`.
+    """
+    if not _QUERY_START.match(_without_comments(text)):
+        raise SqlError(
+            f"{_NAME}:1:1: millrace sql runs queries only",
+            hint="start with SELECT, WITH, FROM, VALUES, TABLE, SHOW, DESCRIBE or EXPLAIN",
+        )
+    views = register_views(spark, workspace, apps, used_by=text)
+    try:
+        frame = spark.sql(text)
+        if limit is not None:
+            frame = frame.limit(limit)
+        rows = [row.asDict(recursive=True) for row in frame.collect()]
+    except ParseException as error:
+        raise _parse_error(text, error) from None
+    except AnalysisException as error:
+        raise _analysis_error(text, error, views) from None
+    return QueryResult(frame.columns, rows, views)
+
+
+def _parse_error(text: str, error: ParseException) -> SqlError:
+    summary = _summary(error)
+    match = _SPARK_POSITION.search(str(error))
+    line, column = (int(match["line"]), int(match["pos"]) + 1) if match else (1, 1)
+    return SqlError(
+        f"{_NAME}:{line}:{column}: {summary}\n{_pointer(text, line, column)}",
+        hint="fix the SQL at the mark; it is Spark SQL, as in a SQL app's statements",
+    )
+
+
+def _analysis_error(text: str, error: AnalysisException, views: dict[str, str]) -> SqlError:
+    summary = _summary(error)
+    contexts = error.getQueryContext()
+    line, column = 1, 1
+    if contexts and contexts[0].startIndex() >= 0:
+        offset = contexts[0].startIndex()
+        line = text.count("\n", 0, offset) + 1
+        column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    else:
+        match = _SPARK_POSITION.search(str(error))
+        if match:
+            line, column = int(match["line"]), int(match["pos"]) + 1
+    if error.getCondition() == "TABLE_OR_VIEW_NOT_FOUND":
+        hint = "the tables there are: " + (
+            ", ".join(views) or "none yet (archive a stream, or run a SQL app)"
+        )
+    else:
+        hint = "check the names against the tables' columns (DESCRIBE <table> lists them)"
+    pointer = _pointer(text, line, column)
+    return SqlError(f"{_NAME}:{line}:{column}: {summary}\n{pointer}", hint=hint)
+
+
+def _summary(error: Exception) -> str:
+    first = str(error).strip().splitlines()[0]
+    # Spark's text ends with its SQLSTATE and, for some errors, a position we give ourselves.
+    return re.sub(r"\s*SQLSTATE: \w+.*$", "", first).strip()
+
+
+def _pointer(text: str, line: int, column: int) -> str:
+    lines = text.split("\n")
+    shown = lines[line - 1] if 0 < line <= len(lines) else ""
+    return f"  {shown}\n  {' ' * (column - 1)}^"
+
+
+def _without_comments(text: str) -> str:
+    return re.sub(r"--[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
