@@ -22,6 +22,8 @@ from _load import Payloads, probe, processed_offsets, search, summarize
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from millrace.engine import spark_internals
+
 BASELINE = "handwritten_pyspark"
 WARMUP_RUNS = 12
 """Runs, all sides together, before the kept rounds. Measured on 2026-11-25 with three sides
@@ -86,7 +88,7 @@ def millrace_app(spark: SparkSession, workspace, app_text: str, available_now: b
     With `available_now` it runs over all its input and gives a `Run` whose output is its first
     result table; otherwise it keeps running and gives the `RunningApp`.
     """
-    from millrace.apps.sql.running import result_table_path, start_sql_app
+    from millrace.apps.sql.running import start_sql_app
     from millrace.sql.parser import parse_app
 
     app = parse_app(app_text.format(run=uuid.uuid4().hex[:8]))
@@ -100,7 +102,7 @@ def millrace_app(spark: SparkSession, workspace, app_text: str, available_now: b
     return Run(
         wall_s,
         processing_seconds(running.tables[table]),
-        str(result_table_path(workspace, app.name, table)),
+        str(workspace.result_table(app.name, table)),
     )
 
 
@@ -240,8 +242,7 @@ def _cpu_seconds(spark: SparkSession) -> float:
     machine, 2026-11-25, its rounds spread about as widely as those of events/s.)
     """
     own = resource.getrusage(resource.RUSAGE_SELF)
-    jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
-    return own.ru_utime + own.ru_stime + cpu_seconds(jvm)
+    return own.ru_utime + own.ru_stime + cpu_seconds(spark_internals.driver_pid(spark))
 
 
 def _settle(spark: SparkSession) -> None:

@@ -95,6 +95,7 @@ def _start(folder: Path, java_options: str) -> dict[str, float]:
 def _probe(folder: Path) -> None:
     """The driver's side: start the session, do the first work, report when each was done."""
     from millrace.config.workspace import Workspace, init_workspace
+    from millrace.engine import spark_internals
     from millrace.engine.session import spark_session
 
     workspace = Workspace.locate()
@@ -104,7 +105,7 @@ def _probe(folder: Path) -> None:
     rows = spark.range(5000).selectExpr("id % 7 AS key", "id AS value")
     rows.groupBy("key").count().write.format("delta").save(str(folder / "table"))
     first_work_at = time.time()
-    jvm_cpu_s = cpu_seconds(spark.sparkContext._gateway.proc.pid)
+    jvm_cpu_s = cpu_seconds(spark_internals.driver_pid(spark))
     report = {"session_at": session_at, "first_work_at": first_work_at, "jvm_cpu_s": jvm_cpu_s}
     print(json.dumps(report))
 

@@ -1,81 +1,176 @@
-"""Render the newest result of every benchmark workload into docs/benchmarks.md, with PNG plots.
+"""Render the current figures of every benchmark into docs/benchmarks.md, a reference page.
 
 Run it with `.venv/bin/python benchmarks/render.py` after any benchmark. For each benchmark
-name under benchmarks/results/ (`<name>-<time>.json`) it takes each workload (a top-level
-table of a result) and each side's figures in it from the newest file that measured them,
-so a run of some workloads or sides (`--only`) replaces only those, and writes, per file
-taken from:
+name under benchmarks/results/ (`<name>-<time>.json`) the page shows, for each workload (a
+top-level table of a result) and each side in it, one figure: the one of the newest file that
+measured it, so a run of some workloads or sides (`--only`) replaces only those. The result
+files are the history: every run stays there, with every round, the wall-clock figures, the
+versions that ran, the peers' settings (`peers`) and the notes the run was given (`notes`,
+e.g. that the machine was loaded, left out of the command the page shows). The page links
+each figure to its file.
 
-- a table of throughputs: for every workload, the median of each side's runs (a list of
-  figures under a key ending in `_per_s`, or a table of one figure per side under such a
-  key; wall-clock figures are left to the JSON);
-- every ratio the benchmark computed (keys containing `ratio`);
-- maximum sustainable rates (`max_sustained_rate`), micro-batch cycles (`median_rows`,
-  `median_cycle_ms`), latencies (`median_ms`, `p95_ms`, `p99_ms`), restart times
-  (`median_restart_s`, with each round's `restart_s`) and driver starts (`median_session_s`,
-  `median_first_work_s`, `median_jvm_cpu_s`), idle costs (`median_core_share`, with each
-  round's `core_share`) and runs of the test suite (`busy_share`, with `wall_s`, `passed`
-  and the CPU seconds busy and idle) where the benchmark measured them;
-- a bar chart of the throughputs (docs/benchmarks/<file>.png) and, for latencies, their
-  distribution (docs/benchmarks/<file>-latency.png).
+A section per benchmark, `## <name>` (other pages link to its anchor), opens with the first
+paragraph of the benchmark's docstring and, if its figures come from one run, that run: its
+time (UTC), command and result file. A table per kind of figure follows, with a row per
+workload and run and the sides stacked in its cells (a `run` column, linked to the result
+file, when the figures come from several runs, listed with their commands under the tables):
+
+- throughputs: the median of each side's rounds (a list under a key ending in `_per_s`, or a
+  table of one figure per side under such a key), with its wall-clock median (`_wall_`) and
+  its median per CPU second (`_per_cpu_s`), a cost;
+- maximum sustainable input rates (`max_sustained_rate`);
+- micro-batch cycles of `<side>.<rate>` tables (`median_rows`, `median_cycle_ms`, and the
+  micro-batches per minute: `batches` over the run's `seconds`);
+- latencies (`median_ms`, `p95_ms`, `p99_ms`), with the micro-batches of `micro_batches`, at
+  the run's `rate`;
+- restart times (`median_restart_s`, with each round's `restart_s`), driver starts
+  (`median_session_s`, `median_first_work_s`, `median_jvm_cpu_s`), idle costs
+  (`median_core_share`, the share of one core, with each round's `core_share`) and runs of
+  the test suite (`busy_share` of the cores, with `wall_s`, `passed` and the CPU seconds busy
+  and idle);
+- for the tables that none of these show, the ratios the benchmark computed (keys
+  containing `ratio`), with their `median_wall_s`.
+
+A figure in brackets is the side's ratio to the baseline of the same run and workload, the
+side marked *baseline*: the first of `_BASELINES` that the run measured (its `fastest_peer`
+in that list's None), or for the test suite the run with the fewest workers. Sides of a
+workload measured in different runs are not compared.
 
 Runs of an earlier commit, kept as the "before" of a before-and-after comparison, go in
 benchmarks/results/before/, which the page leaves out: it shows what the code does now.
-
-The page names the command, the machine and the time of every result, so each figure can be
-reproduced, with the versions and settings of the peers a benchmark ran (`peers`) and the
-notes it was given about the run (`notes`, e.g. that the machine was loaded). The page is
-generated: edit this script, not the page. A workload that a benchmark no longer runs stays
-on the page until its result files are deleted.
+The page is generated: edit this script, not the page. A workload that a benchmark no longer
+runs stays on the page until its result files are deleted.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import statistics
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on a server
-import matplotlib.pyplot as plt
-
-RESULTS = Path(__file__).parent / "results"
-DOCS = Path(__file__).parent.parent / "docs"
+BENCHMARKS = Path(__file__).parent
+RESULTS = BENCHMARKS / "results"
+DOCS = BENCHMARKS.parent / "docs"
 PAGE = DOCS / "benchmarks.md"
-PLOTS = DOCS / "benchmarks"
-_MILLRACE, _BASELINE = "#3b6ea5", "#a0a0a0"
+# How the page links a result file.
+_RESULT_LINK = "../benchmarks/results/"
 # Top-level tables of a result that describe how it ran rather than a workload measured.
 _SETTINGS = {"machine", "versions", "spark", "event_time_rates", "peers"}
+# The side a run's other sides are compared to: the first of these it measured. None stands
+# for the run's fastest peer (`fastest_peer`, in benchmarks/processors.py).
+_BASELINES = (
+    "handwritten_pyspark",
+    "pyspark_transform_with_state",
+    None,
+    "spark_aggregation_dedup",
+    "pyspark_default",
+    "redis_py_pipeline",
+    "redis_get",
+    "no_archive",
+    "no_ticks",
+)
+_UNITS = ("events", "records", "rows")
 
 INTRODUCTION = """# Benchmarks
 
-Generated by `benchmarks/render.py` from the newest result of each benchmark's workloads
-under `benchmarks/results/`; each part names the command that produced it. Every benchmark runs
-millrace next to a baseline in the same run on the same machine (hand-written PySpark, the
-same logic on PySpark's own API, or the ceiling: reading and decoding the input with no
-processing at all), interleaved, and reports ratios: these machines are noisy, so absolute
-figures move between runs and ratios move less. Throughputs are medians of the runs, over the
-time the query spends in micro-batches unless a benchmark says otherwise; the JSON files hold
-every run and the wall-clock figures.
+For each benchmark, workload and side: the figure of the newest result under
+`benchmarks/results/` that measured it, with its run (time in UTC, command, result file). The
+result files keep every round, the wall-clock figures, the versions that ran and notes about
+the run, and the older runs. Generated by `benchmarks/render.py`.
 
-The processors benchmark also runs two peers that give millrace's guarantee (durable state,
-exactly-once), PyFlink and Quix Streams, each from a virtualenv of its own that
-`bash benchmarks/setup_peers.sh` creates, with the scripts in `benchmarks/peers/`; the
-docstring of `benchmarks/processors.py` says how each counts and what its processing time
-covers, and each result lists the peers' versions and settings.
+Each benchmark runs millrace next to a baseline (hand-written PySpark, the same logic on
+PySpark's own API, or another system), interleaved in one run on one machine. In brackets: a
+side's ratio to the *baseline* of its run; absolute figures move with the machine's load,
+ratios less. Throughputs are medians over the time spent in micro-batches unless a benchmark
+says otherwise, with their costs beside them: CPU seconds (of the Python process and Spark's
+JVM), shares of the cores, micro-batches.{machine}
+
+The processors and latency benchmarks also run two peers with millrace's guarantee (durable
+state, exactly-once), PyFlink and Quix Streams, from virtualenvs that
+`bash benchmarks/setup_peers.sh` creates (scripts in `benchmarks/peers/`);
+`benchmarks/processors.py` says how each counts.
 """
 
 
+@dataclass
+class _Run:
+    """A result file, cut down to what the page takes from it."""
+
+    path: Path
+    result: dict
+
+    @property
+    def time(self) -> datetime:
+        return datetime.strptime(self.path.stem.rsplit("-", 1)[1], "%Y%m%dT%H%M%SZ")
+
+    @property
+    def label(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M}"
+
+    @property
+    def link(self) -> str:
+        return f"{_RESULT_LINK}{self.path.name}"
+
+    @property
+    def command(self) -> str:
+        """The command that produced the result, without its notes (the file has them)."""
+        command = self.result.get("command", "?")
+        notes = self.result.get("notes")
+        if notes:
+            command = command.removesuffix(f" --notes {notes}").split(" --notes ")[0]
+        return f".venv/bin/python {command}"
+
+    @property
+    def machine(self) -> tuple:
+        machine = self.result.get("machine", {})
+        return tuple(machine.get(key, "?") for key in ("cores", "memory_gib", "python", "java"))
+
+
+@dataclass
+class _Group:
+    """A row of a table: the sides of a workload that one run measured, with their figures."""
+
+    label: str
+    run: _Run
+    sides: dict[str, dict]
+    baseline: str | None = None
+    # The tables of the result that the row shows, for the ratios left to show (_ratio_rows).
+    paths: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class _Column:
+    header: str
+    key: str
+    format: Callable[[Any], str]
+    ratio: bool = True
+    numeric: bool = True
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """A kind of figure: where a result holds it and the columns that show it."""
+
+    groups: Callable[[_Run], Iterator[_Group]]
+    columns: tuple[_Column, ...]
+    group_header: str = "workload"
+    side_header: str = "side"
+    headers: Callable[[list[_Group]], dict[str, str]] = lambda groups: {}
+
+
 def main() -> None:
-    PLOTS.mkdir(parents=True, exist_ok=True)
-    for plot in PLOTS.glob("*.png"):
-        plot.unlink()  # plots are named by result file: drop those of results no longer shown
-    sections = [INTRODUCTION]
-    for name, paths in sorted(_results_by_name().items()):
-        sections.append(f"## {name}\n")
-        sections += [_part(path, result) for path, result in _newest_per_workload(paths)]
+    runs = {name: _newest_per_workload(paths) for name, paths in _results_by_name().items()}
+    machines = Counter(run.machine for shown in runs.values() for run in shown)
+    machine = machines.most_common(1)[0][0] if machines else None
+    sections = [INTRODUCTION.format(machine=_machine_line(machine))]
+    sections += [_section(name, shown, machine) for name, shown in sorted(runs.items())]
     PAGE.write_text("\n".join(sections))
     print(f"written to {PAGE}")
 
@@ -88,7 +183,7 @@ def _results_by_name() -> dict[str, list[Path]]:
     return results
 
 
-def _newest_per_workload(paths: list[Path]) -> list[tuple[Path, dict]]:
+def _newest_per_workload(paths: list[Path]) -> list[_Run]:
     """The results to show, newest first, each cut down to the runs that no newer result
     measured: a run is a workload's list of figures of one side, so a run of some sides
     (`--only`) replaces only those. A workload without such lists is one run. Settings and
@@ -115,183 +210,283 @@ def _newest_per_workload(paths: list[Path]) -> list[tuple[Path, dict]]:
                 }
             fresh_runs |= fresh
         if fresh_runs:
-            parts.append((path, kept))
+            parts.append(_Run(path, kept))
             shown |= fresh_runs
     return parts
 
 
-def _part(path: Path, result: dict) -> str:
-    machine = result.get("machine", {})
-    lines = [
-        f"`.venv/bin/python {result.get('command', '?')}`, result `{path.name}`, on "
-        f"{machine.get('cores', '?')} cores and {machine.get('memory_gib', '?')} GiB "
-        f"({machine.get('platform', '?')}, Python {machine.get('python', '?')}, "
-        f"{machine.get('java', '?')}).",
-        "",
-    ]
-    versions = result.get("versions")
-    if versions:
-        ran = ", ".join(f"{package} {version}" for package, version in versions.items() if version)
-        lines += [f"Versions: {ran}.", ""]
-    for peer, settings in result.get("peers", {}).items():
-        ran = ", ".join(f"{name} {value}" for name, value in settings.items())
-        lines += [f"Peer {peer}: {ran}.", ""]
-    if result.get("notes"):
-        lines += [f"Notes: {result['notes']}", ""]
-    throughputs = list(_throughputs(result))
-    if throughputs:
-        lines += ["| workload | side | median per second |", "| --- | --- | ---: |"]
-        lines += [f"| {w} | {side} | {value:,.0f} |" for w, side, value in throughputs]
-        lines.append("")
-        plot = _plot_throughputs(path.stem, throughputs)
-        lines += [f"![{path.stem} throughput](benchmarks/{plot.name})", ""]
-    ratios = list(_figures(result, lambda key: "ratio" in key))
+def _machine_line(machine: tuple | None) -> str:
+    if machine is None:
+        return ""
+    cores, memory, python, java = machine
+    java = re.sub(r'^(\w+) version "([^"]+)".*', r"\1 \2", str(java))
+    return (
+        f"\nUnless its run says otherwise, a figure comes from {cores} cores and {memory} GiB, "
+        f"Python {python} and {java}."
+    )
+
+
+def _section(name: str, runs: list[_Run], machine: tuple | None) -> str:
+    """The benchmark's summary with its run, a table per kind of figure, one of the ratios
+    left, and if the figures come from several runs, those runs (the tables name them)."""
+    several = len(runs) > 1
+    # One paragraph: what the benchmark measures, and the run it was measured by.
+    paragraph = [_summary(name)]
+    if not several:
+        paragraph.append(f"Measured {runs[0].label} UTC by {_run_text(runs[0], machine)}.")
+    lines = [f"## {name}", "", *filter(None, paragraph), ""]
+    shown: dict[Path, set[str]] = {run.path: set() for run in runs}
+    for kind in _KINDS:
+        groups = [group for run in runs for group in kind.groups(run)]
+        for group in groups:
+            shown[group.run.path] |= {
+                ".".join(path.split(".")[:length])
+                for path in group.paths
+                for length in range(path.count(".") + 2)
+            }
+        if groups:
+            lines += _table(kind, sorted(groups, key=_order), several)
+    ratios = [row for run in runs for row in _ratio_rows(run, shown[run.path])]
     if ratios:
-        lines += ["| workload | ratio | value |", "| --- | --- | ---: |"]
-        lines += [f"| {w} | {key} | {value:.2f} |" for w, key, value in ratios]
-        lines.append("")
-    sustained = list(_figures(result, lambda key: key == "max_sustained_rate"))
-    if sustained:
-        lines += ["| workload / side | max sustained input rate (records/s) |", "| --- | ---: |"]
-        lines += [f"| {w} | {value:,.0f} |" for w, _, value in sustained]
-        lines.append("")
-    cycles = [
-        (side, node["median_rows"], node["median_cycle_ms"])
-        for side, node in _nodes(result, "median_cycle_ms")
+        lines += _ratio_table(sorted(ratios, key=_order), several)
+    if several:
+        lines.append("Runs (UTC):")
+        lines += [f"- {run.label}: {_run_text(run, machine)}" for run in runs]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _summary(name: str) -> str:
+    """The first paragraph of the benchmark's docstring, on one line."""
+    script = BENCHMARKS / f"{name.replace('-', '_')}.py"
+    if not script.exists():
+        return ""
+    docstring = ast.get_docstring(ast.parse(script.read_text())) or ""
+    return " ".join(docstring.split("\n\n", 1)[0].split())
+
+
+def _run_text(run: _Run, machine: tuple | None) -> str:
+    where = ""
+    if run.machine != machine:
+        cores, memory, python, java = run.machine
+        where = f", on {cores} cores and {memory} GiB (Python {python}, {java})"
+    return f"`{run.command}`{where} ([{run.path.name}]({run.link}))"
+
+
+def _order(group: _Group) -> tuple:
+    """Workloads in natural order (keys_1000 before keys_100000), newest run first."""
+    natural = [
+        (0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(group.label)
     ]
-    if cycles:
-        lines += [
-            "| side.rate | rows per micro-batch | ms per micro-batch |",
-            "| --- | ---: | ---: |",
-        ]
-        lines += [f"| {side} | {rows:,.0f} | {ms:,.0f} |" for side, rows, ms in cycles]
-        lines.append("")
-    lines += _median_and_rounds(
-        result,
-        "restart_s",
-        "median s from kill -9 to the first new micro-batch | each round (s)",
-        digits=1,
-    )
-    starts = list(_nodes(result, "median_first_work_s"))
-    if starts:
-        lines += [
-            "| side | median s to the session | median s to the end of its first work "
-            "| median JVM CPU s by then |",
-            "| --- | ---: | ---: | ---: |",
-        ]
-        lines += [
-            f"| {side} | {node['median_session_s']:.1f} | {node['median_first_work_s']:.1f} "
-            f"| {node['median_jvm_cpu_s']:.1f} |"
-            for side, node in starts
-        ]
-        lines.append("")
-    lines += _median_and_rounds(
-        result,
-        "core_share",
-        "median share of one core while the input is quiet | each round",
-        digits=2,
-    )
-    suites = list(_nodes(result, "busy_share"))
-    if suites:
-        lines += [
-            "| workers | passed | wall s | CPU s busy | CPU s idle | busy share of the cores |",
-            "| --- | --- | ---: | ---: | ---: | ---: |",
-        ]
-        lines += [
-            f"| {run.removeprefix('runs.')} | {'yes' if node['passed'] else 'no'} "
-            f"| {node['wall_s']:,.0f} "
-            f"| {node['busy_cpu_s']:,.0f} | {node['idle_cpu_s']:,.0f} | {node['busy_share']:.2f} |"
-            for run, node in suites
-        ]
-        lines.append("")
-    latencies = list(_latencies(result))
-    if latencies:
-        if "rate" in result:
-            fraction = result.get("fraction")
-            of_sustained = (
-                f" ({fraction:g} of the millrace side's sustained rate)" if fraction else ""
-            )
-            lines += [
-                f"Latency at an input rate of {result['rate']:,} records/s{of_sustained}:",
-                "",
-            ]
-        lines += ["| side | median ms | p95 ms | p99 ms |", "| --- | ---: | ---: | ---: |"]
-        lines += [
-            f"| {side} | {_milliseconds(row['median_ms'])} | {_milliseconds(row['p95_ms'])} "
-            f"| {_milliseconds(row['p99_ms'])} |"
-            for side, row in latencies
-        ]
-        lines.append("")
-        plot = _plot_latencies(path.stem, latencies)
-        if plot:
-            lines += [f"![{path.stem} latency](benchmarks/{plot.name})", ""]
-    unsupported = [(path, node["unsupported"]) for path, node in _nodes(result, "unsupported")]
-    lines += [f"- {side}: not run: {reason}" for side, reason in unsupported]
-    return "\n".join(lines) + "\n"
+    return (natural, -group.run.time.timestamp())
 
 
-def _median_and_rounds(result: dict, rounds: str, columns: str, *, digits: int) -> list[str]:
-    """A table of each side's `median_<rounds>` and its list `<rounds>`, under `columns`."""
-    median = f"median_{rounds}"
-    sides = list(_nodes(result, median))
-    if not sides:
-        return []
-    rows = [
-        f"| {side} | {node[median]:.{digits}f} | "
-        f"{', '.join(f'{value:.{digits}f}' for value in node[rounds])} |"
-        for side, node in sides
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _table(kind: _Kind, groups: list[_Group], several: bool) -> list[str]:
+    headers = kind.headers(groups)
+    columns = [
+        column
+        for column in kind.columns
+        if any(column.key in figures for group in groups for figures in group.sides.values())
     ]
-    return [f"| side | {columns} |", "| --- | ---: | --- |", *rows, ""]
+    compared = any(column.ratio for column in columns)
+    with_groups = any(group.label for group in groups)
+    names = [kind.group_header] if with_groups else []
+    names += [kind.side_header, *(headers.get(column.key, column.header) for column in columns)]
+    aligns = ["---"] * (len(names) - len(columns))
+    aligns += ["---:" if column.numeric else "---" for column in columns]
+    if several:
+        names.append("run")
+        aligns.append("---")
+    lines = [f"| {' | '.join(names)} |", f"| {' | '.join(aligns)} |"]
+    for group in groups:
+        cells = [group.label or "-"] if with_groups else []
+        marked = group.baseline if compared else None
+        cells.append(
+            "<br>".join(f"{side} (*baseline*)" if side == marked else side for side in group.sides)
+        )
+        cells += [
+            "<br>".join(_cell(group, side, column) for side in group.sides) for column in columns
+        ]
+        if several:
+            cells.append(f"[{group.run.label}]({group.run.link})")
+        lines.append(f"| {' | '.join(cells)} |")
+    return [*lines, ""]
 
 
-def _nodes(node: object, key: str, path: str = "") -> Iterator[tuple[str, dict]]:
-    if isinstance(node, dict):
-        if key in node:
-            yield path, node
-        for child_key, child in node.items():
-            if child_key not in ("machine", "versions"):
-                yield from _nodes(child, key, f"{path}.{child_key}".lstrip("."))
+def _cell(group: _Group, side: str, column: _Column) -> str:
+    value = group.sides[side].get(column.key)
+    if value is None:
+        return "-"
+    text = column.format(value)
+    base = group.sides[group.baseline].get(column.key) if group.baseline else None
+    if column.ratio and side != group.baseline and _number(value) and _number(base) and base:
+        text += f" ({value / base:.2f})"
+    return text
 
 
-def _throughputs(result: dict) -> Iterator[tuple[str, str, float]]:
-    """Medians of `<side>_per_s` lists, and `<unit>_per_s` tables of one median per side."""
-    for path, node in _walk(result):
+def _baseline(sides: dict[str, dict], node: dict) -> str | None:
+    for name in _BASELINES:
+        name = node.get("fastest_peer") if name is None else name
+        if name in sides:
+            return name
+    return None
+
+
+def _throughput_groups(run: _Run) -> Iterator[_Group]:
+    """Medians of `<side>_<unit>_per_s` lists, beside their wall-clock and per-CPU-second
+    lists, and `<unit>_per_s` tables of one figure per side."""
+    for path, node in _walk(run.result):
+        sides: dict[str, dict] = {}
         for key, value in node.items():
             if not key.endswith("_per_s") or "wall" in key:
                 continue
+            stem = key.removesuffix("_per_s")
             if _numbers(value):
-                yield path or "-", key.removesuffix("_per_s"), statistics.median(value)
+                side, unit = _side_and_unit(stem)
+                figures = sides.setdefault(side, {"unit": unit})
+                figures["per_s"] = statistics.median(value)
+                for figure, name in (
+                    ("wall_per_s", "_".join(filter(None, (side, "wall", unit, "per_s")))),
+                    ("per_cpu_s", "_".join(filter(None, (side, unit, "per_cpu_s")))),
+                ):
+                    if _numbers(node.get(name)):
+                        figures[figure] = statistics.median(node[name])
             elif isinstance(value, dict):
                 for side, figure in value.items():
                     if _number(figure):
-                        yield path or "-", f"{side} ({key.removesuffix('_per_s')})", figure
+                        sides.setdefault(side, {"unit": stem})["per_s"] = figure
+        if sides:
+            yield _Group(path, run, sides, _baseline(sides, node), {path})
 
 
-def _figures(result: dict, wanted) -> Iterator[tuple[str, str, float]]:
-    """Numbers under wanted keys, and the numbers of tables under wanted keys, by side."""
-    for path, node in _walk(result):
+def _side_and_unit(stem: str) -> tuple[str, str]:
+    for unit in _UNITS:
+        if stem.endswith(f"_{unit}"):
+            return stem.removesuffix(f"_{unit}"), unit
+    return stem, ""
+
+
+def _throughput_headers(groups: list[_Group]) -> dict[str, str]:
+    units = {figures["unit"] for group in groups for figures in group.sides.values()}
+    unit = units.pop() if len(units) == 1 else ""
+    per_s = f"{unit}/s" if unit else "per s"
+    return {
+        "per_s": f"{per_s}, median",
+        "wall_per_s": f"{per_s}, wall clock",
+        "per_cpu_s": f"{unit or 'work'} per CPU s",
+    }
+
+
+def _children_with(key: str) -> Callable[[_Run], Iterator[_Group]]:
+    """The groups of the tables whose child tables, the sides, hold `key`."""
+
+    def groups(run: _Run) -> Iterator[_Group]:
+        for path, node in _walk(run.result):
+            sides = {
+                side: dict(child)
+                for side, child in node.items()
+                if isinstance(child, dict) and key in child
+            }
+            if sides:
+                paths = {f"{path}.{side}".lstrip(".") for side in sides}
+                yield _Group(path, run, sides, _baseline(sides, node), paths)
+
+    return groups
+
+
+def _cycle_groups(run: _Run) -> Iterator[_Group]:
+    """Micro-batch cycles per input rate (`<side>.<rate>` tables, benchmarks/batch_costs.py),
+    with the micro-batches per minute over the run's `seconds`."""
+    by_rate: dict[str, dict[str, dict]] = {}
+    for path, node in _walk(run.result):
+        if "median_cycle_ms" in node and "." in path:
+            side, rate = path.rsplit(".", 1)
+            figures = dict(node)
+            if _number(node.get("batches")) and _number(run.result.get("seconds")):
+                figures["per_minute"] = node["batches"] / run.result["seconds"] * 60
+            by_rate.setdefault(rate, {})[side] = figures
+    for rate, sides in by_rate.items():
+        label = f"{int(rate):,}" if rate.isdigit() else rate
+        paths = {f"{side}.{rate}" for side in sides}
+        yield _Group(label, run, sides, _baseline(sides, {}), paths)
+
+
+def _latency_groups(run: _Run) -> Iterator[_Group]:
+    """Latencies of the sides, with their micro-batches, at the run's input rate if it has one."""
+    for group in _children_with("median_ms")(run):
+        for figures in group.sides.values():
+            batches = figures.get("micro_batches", {})
+            if "median_rows" in batches:
+                figures["batch_rows"] = batches["median_rows"]
+            if "triggerExecution" in batches.get("median_phase_ms", {}):
+                figures["batch_ms"] = batches["median_phase_ms"]["triggerExecution"]
+        rate = run.result.get("rate")
+        if not group.label and _number(rate):
+            group.label = f"{rate:,}"
+        yield group
+
+
+def _suite_groups(run: _Run) -> Iterator[_Group]:
+    """Runs of the test suite, compared to the one with the fewest workers."""
+    for group in _children_with("busy_share")(run):
+        group.sides = {f"{side} workers": figures for side, figures in group.sides.items()}
+        for figures in group.sides.values():
+            figures["passed_text"] = "yes" if figures.get("passed") else "no"
+        group.label, group.baseline = "", next(iter(group.sides))
+        yield group
+
+
+def _ratio_rows(run: _Run, shown: set[str]) -> Iterator[_Group]:
+    """The ratios of the tables no other row shows, with their `median_wall_s`."""
+    for path, node in _walk(run.result):
+        if path in shown:
+            continue
+        figures: dict[str, object] = {}
         for key, value in node.items():
-            if not wanted(key):
-                continue
-            if _number(value):
-                yield path or "-", key, float(value)
-            elif isinstance(value, dict):
-                for side, figure in value.items():
-                    if _number(figure):
-                        yield path or "-", f"{key}.{side}", float(figure)
+            if "ratio" in key and _number(value):
+                figures[key] = value
+            elif "ratio" in key and isinstance(value, dict):
+                figures |= {f"{key}.{side}": v for side, v in value.items() if _number(v)}
+        if figures:
+            wall = node.get("median_wall_s")
+            if _number(wall):
+                figures = {"median_wall_s": f"{wall:.2f}", **figures}
+            elif isinstance(wall, dict):
+                text = ", ".join(f"{side} {s:.2f}" for side, s in wall.items() if _number(s))
+                figures = {"median_wall_s": text, **figures}
+            yield _Group(path, run, {"": figures})
 
 
-def _latencies(result: dict) -> Iterator[tuple[str, dict]]:
-    for path, node in _walk(result):
-        if "median_ms" in node:
-            yield path, node
+def _ratio_table(rows: list[_Group], several: bool) -> list[str]:
+    names = list(dict.fromkeys(key for row in rows for key in row.sides[""]))
+    headers = ["median wall s" if name == "median_wall_s" else name for name in names]
+    lines = [
+        f"| workload | {' | '.join(headers)} |{' run |' if several else ''}",
+        f"| --- |{' ---: |' * len(names)}{' --- |' if several else ''}",
+    ]
+    for row in rows:
+        figures = row.sides[""]
+        cells = [row.label or "-"]
+        cells += [_ratio_text(figures.get(name)) for name in names]
+        if several:
+            cells.append(f"[{row.run.label}]({row.run.link})")
+        lines.append(f"| {' | '.join(cells)} |")
+    return [*lines, ""]
+
+
+def _ratio_text(value: object) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if _number(value) else str(value)
 
 
 def _walk(node: object, path: str = "") -> Iterator[tuple[str, dict]]:
     if isinstance(node, dict):
         yield path, node
         for key, child in node.items():
-            if key not in ("machine", "versions"):
+            if key not in _SETTINGS:
                 yield from _walk(child, f"{path}.{key}".lstrip("."))
 
 
@@ -303,44 +498,99 @@ def _numbers(value: object) -> bool:
     return isinstance(value, list) and bool(value) and all(_number(v) for v in value)
 
 
+def _whole(value: float) -> str:
+    return f"{value:,.0f}"
+
+
 def _milliseconds(value: float) -> str:
     """Whole milliseconds, or hundredths below 10 ms, where whole ones would read 0 or 1."""
     return f"{value:,.0f}" if value >= 10 else f"{value:.2f}"
 
 
-def _plot_throughputs(name: str, rows: list[tuple[str, str, float]]) -> Path:
-    labels = [f"{workload}: {side}" for workload, side, _ in rows]
-    figure, axes = plt.subplots(figsize=(9, 0.35 * len(rows) + 1.2))
-    colors = [_MILLRACE if side.startswith("millrace") else _BASELINE for _, side, _ in rows]
-    axes.barh(labels, [value for _, _, value in rows], color=colors)
-    axes.invert_yaxis()
-    axes.set_xscale("log")
-    axes.set_xlabel("records or events per second (median, log scale)")
-    axes.set_title(name)
-    figure.tight_layout()
-    output = PLOTS / f"{name}.png"
-    figure.savefig(output, dpi=100)
-    plt.close(figure)
-    return output
+def _seconds(value: float) -> str:
+    return f"{value:.1f}"
 
 
-def _plot_latencies(name: str, rows: list[tuple[str, dict]]) -> Path | None:
-    curves = [(side, row["percentiles_ms"]) for side, row in rows if "percentiles_ms" in row]
-    if not curves:
-        return None
-    figure, axes = plt.subplots(figsize=(8, 4.5))
-    for side, percentiles in curves:
-        axes.plot(percentiles, range(1, len(percentiles) + 1), label=side)
-    axes.set_xscale("log")
-    axes.set_xlabel("latency (ms, log scale)")
-    axes.set_ylabel("percentile")
-    axes.legend()
-    axes.set_title(f"{name}: latency distribution")
-    figure.tight_layout()
-    output = PLOTS / f"{name}-latency.png"
-    figure.savefig(output, dpi=100)
-    plt.close(figure)
-    return output
+def _share(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _rounds(digits: int) -> Callable[[list[float]], str]:
+    return lambda values: ", ".join(f"{value:.{digits}f}" for value in values)
+
+
+_KINDS = (
+    _Kind(
+        _throughput_groups,
+        (
+            _Column("per s, median", "per_s", _whole),
+            _Column("per s, wall clock", "wall_per_s", _whole),
+            _Column("per CPU s", "per_cpu_s", _whole),
+        ),
+        headers=_throughput_headers,
+    ),
+    _Kind(
+        _children_with("max_sustained_rate"),
+        (_Column("max sustained input rate (per s)", "max_sustained_rate", _whole),),
+    ),
+    _Kind(
+        _cycle_groups,
+        (
+            _Column("rows per micro-batch", "median_rows", _whole, ratio=False),
+            _Column("ms per micro-batch", "median_cycle_ms", _whole, ratio=False),
+            _Column("micro-batches per minute", "per_minute", _whole, ratio=False),
+        ),
+        group_header="input rate (per s)",
+    ),
+    _Kind(
+        _latency_groups,
+        (
+            _Column("median ms", "median_ms", _milliseconds),
+            _Column("p95 ms", "p95_ms", _milliseconds),
+            _Column("p99 ms", "p99_ms", _milliseconds),
+            _Column("rows per micro-batch", "batch_rows", _whole, ratio=False),
+            _Column("ms per micro-batch", "batch_ms", _whole, ratio=False),
+        ),
+        group_header="input rate (per s)",
+    ),
+    _Kind(
+        _children_with("median_restart_s"),
+        (
+            _Column(
+                "median s from kill -9 to the first new micro-batch", "median_restart_s", _seconds
+            ),
+            _Column("each round (s)", "restart_s", _rounds(1), ratio=False, numeric=False),
+        ),
+    ),
+    _Kind(
+        _children_with("median_first_work_s"),
+        (
+            _Column("median s to the session", "median_session_s", _seconds),
+            _Column("median s to the end of its first work", "median_first_work_s", _seconds),
+            _Column("median JVM CPU s by then", "median_jvm_cpu_s", _seconds),
+        ),
+    ),
+    _Kind(
+        _children_with("median_core_share"),
+        (
+            _Column(
+                "median share of one core while the input is quiet", "median_core_share", _share
+            ),
+            _Column("each round", "core_share", _rounds(2), ratio=False, numeric=False),
+        ),
+    ),
+    _Kind(
+        _suite_groups,
+        (
+            _Column("passed", "passed_text", str, ratio=False, numeric=False),
+            _Column("wall s", "wall_s", _whole),
+            _Column("CPU s busy", "busy_cpu_s", _whole, ratio=False),
+            _Column("CPU s idle", "idle_cpu_s", _whole, ratio=False),
+            _Column("busy share of the cores", "busy_share", _share, ratio=False),
+        ),
+        side_header="workers",
+    ),
+)
 
 
 if __name__ == "__main__":

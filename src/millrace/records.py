@@ -184,6 +184,23 @@ def before_1970_reason(time_ms: int) -> str | None:
     )
 
 
+def placeable_time_ms(time_ms: int, arrival_ms: int, max_future_ms: int) -> int | None:
+    """`time_ms`, where a reader places a record in event time; None where it dead-letters it.
+
+    A reader dead-letters a record dated before 1970 (`before_1970_reason`) or more than
+    `max_future_ms` ahead of its arrival (`future_dated_reason`).
+
+    Example:
+        >>> placeable_time_ms(1_767_225_600_000, 1_767_225_601_000, 300_000)
+        1767225600000
+        >>> placeable_time_ms(-1, 1_767_225_601_000, 300_000) is None
+        True
+    """
+    if before_1970_reason(time_ms) or future_dated_reason(time_ms, arrival_ms, max_future_ms):
+        return None
+    return time_ms
+
+
 def format_time_ms(time_ms: int) -> str:
     """Epoch milliseconds as an ISO-8601 UTC time with milliseconds.
 

@@ -47,12 +47,12 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
-from millrace.apps.sql.running import query_result_table, result_table_path
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, describe_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.streams import write_batch
+from millrace.engine.writes import write_batch
 from millrace.records import event_time_ms
+from millrace.warehouse.result_tables import read_result_rows
 
 START_MS = 1_767_225_600_000
 # A micro-batch of 2,000 events then spans a minute: most micro-batches of the readers close a
@@ -411,7 +411,7 @@ def run_with_kills(
             apps[semantics] = new_app(semantics, AGG_APP, "table.per_minute", semantics)
             apps[semantics].killed = True
             apps[semantics].written = _table_versions(
-                result_table_path(workspace, apps[semantics].name, "per_minute")
+                workspace.result_table(apps[semantics].name, "per_minute")
             )
     else:
         apps["processor"] = new_app("processor", AGG_PROCESSOR, "processor")
@@ -487,7 +487,7 @@ def _results_of_table(
     spark: SparkSession, workspace: Workspace, app: str
 ) -> dict[tuple[int, str], tuple[int, int]]:
     """(minute, category) -> (count, sum) from the SQL app's result table."""
-    rows = query_result_table(spark, workspace, app, "per_minute")
+    rows = read_result_rows(workspace, app, "per_minute")
     return {
         (
             (int(row["window_start"].timestamp() * 1000) - START_MS) // MINUTE_MS,

@@ -6,7 +6,7 @@ import pytest
 
 from millrace.apps.app import App, BatchResult, ProcessorApp, RoutedInput, SqlFileApp
 from millrace.apps.processors.batch import ProcessorBatchRun
-from millrace.apps.sql.running import BatchRun
+from millrace.apps.sql.batch import BatchRun
 from millrace.errors import LifecycleError, SqlError
 
 ROOT = Path(__file__).parents[2]

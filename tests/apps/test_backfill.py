@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 from millrace.apps.backfill import backfill
 from millrace.apps.processors.streaming import start_processor_app
-from millrace.apps.sql.running import query_result_table, start_sql_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
@@ -16,6 +16,7 @@ from millrace.config.workspace import Workspace
 from millrace.errors import WarehouseError
 from millrace.sql.parser import parse_app
 from millrace.warehouse.archive import start_archive
+from millrace.warehouse.result_tables import read_result_rows
 from tests.apps.processor_apps import (
     T0,
     closing,
@@ -107,10 +108,8 @@ def test_backfilling_top_events_over_an_archived_day_gives_the_windows_of_its_li
         into=["top_events_5min", backfilled_posts],
     )
 
-    streamed = _windows(query_result_table(spark, workspace, live.name, "top_events_5min"))
-    backfilled = _windows(
-        query_result_table(spark, workspace, f"backfill_{suffix}", "top_events_5min")
-    )
+    streamed = _windows(read_result_rows(workspace, live.name, "top_events_5min"))
+    backfilled = _windows(read_result_rows(workspace, f"backfill_{suffix}", "top_events_5min"))
     # The live run also closed no window of the next day: the closing event's is still open.
     assert backfilled == streamed
     assert len(backfilled) == 288 * len(CATEGORIES)
@@ -156,8 +155,7 @@ def test_backfilling_top_events_over_an_archived_day_gives_the_windows_of_its_li
         into=["top_events_5min"],
     )
     assert (
-        _windows(query_result_table(spark, workspace, f"backfill_{suffix}", "top_events_5min"))
-        == backfilled
+        _windows(read_result_rows(workspace, f"backfill_{suffix}", "top_events_5min")) == backfilled
     )
 
 

@@ -140,7 +140,7 @@ def test_a_lost_or_corrupt_checkpoint_is_refused_with_the_way_out(
         assert rolled.returncode == 0, rolled.stderr
         assert f"{QUERY}: back to batch {last}, 1 later batches removed" in rolled.stdout
     finally:
-        (registry.app_dir(workspace, name) / "app.json").unlink()
+        (workspace.app_record(name)).unlink()
     assert millrace("history", name).returncode == 0
 
     # The query's checkpoint deleted: a run would start over and write everything again.
@@ -154,14 +154,14 @@ def test_a_lost_or_corrupt_checkpoint_is_refused_with_the_way_out(
         assert f"the checkpoint of query {QUERY} is missing" in refused.stderr
         assert "start the app with --fresh" in refused.stderr
         assert f"`millrace rollback {name} --to-batch N`" in refused.stderr
-    assert not (registry.app_dir(workspace, name) / "app.json").exists()  # deploy started none
+    assert not (workspace.app_record(name)).exists()  # deploy started none
 
     fresh = millrace("run", str(source), "--available-now", "--fresh")
     assert fresh.returncode == 0, fresh.stderr
     moved = Path(fresh.stdout.split("the checkpoint was moved to ")[1].splitlines()[0])
-    assert moved.parent == registry.app_dir(workspace, name) / "backups" and moved.is_dir()
+    assert moved.parent == workspace.backups(name) and moved.is_dir()
     assert checkpoints.history(workspace, name)[0].batch_id == 0
-    ledger = json.loads((registry.app_dir(workspace, name) / checkpoints.LEDGER_FILE).read_text())
+    ledger = json.loads((workspace.checkpoint_ledger(name)).read_text())
     assert QUERY in ledger["queries"]
 
 

@@ -303,7 +303,7 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
     # SIGTERM let the running micro-batch finish, then the queries stopped.
     assert "stopping once the running micro-batches are done..." in log
     assert log.rstrip().endswith("stopped"), log[-2000:]
-    exit_record = json.loads((registry.app_dir(workspace, name) / "exit.json").read_text())
+    exit_record = json.loads((workspace.app_exit(name)).read_text())
     assert exit_record["code"] == 0
 
 

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from millrace.api.app import create_app
 from millrace.bus.publisher import Publisher
 from millrace.config.workspace import Workspace, init_workspace
-from millrace.monitor.checkpoints import app_checkpoints
+from millrace.ops.checkpoints import app_checkpoints
 
 APP = """
 CREATE APPLICATION {name};

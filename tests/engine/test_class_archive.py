@@ -4,11 +4,11 @@ starts as before, silently."""
 import subprocess
 from pathlib import Path
 
-from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from millrace.config.jvm import java_executable
 from millrace.config.settings import Settings
+from millrace.engine import spark_internals
 from millrace.engine.class_archive import archive_file, driver_options
 from millrace.engine.session import connector_jars
 
@@ -19,7 +19,7 @@ def test_the_drivers_spark_starts_map_the_archive_setup_built(
     archive = archive_file(settings, connector_jars(settings))
     assert archive.exists(), "scripts/setup.sh builds it: run `make setup`"
 
-    driver = SparkContext._gateway.proc.pid  # type: ignore[union-attr]
+    driver = spark_internals.driver_pid(spark)
     mapped = Path(f"/proc/{driver}/maps").read_text()
 
     assert str(archive) in mapped

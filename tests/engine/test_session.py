@@ -15,8 +15,8 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
+from millrace.engine import spark_internals
 from millrace.engine.session import (
-    _JsonProgressBridge,
     add_listener,
     checkpoint_state_store,
     command_session,
@@ -252,7 +252,7 @@ def test_a_listener_gets_nan_for_the_rates_spark_leaves_out_of_an_events_json(
         del source_progress["inputRowsPerSecond"], source_progress["processedRowsPerSecond"]
     recorder = _Recorder()
 
-    _JsonProgressBridge(recorder).onQueryProgress(_EventOfJson(progress))
+    spark_internals.JsonProgressBridge(recorder).onQueryProgress(_EventOfJson(progress))
 
     (got,) = recorder.progress
     assert got.numInputRows == 2

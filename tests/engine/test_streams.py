@@ -15,7 +15,8 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.streams import read_batch, read_stream, write_batch, write_stream
+from millrace.engine.streams import read_batch, read_stream
+from millrace.engine.writes import write_batch, write_stream
 from millrace.errors import SchemaError, StreamNotFoundError
 
 SCHEMA = "event STRING, category STRING, score DOUBLE"

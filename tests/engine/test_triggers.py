@@ -11,6 +11,7 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+from millrace.engine import spark_internals
 from millrace.engine.triggers import Trigger
 from millrace.errors import EngineError
 from millrace.sql.parser import parse_app
@@ -28,7 +29,7 @@ INSERT INTO STREAM('{output}') SELECT n, category FROM events WHERE category = '
 
 def _spark_trigger(query) -> str:
     # PySpark does not expose a query's trigger; the JVM object names it.
-    return str(query._jsq.streamingQuery().trigger())
+    return spark_internals.query_trigger(query)
 
 
 def test_an_interval_trigger_reaches_every_query_of_an_app(

@@ -22,7 +22,8 @@ from pyspark.sql import SparkSession
 
 from millrace.api.app import create_app
 from millrace.apps.processors.batch import run_processor_batch
-from millrace.apps.sql.running import query_result_table, run_sql_app_batch, start_sql_app
+from millrace.apps.sql.batch import run_sql_app_batch
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.reader import TailStart, tail
 from millrace.config.workspace import Workspace
 from millrace.engine.user_code import ship_with_tasks
@@ -30,6 +31,7 @@ from millrace.processor.loading import load_processor
 from millrace.records import event_time_ms
 from millrace.sql.parser import load_app
 from millrace.testing import ProcessorTester
+from millrace.warehouse.result_tables import read_result_rows
 
 TRENDING = Path(__file__).resolve().parents[2] / "examples" / "trending"
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch milliseconds
@@ -121,7 +123,7 @@ def test_the_trending_pipeline_ranks_what_plain_python_ranks(
     assert all(r.key == f"{r.value['event']}|{r.value['topic']}" for r in enriched)
     assert len(_all("trending.events.dlq", settings)) == malformed
 
-    rows = query_result_table(spark, workspace, "trending_ranker", "top_events")
+    rows = read_result_rows(workspace, "trending_ranker", "top_events")
     got = {
         (int(row["window_start"].timestamp() * 1000), row["topic"]): [
             (entry["item"], entry["weight"]) for entry in row["top_events"]

@@ -11,13 +11,14 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
 from millrace.config.workspace import Workspace
 from millrace.errors import CheckpointCorruptError, CheckpointMissingError
-from millrace.monitor.checkpoints import app_checkpoints
 from millrace.ops import checkpoints, lifecycle
-from millrace.ops.registry import app_dir
+from millrace.ops.checkpoints import app_checkpoints
 
 BATCHES = 4
 
@@ -108,7 +109,7 @@ def test_queries_that_ran_are_remembered_and_a_lost_checkpoint_is_refused(
     _log(fresh_workspace, "app", "insert.out")
     _log(fresh_workspace, "app", "table.t")
     checkpoints.remember(fresh_workspace, "app")
-    ledger = app_dir(fresh_workspace, "app") / checkpoints.LEDGER_FILE
+    ledger = fresh_workspace.checkpoint_ledger("app")
     assert set(json.loads(ledger.read_text())["queries"]) == set(queries)
 
     shutil.rmtree(fresh_workspace.checkpoints_dir / "app")
@@ -130,7 +131,7 @@ def test_queries_that_ran_are_remembered_and_a_lost_checkpoint_is_refused(
 def test_an_app_without_a_record_of_its_queries_is_judged_by_its_result_tables(
     fresh_workspace: Workspace,
 ) -> None:
-    (fresh_workspace.tables_dir / "app" / "t" / "_delta_log").mkdir(parents=True)
+    write_deltalake(str(fresh_workspace.result_table("app", "t")), pa.table({"n": [1]}))
     with pytest.raises(CheckpointMissingError, match=r"the checkpoint of query table\.t is"):
         checkpoints.require_checkpoints(fresh_workspace, "app", ["table.t", "insert.x"], ["t"])
     _log(fresh_workspace, "app", "table.t")

@@ -4,7 +4,7 @@ the offsets it reached, per stream and bucket, and nothing it cannot read."""
 import json
 
 from millrace.config.workspace import Workspace
-from millrace.monitor.checkpoints import app_checkpoints, app_names
+from millrace.ops.checkpoints import app_checkpoints, app_names
 
 
 def _batch(workspace: Workspace, query: str, batch: int, offsets: str, commit: bool) -> None:

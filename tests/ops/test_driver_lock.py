@@ -16,7 +16,6 @@ import pytest
 from millrace.config.workspace import Workspace
 from millrace.errors import AppRunningError
 from millrace.ops import driver_lock
-from millrace.ops.registry import app_dir
 
 HOLD = """
 import sys, time
@@ -77,7 +76,7 @@ def test_a_driver_killed_without_cleaning_up_leaves_no_lock_to_break(
     finally:
         _kill(holding)
     # Its description stays behind, naming a dead process; the lock went with the process.
-    assert f'"pid": {holding.pid}' in (app_dir(fresh_workspace, "app") / "driver.json").read_text()
+    assert f'"pid": {holding.pid}' in (fresh_workspace.driver_holder("app")).read_text()
     assert driver_lock.holder(fresh_workspace, "app") is None
     with driver_lock.acquire(fresh_workspace, "app", "run"):
         assert driver_lock.holder(fresh_workspace, "app").pid == os.getpid()

@@ -147,7 +147,7 @@ def test_an_app_whose_process_is_gone_is_crashed_unless_it_recorded_its_exit(
     registry.save(fresh_workspace, AppRecord(**{**alive.__dict__, "proc_start": 1}))
     assert registry.load(fresh_workspace, "alive").status == "crashed"
     # The registry's files are plain JSON a person can read.
-    saved = json.loads((registry.app_dir(fresh_workspace, "alive") / "app.json").read_text())
+    saved = json.loads((fresh_workspace.app_record("alive")).read_text())
     assert saved["name"] == "alive" and saved["source"] == "/x.sql"
 
 

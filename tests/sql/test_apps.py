@@ -7,7 +7,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
-from millrace.apps.sql.running import query_result_table, start_sql_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
@@ -15,6 +15,7 @@ from millrace.errors import SqlError
 from millrace.records import Record
 from millrace.sql.parser import load_app, parse_app
 from millrace.testing import SqlAppTester
+from millrace.warehouse.result_tables import read_result_rows
 from tests.sql.file_sources import run_from_files
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "top_events.sql"
@@ -146,7 +147,7 @@ def test_records_are_dated_by_their_time_field_else_their_time_header_and_output
             window = (kind, time_ms // 5000 * 5000)
             if window[1] + 5000 <= t0 + 60_000:
                 expected[window] = expected.get(window, 0) + n
-    result = query_result_table(spark, workspace, app.name, "per_5s")
+    result = read_result_rows(workspace, app.name, "per_5s")
     assert {
         (row["kind"], int(row["window_start"].timestamp() * 1000)): row["total"] for row in result
     } == expected

@@ -5,12 +5,8 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql import SparkSession
 
-from millrace.apps.sql.running import (
-    BatchRun,
-    query_result_table,
-    run_sql_app_batch,
-    start_sql_app,
-)
+from millrace.apps.sql.batch import BatchRun, run_sql_app_batch
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
@@ -18,6 +14,7 @@ from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
 from millrace.sql.compiler import compile_app
 from millrace.sql.parser import SqlApp, parse_app
+from millrace.warehouse.result_tables import read_result_rows
 
 START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
 MINUTE_MS = 60_000
@@ -83,9 +80,9 @@ def test_a_batch_run_gives_the_final_windows_of_a_streaming_run(
     batch = _app(stream_name)
     run_sql_app_batch(spark, workspace, batch, start_ms=START_MS, end_ms=START_MS + 30 * MINUTE_MS)
 
-    streamed = _windows(query_result_table(spark, workspace, streaming.name, "per_5min"))
+    streamed = _windows(read_result_rows(workspace, streaming.name, "per_5min"))
     assert len(streamed) == 9
-    assert _windows(query_result_table(spark, workspace, batch.name, "per_5min")) == streamed
+    assert _windows(read_result_rows(workspace, batch.name, "per_5min")) == streamed
 
 
 def test_a_batch_run_merges_the_windows_inside_its_range_and_a_second_run_changes_nothing(
@@ -115,7 +112,7 @@ def test_a_batch_run_merges_the_windows_inside_its_range_and_a_second_run_change
         )
 
     first = run()
-    rows = _windows(query_result_table(spark, workspace, app.name, "per_5min"))
+    rows = _windows(read_result_rows(workspace, app.name, "per_5min"))
 
     # The windows entirely inside [5, 17) minutes: 5-10 and 10-15; 15-20 would be partial.
     expected: dict[tuple[int, str], tuple[int, float]] = defaultdict(lambda: (0, 0.0))
@@ -132,7 +129,7 @@ def test_a_batch_run_merges_the_windows_inside_its_range_and_a_second_run_change
 
     second = run()
 
-    assert _windows(query_result_table(spark, workspace, app.name, "per_5min")) == rows
+    assert _windows(read_result_rows(workspace, app.name, "per_5min")) == rows
     assert second == first
     emitted = [
         record.id
@@ -198,7 +195,7 @@ def test_a_distinct_count_runs_exactly_in_a_batch_run_and_is_refused_on_a_stream
         compile_app(spark, workspace, app)
     run_sql_app_batch(spark, workspace, app, start_ms=START_MS, end_ms=START_MS + 15 * MINUTE_MS)
 
-    rows = query_result_table(spark, workspace, app.name, "per_5min")
+    rows = read_result_rows(workspace, app.name, "per_5min")
     expected: dict[tuple[int, str], int] = defaultdict(int)
     for event in events:
         minute = (event["event_time"] - START_MS) // MINUTE_MS

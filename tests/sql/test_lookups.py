@@ -5,7 +5,8 @@ from collections import Counter, defaultdict
 import pytest
 from pyspark.sql import SparkSession
 
-from millrace.apps.sql.running import explain_sql_app, start_sql_app
+from millrace.apps.sql.explain import explain_sql_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream

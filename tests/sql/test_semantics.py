@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from millrace.apps.sql.running import query_result_table, start_sql_app, state_store_notices
+from millrace.apps.sql.running import start_sql_app, state_store_notices
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
@@ -19,6 +19,7 @@ from millrace.engine.delivery import AtMostOnce
 from millrace.engine.session import checkpoint_state_store
 from millrace.errors import SqlError
 from millrace.sql.parser import parse_app
+from millrace.warehouse.result_tables import read_result_rows
 
 START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
 MINUTE_MS = 60_000
@@ -89,7 +90,7 @@ def _per_minute(spark: SparkSession, workspace: Workspace, app: str) -> dict:
             row["n"],
             row["total"],
         )
-        for row in query_result_table(spark, workspace, app, "per_minute")
+        for row in read_result_rows(workspace, app, "per_minute")
     }
 
 

@@ -8,8 +8,14 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.streams import read_batch
-from millrace.warehouse.archive import archive_view, read_archive, start_archive
-from millrace.warehouse.layout import archive_checkpoint, archive_path, archived_streams
+from millrace.warehouse.archive import (
+    RecordSource,
+    archive_view,
+    read_archive,
+    read_records,
+    start_archive,
+)
+from millrace.warehouse.layout import archived_streams
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DAY_MS = 86_400_000
@@ -45,7 +51,7 @@ def test_the_archive_holds_every_record_once_across_a_restart_and_a_rerun_batch(
     # As if the job had died after writing its last batch to Delta but before recording it
     # as done: the restarted job runs that batch again, and Delta must not append it twice.
     commits = sorted(
-        (archive_checkpoint(workspace, stream_name) / "commits").glob("[0-9]*"),
+        (workspace.archive_checkpoint(stream_name) / "commits").glob("[0-9]*"),
         key=lambda path: int(path.name),
     )
     commits[-1].unlink()
@@ -63,7 +69,7 @@ def test_the_archive_holds_every_record_once_across_a_restart_and_a_rerun_batch(
     # Partitioned by the event date: 2,500 minutes from the start span two days.
     days = {row["event_date"].isoformat() for row in rows}
     assert days == {"2026-01-01", "2026-01-02"}
-    assert sorted(path.name for path in archive_path(workspace, stream_name).glob("event_date=*"))
+    assert sorted(path.name for path in workspace.archive(stream_name).glob("event_date=*"))
 
 
 def test_a_batch_read_of_the_archive_gives_the_records_and_dead_letters_of_the_bus(
@@ -77,7 +83,7 @@ def test_a_batch_read_of_the_archive_gives_the_records_and_dead_letters_of_the_b
     producer.flush()
     start_archive(spark, workspace, stream_name, available_now=True).awaitTermination()
 
-    def read(source: str) -> tuple[list[tuple], int]:
+    def read(source: RecordSource) -> tuple[list[tuple], int]:
         batch = read_batch(
             spark,
             workspace,
@@ -86,7 +92,7 @@ def test_a_batch_read_of_the_archive_gives_the_records_and_dead_letters_of_the_b
             time="time",
             start_ms=START_MS + 60 * 60_000,
             end_ms=START_MS + 200 * 60_000,
-            source=source,
+            kafka_records=read_records(spark, workspace, stream_name, source),
         )
         return sorted(tuple(row) for row in batch.records.collect()), batch.dead_letter_count
 

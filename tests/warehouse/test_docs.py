@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from millrace.apps.sql.running import query_result_table
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
 from millrace.warehouse.adhoc_sql import run_query
+from millrace.warehouse.result_tables import read_result_rows
 
 ROOT = Path(__file__).parents[2]
 PAGE = ROOT / "docs" / "warehouse.md"
@@ -51,7 +51,7 @@ def test_the_python_example_archives_backfills_and_queries(
     exec(compile(code, str(PAGE), "exec"), namespace)
 
     assert namespace["rows"] == [{"n": len(events)}]
-    rows = query_result_table(spark, workspace, app, "top_events_5min")
+    rows = read_result_rows(workspace, app, "top_events_5min")
     expected: dict[int, int] = {}
     for event in events:
         window = event["event_time"] // 300_000

@@ -99,10 +99,7 @@ def details(
 
 def require_known_app(workspace: Workspace, monitor: Monitor, app: str) -> None:
     """Raise `AppNotFoundError` unless `app` is deployed or the monitor knows it."""
-    if (
-        monitor.status(app) is None
-        and not (registry.app_dir(workspace, app) / "app.json").is_file()
-    ):
+    if monitor.status(app) is None and not registry.is_deployed(workspace, app):
         raise AppNotFoundError(
             f"no app {app!r} in the service's workspace",
             hint="GET /apps lists the apps; an app appears once it has run a batch",
@@ -113,7 +110,7 @@ def app_details(workspace: Workspace, monitor: Monitor, app: str) -> AppDetails:
     """What `GET /apps/{app}/details` returns for a known app."""
     deployment = None
     last_error = None
-    if (registry.app_dir(workspace, app) / "app.json").is_file():
+    if registry.is_deployed(workspace, app):
         record = registry.load(workspace, app)
         deployment = Deployment(
             state=record.status,
@@ -121,7 +118,10 @@ def app_details(workspace: Workspace, monitor: Monitor, app: str) -> AppDetails:
             source=record.source,
             fingerprint=record.source_hash,
             trigger=record.trigger,
-            settings={name: str(value) for name, value in sorted(record.config.items())},
+            settings={
+                name: str(value)
+                for name, value in sorted({**record.options.to_json(), "cwd": record.cwd}.items())
+            },
             pid=record.pid,
             started_at=record.started_at,
             stopped_at=record.stopped_at,

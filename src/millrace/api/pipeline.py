@@ -1,10 +1,11 @@
 """The pipeline as a graph: `GET /pipeline`, who reads and writes which stream and table.
 
 Nodes are the apps the monitor knows, the streams they read and write, their dead-letter
-streams, SQL apps' result tables and the serving tables deployed SQL apps look up or fill.
+streams, SQL apps' result tables and the serving tables deployed apps look up or fill.
 An app reads the streams its checkpoints and batches name, and writes the streams its
-watermark markers are found on (`millrace.monitor.pipeline`); a deployed SQL app's file
-adds the streams it inserts into and its serving tables. An edge into an app carries the
+watermark markers are found on (`millrace.monitor.pipeline`); what a deployed app's code
+declares, as the registry keeps it (`millrace.apps.declarations`), adds the streams it
+inserts into and its serving tables. An edge into an app carries the
 records per second the app read from that stream over the last minute and its processing lag
 there.
 """
@@ -12,7 +13,6 @@ there.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Literal
 
 from fastapi import APIRouter, Depends
@@ -20,15 +20,13 @@ from pydantic import BaseModel
 
 from millrace.api.deps import get_monitor, get_workspace
 from millrace.api.errors import ERROR_RESPONSES
-from millrace.api.results import result_tables
 from millrace.bus.streams import dead_letter_stream, list_streams
 from millrace.config.workspace import Workspace
-from millrace.errors import MillraceError
 from millrace.monitor.metrics_log import Batch
 from millrace.monitor.service import Monitor
 from millrace.monitor.status import AppStatus
 from millrace.ops import registry
-from millrace.sql.parser import load_app
+from millrace.warehouse.result_tables import result_tables
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -119,11 +117,13 @@ def build_pipeline(workspace: Workspace, monitor: Monitor) -> Pipeline:
         for table in result_tables(workspace, status.name):
             edges.append(Edge(source=app_id, target=add("result_table", f"{status.name}.{table}")))
         written = {stream for stream, by_writer in writers.items() if status.name in by_writer}
-        if record is not None and record.kind == "sql":
-            looked_up, served, inserted = _declared(Path(record.source))
-            edges += [Edge(source=add("serving_table", t), target=app_id) for t in looked_up]
-            edges += [Edge(source=app_id, target=add("serving_table", t)) for t in served]
-            written |= set(inserted)
+        if record is not None:
+            declared = record.declared
+            edges += [
+                Edge(source=add("serving_table", t), target=app_id) for t in declared.looked_up
+            ]
+            edges += [Edge(source=app_id, target=add("serving_table", t)) for t in declared.served]
+            written |= set(declared.streams)
         edges += [Edge(source=app_id, target=add("stream", s)) for s in sorted(written)]
     return Pipeline(nodes=sorted(nodes.values(), key=lambda node: node.id), edges=edges)
 
@@ -143,21 +143,3 @@ def _input_rates(batches: list[Batch]) -> dict[str, float]:
                     start = (starts.get(stream) or {}).get(bucket, end)
                     read[stream] = read.get(stream, 0) + max(0, int(end) - int(start))
     return {stream: count / (RATE_WINDOW_MS / 1000) for stream, count in read.items()}
-
-
-def _declared(source: Path) -> tuple[list[str], list[str], list[str]]:
-    """The serving tables a SQL app's file looks up, those it fills, the streams it inserts into.
-
-    A busy stream's writer may have no watermark marker among the messages the monitor looks
-    at; the file names the streams all the same.
-    """
-    try:
-        app = load_app(source)
-    except (MillraceError, OSError):
-        # A file changed or removed since the deploy: the graph goes without what it names.
-        return [], [], []
-    queries = [view.query for view in app.views] + [table.query for table in app.tables]
-    queries += [insert.query for insert in app.inserts]
-    looked_up = sorted({lookup.table for query in queries for lookup in query.lookups})
-    served = sorted({table.serve for table in app.tables if table.serve})
-    return looked_up, served, sorted({insert.stream for insert in app.inserts})

@@ -11,7 +11,6 @@ service needs no Spark and reads only the rows it returns.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -21,7 +20,7 @@ from millrace.api.deps import get_monitor, get_workspace
 from millrace.api.errors import ERROR_RESPONSES
 from millrace.config.workspace import Workspace
 from millrace.monitor.service import Monitor
-from millrace.warehouse.result_tables import read_result_rows
+from millrace.warehouse.result_tables import read_result_rows, result_tables
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -59,19 +58,3 @@ def tables(
     """The result tables an app has written, sorted (none for a processor); 404 for no app."""
     require_known_app(workspace, monitor, app)
     return result_tables(workspace, app)
-
-
-def result_tables(workspace: Workspace, app: str) -> list[str]:
-    """The result tables app `app` has written, sorted.
-
-    Example:
-        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
-        >>> log = workspace.tables_dir / "trending_ranker" / "top_events" / "_delta_log"
-        >>> log.mkdir(parents=True)
-        >>> result_tables(workspace, "trending_ranker")
-        ['top_events']
-    """
-    folder = workspace.tables_dir / app
-    if not re.match(NAME_PATTERN, app) or not folder.is_dir():
-        return []
-    return sorted(path.name for path in folder.iterdir() if (path / "_delta_log").is_dir())

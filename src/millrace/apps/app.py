@@ -5,12 +5,14 @@
 `millrace.apps.sources.source_kind`) and gives a `SqlFileApp` or a `ProcessorApp`:
 its kind and name, its source with paths made absolute (so a process started in another
 folder finds it), the fingerprint of its state (`millrace.apps.state_schema`), its
-streaming queries and result tables. Loading starts no Spark.
+streaming queries and result tables, and what it declares it reads and writes. Loading
+starts no Spark.
 
-Every verb that runs an app goes through it: `start` starts the app's streaming queries and
-gives the `Streaming` handle that `millrace.apps.runner` watches, stops and sums up (for
-`millrace run`, deployed apps and so the demo); `run_batch` runs it once over an event-time
-range of the bus, and `backfill` over the warehouse's archives, both giving a `BatchResult`.
+Every verb goes through it, and asks it rather than its kind: `check` its plans (`explain`),
+`run` and `deploy` its start (`start` gives the `Streaming` handle that
+`millrace.apps.runner` watches, stops and sums up), `run --batch` and `backfill` its batch
+runs (`run_batch`, `backfill`, both giving a `BatchResult`), `sql --app` its inputs decoded
+(`input_views`), the registry what it declares (`declared`).
 
 Example:
     >>> app_file = tmp_path / "top_events.sql"
@@ -22,64 +24,44 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from types import TracebackType
+from typing import Literal, Protocol, Self
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from millrace.apps.processors.batch import ProcessorBatchRun, run_processor_batch
-from millrace.apps.processors.errors import require_processor_stream
-from millrace.apps.processors.streaming import RunningProcessor, start_processor_app
-from millrace.apps.progress_lines import QueryTotals, count
-from millrace.apps.sources import Kind, source_kind
-from millrace.apps.sql.running import (
-    BatchRun,
-    RunningApp,
-    run_sql_app_batch,
-    select_outputs,
-    start_sql_app,
-    state_store_notices,
+from millrace.apps.declarations import Declared
+from millrace.apps.processors.batch import (
+    ProcessorBatchRun,
+    archived_input,
+    run_processor_batch,
 )
+from millrace.apps.processors.errors import require_inputs
+from millrace.apps.processors.streaming import explain_processor, start_processor_app
+from millrace.apps.progress_lines import QueryTotals, RoutedInput, count
+from millrace.apps.sources import Kind, require_source, source_kind
+from millrace.apps.sql.batch import BatchRun, decoded_archive, run_sql_app_batch, select_outputs
+from millrace.apps.sql.explain import explain_sql_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.apps.state_schema import Fingerprint, processor_fingerprint, sql_fingerprint
-from millrace.bus.streams import dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.engine.user_code import ship_with_tasks
-from millrace.errors import LifecycleError
 from millrace.processor.loading import load_processor
 from millrace.processor.processor import Processor
-from millrace.sql.compiler import require_input_streams, require_streaming_aggregates
+from millrace.sql.checks import require_input_streams, require_streaming_aggregates
 from millrace.sql.parser import SqlApp, load_app
-from millrace.warehouse.layout import require_archive
+from millrace.warehouse.adhoc_sql import View
+from millrace.warehouse.layout import is_archived, require_archive, view_name
 
 PROCESSOR_QUERIES = ("processor",)
 """The queries of a processor app: one, whose checkpoint is `<app>/processor`."""
-
-
-@dataclass(frozen=True)
-class RoutedInput:
-    """The bad records of one input of a SQL app, routed to its stream's dead-letter stream."""
-
-    input: str
-    stream: str
-    records: int
-
-    def line(self) -> str:
-        """What a run prints of it.
-
-        Example:
-            >>> RoutedInput("events", "clicks", 2).line()
-            'input events: 2 bad records routed to clicks.dlq'
-        """
-        return (
-            f"input {self.input}: {count(self.records, 'bad record')} "
-            f"routed to {dead_letter_stream(self.stream)}"
-        )
 
 
 @dataclass(frozen=True)
@@ -136,9 +118,41 @@ class BatchResult:
             dead_letters=run.dead_letters,
         )
 
+    def lines(self, span: str, done: Literal["ran", "backfilled"]) -> list[str]:
+        """What a run prints of it: `span` names the range, `done` what was done over it.
+
+        Example:
+            >>> day = BatchResult("top_events", "sql", 0, 1, tables={"top_events_5min": 288})
+            >>> day.lines("over the day", "ran")
+            ["app 'top_events' ran over the day", 'table top_events_5min: 288 rows merged']
+        """
+        if self.kind == "processor":
+            wrote = (
+                f"{count(self.productions, 'production')}, "
+                f"{count(self.dead_letters, 'dead letter')}"
+            )
+            if done == "ran":
+                return [f"processor {self.app!r} ran {span}", wrote]
+            return [f"processor {self.app!r} backfilled {span} from the warehouse: {wrote}"]
+        read_from = "" if done == "ran" else " from the warehouse"
+        lines = [f"app {self.app!r} {done} {span}{read_from}"]
+        lines += [
+            f"table {table}: {count(rows, 'row')} merged" for table, rows in self.tables.items()
+        ]
+        lines += [
+            f"stream {stream}: {count(records, 'record')} written"
+            for stream, records in self.streams.items()
+        ]
+        return lines + [routed.line() for routed in self.routed]
+
 
 class Streaming(Protocol):
-    """A started streaming run of an app: what the runner watches, stops and sums up."""
+    """A started streaming run of an app: what the runner watches, stops and sums up.
+
+    It is a context manager: leaving it, however, stops what the run started beside its
+    queries (dead-letter routers, idle tickers, the clock, the marker publisher) and any
+    query still running, so that an error leaks no thread.
+    """
 
     @property
     def queries(self) -> list[StreamingQuery]:
@@ -161,13 +175,23 @@ class Streaming(Protocol):
     def summary(self, totals: Mapping[str, QueryTotals]) -> list[str]:
         """The lines said at the end, from the totals of the micro-batches said."""
 
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None: ...
+
 
 @dataclass(frozen=True)
 class App(ABC):
     """An app as every verb sees it: kind, name, source, state fingerprint, queries, tables.
 
     `source` is what `millrace run` takes, paths made absolute; `queries` are the names of
-    its streaming queries (their checkpoints' folders), `tables` those of its result tables.
+    its streaming queries (their checkpoints' folders), `tables` those of its result tables;
+    `declared` what it says it reads and writes besides its inputs.
     """
 
     kind: Kind
@@ -176,6 +200,7 @@ class App(ABC):
     fingerprint: Fingerprint
     queries: tuple[str, ...]
     tables: tuple[str, ...]
+    declared: Declared
 
     @staticmethod
     def load(source: str) -> App:
@@ -191,15 +216,10 @@ class App(ABC):
             >>> App.load(str(app_file)).name
             'top_events'
         """
+        require_source(source)
         if source_kind(source) == "processor":
             return ProcessorApp.of(source)
-        path = Path(source)
-        if not path.is_file():
-            raise LifecycleError(
-                f"no file {source!r}",
-                hint="give a SQL app's file, or a processor as module:Class or file.py:Class",
-            )
-        return SqlFileApp.of(path)
+        return SqlFileApp.of(Path(source))
 
     @abstractmethod
     def require_streamable(self) -> None:
@@ -211,6 +231,13 @@ class App(ABC):
 
         Raises `BusError` when the bus refuses the login or does not answer: a run says so
         in seconds, where Spark's start and its Kafka source would take half a minute.
+        """
+
+    @abstractmethod
+    def explain(self, spark: SparkSession, workspace: Workspace) -> dict[str, str]:
+        """Spark's plan of each of the app's queries, by output, without running them.
+
+        Building the plans checks what a run would: streams, functions, columns, tables.
         """
 
     @abstractmethod
@@ -241,10 +268,17 @@ class App(ABC):
         an archive.
         """
 
+    @abstractmethod
+    def input_views(self, spark: SparkSession, workspace: Workspace) -> dict[str, View]:
+        """A view of each input whose stream is archived: its records as the app reads them.
+
+        Named `<app>__<input>`, for `millrace sql --app`.
+        """
+
 
 @dataclass(frozen=True)
 class SqlFileApp(App):
-    """A SQL app, read from its file (`millrace.sql.parser`), run by `runtime.sql_apps`."""
+    """A SQL app, read from its file (`millrace.sql.parser`), run by `millrace.apps.sql`."""
 
     sql: SqlApp
 
@@ -255,8 +289,22 @@ class SqlFileApp(App):
         queries = tuple(f"insert.{insert.stream}" for insert in sql.inserts)
         queries += tuple(f"table.{table.name}" for table in sql.tables)
         tables = tuple(table.name for table in sql.tables)
+        every_query = [view.query for view in sql.views] + [table.query for table in sql.tables]
+        every_query += [insert.query for insert in sql.inserts]
+        declared = Declared(
+            looked_up=tuple(sorted({lookup.table for q in every_query for lookup in q.lookups})),
+            served=tuple(sorted({table.serve for table in sql.tables if table.serve})),
+            streams=tuple(sorted({insert.stream for insert in sql.inserts})),
+        )
         return cls(
-            "sql", sql.name, str(path.absolute()), sql_fingerprint(sql), queries, tables, sql
+            "sql",
+            sql.name,
+            str(path.absolute()),
+            sql_fingerprint(sql),
+            queries,
+            tables,
+            declared,
+            sql,
         )
 
     def require_streamable(self) -> None:
@@ -267,14 +315,15 @@ class SqlFileApp(App):
         """`SqlError` at the input's place in the file for a stream that does not exist."""
         require_input_streams(workspace, self.sql)
 
+    def explain(self, spark: SparkSession, workspace: Workspace) -> dict[str, str]:
+        """The plan of each result table and insert (`explain_sql_app`)."""
+        return explain_sql_app(spark, workspace, self.sql)
+
     def start(
         self, spark: SparkSession, workspace: Workspace, trigger: Trigger | None
     ) -> Streaming:
         """Start a query per output of the app (`start_sql_app`)."""
-        # Read before the start, which writes the store of a new checkpoint.
-        notices = state_store_notices(workspace, self.sql)
-        running = start_sql_app(spark, workspace, self.sql, trigger=trigger)
-        return _SqlStreaming(self.sql, running, notices)
+        return start_sql_app(spark, workspace, self.sql, trigger=trigger)
 
     def run_batch(
         self, spark: SparkSession, workspace: Workspace, *, start_ms: int, end_ms: int
@@ -301,10 +350,24 @@ class SqlFileApp(App):
         )
         return BatchResult.of_sql(run, start_ms, end_ms)
 
+    def input_views(self, spark: SparkSession, workspace: Workspace) -> dict[str, View]:
+        """Each archived input decoded with its declared columns by the code of a live read.
+
+        Records that do not decode are left out, and not routed anywhere.
+        """
+        return {
+            view_name(self.name, source.name): View(
+                f"input {source.name} of app {self.name}, decoded from the archive",
+                functools.partial(decoded_archive, spark, workspace, source),
+            )
+            for source in self.sql.inputs
+            if is_archived(workspace, source.stream)
+        }
+
 
 @dataclass(frozen=True)
 class ProcessorApp(App):
-    """A processor class (`millrace.processor`), run by `runtime.processors` on Spark."""
+    """A processor class (`millrace.processor`), run by `millrace.apps.processors` on Spark."""
 
     processor: type[Processor]
 
@@ -314,6 +377,7 @@ class ProcessorApp(App):
         processor = load_processor(target)
         where, _, name = target.rpartition(":")
         source = f"{Path(where).absolute()}:{name}" if where.endswith(".py") else target
+        lookups = getattr(processor, "lookups", {})
         return cls(
             "processor",
             processor.name,
@@ -321,6 +385,7 @@ class ProcessorApp(App):
             processor_fingerprint(processor),
             PROCESSOR_QUERIES,
             (),
+            Declared(looked_up=tuple(sorted(lookups))),
             processor,
         )
 
@@ -329,18 +394,19 @@ class ProcessorApp(App):
 
     def require_inputs(self, workspace: Workspace) -> None:
         """`ProcessorError` naming the input whose stream does not exist."""
-        for source in self.processor.inputs:
-            require_processor_stream(
-                workspace, source.stream, f"input of processor {self.processor.name!r}"
-            )
+        require_inputs(workspace, self.processor)
+
+    def explain(self, spark: SparkSession, workspace: Workspace) -> dict[str, str]:
+        """The plan of the processor's one query (`explain_processor`)."""
+        self._ship()
+        return explain_processor(spark, workspace, self.processor)
 
     def start(
         self, spark: SparkSession, workspace: Workspace, trigger: Trigger | None
     ) -> Streaming:
         """Start the processor's one query (`start_processor_app`)."""
         self._ship()
-        running = start_processor_app(spark, workspace, self.processor, trigger=trigger)
-        return _ProcessorStreaming(running)
+        return start_processor_app(spark, workspace, self.processor, trigger=trigger)
 
     def run_batch(
         self, spark: SparkSession, workspace: Workspace, *, start_ms: int, end_ms: int
@@ -376,77 +442,20 @@ class ProcessorApp(App):
         )
         return BatchResult.of_processor(run)
 
+    def input_views(self, spark: SparkSession, workspace: Workspace) -> dict[str, View]:
+        """Each archived input's records with the event time the processor reads them at.
+
+        Named `<app>__<stream>`; see `archived_input` for the columns.
+        """
+        return {
+            view_name(self.name, source.stream): View(
+                f"input {source.stream} of processor {self.name}, from the archive",
+                functools.partial(archived_input, spark, workspace, source),
+            )
+            for source in self.processor.inputs
+            if is_archived(workspace, source.stream)
+        }
+
     def _ship(self) -> None:
         """Send the processor's module with Spark's tasks, for workers that cannot import it."""
         ship_with_tasks(sys.modules[self.processor.__module__])
-
-
-@dataclass
-class _SqlStreaming:
-    """A SQL app's running queries, one per output."""
-
-    app: SqlApp
-    running: RunningApp
-    notices: list[str]
-
-    @property
-    def queries(self) -> list[StreamingQuery]:
-        return self.running.queries
-
-    @property
-    def started(self) -> str:
-        running = f"app {self.app.name!r} running: {len(self.queries)} queries (Ctrl-C stops)"
-        return "\n".join([running, *(f"note: {notice}" for notice in self.notices)])
-
-    stopping = "stopping once the running micro-batches are done..."
-
-    def stop(self) -> None:
-        self.running.stop()
-
-    def await_termination(self) -> None:
-        self.running.await_termination()
-
-    def summary(self, totals: Mapping[str, QueryTotals]) -> list[str]:
-        lines = [
-            totals.get(query.name, QueryTotals()).summary(query.name) for query in self.queries
-        ]
-        dead_letters = self.running.dead_letters()
-        return lines + [
-            RoutedInput(source.name, source.stream, dead_letters.get(source.name, 0)).line()
-            for source in self.app.inputs
-        ]
-
-
-@dataclass
-class _ProcessorStreaming:
-    """A processor's running query."""
-
-    running: RunningProcessor
-    stopping = "stopping once the running micro-batch is done..."
-
-    @property
-    def queries(self) -> list[StreamingQuery]:
-        return [self.running.query]
-
-    @property
-    def started(self) -> str:
-        return f"processor {self.running.processor.name!r} running (Ctrl-C stops)"
-
-    def stop(self) -> None:
-        # The query has stopped: this releases the clock and the marker publisher, and raises
-        # the error it stopped with, if any.
-        self.running.await_termination()
-
-    def await_termination(self) -> None:
-        self.running.await_termination()
-
-    def summary(self, totals: Mapping[str, QueryTotals]) -> list[str]:
-        read = totals.get(self.running.query.name, QueryTotals()).read
-        running = self.running
-        return [
-            f"{count(read, 'record')} read: "
-            f"{count(running.productions, 'production')}, "
-            f"{count(running.late, 'late record')} dropped, "
-            f"{count(running.duplicates, 'duplicate')} dropped, "
-            f"{count(running.dead_letters, 'dead letter')}"
-        ]

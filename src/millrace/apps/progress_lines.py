@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQuery
 
 from millrace.bus.internal import is_internal_stream
+from millrace.bus.streams import dead_letter_stream
 from millrace.engine.metrics import InputProgress, metrics_record
 
 
@@ -33,6 +34,27 @@ def count(number: int, noun: str) -> str:
     """
     plural = noun + ("es" if noun.endswith("ch") else "s")
     return f"{number} {noun if number == 1 else plural}"
+
+
+@dataclass(frozen=True)
+class RoutedInput:
+    """The bad records of one input of a SQL app, routed to its stream's dead-letter stream."""
+
+    input: str
+    stream: str
+    records: int
+
+    def line(self) -> str:
+        """What a run prints of it.
+
+        Example:
+            >>> RoutedInput("events", "clicks", 2).line()
+            'input events: 2 bad records routed to clicks.dlq'
+        """
+        return (
+            f"input {self.input}: {count(self.records, 'bad record')} "
+            f"routed to {dead_letter_stream(self.stream)}"
+        )
 
 
 @dataclass

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from millrace.errors import LifecycleError
 from millrace.processor.loading import is_processor_target
 
 Kind = Literal["sql", "processor"]
@@ -38,3 +39,23 @@ def source_kind(source: str) -> Kind:
     if is_processor_target(source) and not Path(source).exists():
         return "processor"
     return "sql"
+
+
+def require_source(source: str) -> None:
+    """Refuse a SQL app's file that does not exist, before anything is loaded.
+
+    Raises `LifecycleError` saying what to give instead. A processor's source is checked
+    when it is loaded, since finding a module means importing it.
+
+    Example:
+        >>> try:
+        ...     require_source("no/such/app.sql")
+        ... except LifecycleError as error:
+        ...     print(error.message)
+        no file 'no/such/app.sql'
+    """
+    if source_kind(source) == "sql" and not Path(source).is_file():
+        raise LifecycleError(
+            f"no file {source!r}",
+            hint="give a SQL app's file, or a processor as module:Class or file.py:Class",
+        )

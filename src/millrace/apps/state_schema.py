@@ -23,15 +23,13 @@ from typing import Any
 
 from sqlglot import exp
 
-from millrace.apps.processors.rows import DEFAULT_BUCKETS
+from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS
 from millrace.config.workspace import Workspace
+from millrace.engine.checkpoint_log import commits_log
 from millrace.errors import StateSchemaError
 from millrace.processor.processor import Processor
 from millrace.sql.aggregates import is_aggregate
-from millrace.sql.compiler import group_key_columns
-from millrace.sql.parser import SqlApp
-
-FINGERPRINT_FILE = "millrace-state.json"
+from millrace.sql.parser import SqlApp, group_key_columns
 
 Fingerprint = dict[str, dict[str, Any]]
 """What each stateful query of an app keeps, by query name (`table.<name>`, `processor`)."""
@@ -117,7 +115,7 @@ def check_state(workspace: Workspace, app: str, fingerprint: Fingerprint) -> Non
 
     Example:
         >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
-        >>> (workspace.checkpoints_dir / "counter" / "processor" / "commits").mkdir(parents=True)
+        >>> (workspace.checkpoint("counter", "processor") / "commits").mkdir(parents=True)
         >>> record_state(workspace, "counter", {"processor": {"buckets": 64}})
         >>> try:
         ...     check_state(workspace, "counter", {"processor": {"buckets": 32}})
@@ -128,11 +126,11 @@ def check_state(workspace: Workspace, app: str, fingerprint: Fingerprint) -> Non
           query processor: buckets was 64, the new code has 32
     """
     recorded = recorded_state(workspace, app)
-    root = workspace.checkpoints_dir / app
+    root = workspace.app_checkpoints(app)
     changes = []
     for query, new in fingerprint.items():
         old = recorded.get(query)
-        if old is None or not (root / query / "commits").is_dir():
+        if old is None or not commits_log(workspace.checkpoint(app, query)).is_dir():
             continue
         for part in sorted(set(old) | set(new)):
             if old.get(part) != new.get(part):
@@ -156,15 +154,14 @@ def check_state(workspace: Workspace, app: str, fingerprint: Fingerprint) -> Non
 def record_state(workspace: Workspace, app: str, fingerprint: Fingerprint) -> None:
     """Record `fingerprint` as what `app`'s checkpoint holds, keeping entries of other queries."""
     recorded = recorded_state(workspace, app)
-    root = workspace.checkpoints_dir / app
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / FINGERPRINT_FILE
+    path = workspace.state_fingerprint(app)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(recorded | fingerprint, indent=2, sort_keys=True) + "\n")
 
 
 def recorded_state(workspace: Workspace, app: str) -> Fingerprint:
     """The fingerprint recorded for `app`'s checkpoint, or an empty one."""
-    path = workspace.checkpoints_dir / app / FINGERPRINT_FILE
+    path = workspace.state_fingerprint(app)
     return json.loads(path.read_text()) if path.is_file() else {}
 
 

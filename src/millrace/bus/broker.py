@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from millrace.bus.client_config import kafka_client_config, kafka_jaas_config
 from millrace.config.jvm import jars, java_executable
 from millrace.config.local_processes import live_command_line, loopback_port_is_free, stop_process
-from millrace.config.settings import LOCAL_BROKER_CA, Settings
+from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.errors import BrokerError
 
@@ -59,7 +59,7 @@ def start_broker(workspace: Workspace) -> BrokerStatus:
     classpath = os.pathsep.join(str(jar) for jar in jars(settings, "kafka"))
     paths = _BrokerPaths(workspace.kafka_dir)
     if settings.kafka_uses_tls:
-        _make_certificates(paths.tls, workspace.root / LOCAL_BROKER_CA)
+        _make_certificates(paths.tls, workspace.local_broker_ca)
     paths.write_config(settings)
     if not (paths.data / "meta.properties").exists():
         _format_storage(paths, classpath, settings)

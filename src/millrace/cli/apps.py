@@ -1,45 +1,46 @@
 """CLI verbs for apps: `millrace check`, `millrace run` (or `run --batch`), `millrace query`.
 
-`run` parses its options, loads the app (`millrace.apps.app`) and hands it to the runner
-(`millrace.apps.runner`), which prints its progress; both load Spark, so they are
+`run` parses its options, loads the app (`millrace.apps.app`) and hands it to its driver
+(`millrace.ops.lifecycle.run`), which prints its progress; both load Spark, so they are
 imported when `run` runs.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import click
 
-from millrace.apps.sources import source_kind
+from millrace.apps.options import RunOptions
+from millrace.apps.sources import require_source
 from millrace.cli.rows import json_line
 from millrace.cli.times import epoch_ms, iso
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, LifecycleError
 
 if TYPE_CHECKING:
     from millrace.apps.app import BatchResult
 
 
 @click.command()
-@click.argument("app_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def check(app_file: Path) -> None:
-    """Validate the SQL app in APP_FILE against the bus and print its Spark plans."""
-    from millrace.apps.sql.running import explain_sql_app
-    from millrace.engine.session import command_session
-    from millrace.sql.compiler import require_streaming_aggregates
-    from millrace.sql.parser import load_app
+@click.argument("app")
+def check(app: str) -> None:
+    """Validate APP against the bus and print its Spark plans, without running it.
 
-    app = load_app(app_file)
-    require_streaming_aggregates(app)
+    APP is a SQL app's file, or a processor as module:Class or path/to/file.py:Class.
+    """
+    from millrace.apps.app import App
+    from millrace.engine.session import command_session
+
+    loaded = App.load(app)
+    loaded.require_streamable()
     workspace = Workspace.locate().require_initialized()
-    with command_session(workspace.settings, app.name) as spark:
-        plans = explain_sql_app(spark, workspace, app)
+    with command_session(workspace.settings, loaded.name) as spark:
+        plans = loaded.explain(spark, workspace)
     for output, plan in plans.items():
         click.echo(f"== {output} ==\n{plan}")
-    click.echo(f"{app_file}: app {app.name!r} is valid")
+    click.echo(f"{app}: app {loaded.name!r} is valid")
 
 
 @click.command()
@@ -93,14 +94,14 @@ def run(
             parsed = Trigger.parse(trigger)
         except ConfigError as error:
             raise click.BadParameter(error.message, param_hint="--trigger") from None
-    if source_kind(app) == "sql" and not Path(app).is_file():
-        raise click.UsageError(
-            f"no file {app!r}: give a SQL app's file, or a processor as module:Class"
-        )
+    try:
+        require_source(app)
+    except LifecycleError as error:
+        raise click.UsageError(f"{error.message}: {error.hint}") from None
     if not batch:
         if start is not None or end is not None:
             raise click.UsageError("--from and --to go with --batch")
-        _stream(app, parsed, master, force, fresh)
+        _stream(app, RunOptions(parsed or Trigger(), master, force), fresh)
         return
     if fresh:
         raise click.UsageError("--fresh goes with streaming runs, not --batch")
@@ -116,16 +117,14 @@ def run(
     _batch(app, start_ms, end_ms, master)
 
 
-def _stream(
-    source: str, trigger: Trigger | None, master: str | None, force: bool, fresh: bool
-) -> None:
-    from millrace.apps import runner
+def _stream(source: str, options: RunOptions, fresh: bool) -> None:
     from millrace.apps.app import App
+    from millrace.ops import lifecycle
 
     app = App.load(source)
-    workspace = runner.on_master(Workspace.locate().require_initialized(), master)
+    workspace = Workspace.locate().require_initialized()
     app.require_streamable()
-    runner.stream(workspace, app, trigger=trigger, force=force, fresh=fresh, say=click.echo)
+    lifecycle.run(workspace, app, options, fresh=fresh, say=click.echo)
 
 
 def _batch(source: str, start_ms: int, end_ms: int, master: str | None) -> None:
@@ -133,7 +132,7 @@ def _batch(source: str, start_ms: int, end_ms: int, master: str | None) -> None:
     from millrace.apps.app import App
 
     app = App.load(source)
-    workspace = runner.on_master(Workspace.locate().require_initialized(), master)
+    workspace = RunOptions(master=master).on_master(Workspace.locate().require_initialized())
     result = runner.run_batch(workspace, app, start_ms=start_ms, end_ms=end_ms)
     echo_batch(result, "ran")
 
@@ -149,28 +148,8 @@ def echo_batch(result: BatchResult, done: Literal["ran", "backfilled"]) -> None:
         app 'top_events' ran over 2026-01-01T00:00:00Z to 2026-01-02T00:00:00Z
         table top_events_5min: 288 rows merged
     """
-    from millrace.apps.progress_lines import count
-
-    span = f"over {iso(result.start_ms)} to {iso(result.end_ms)}"
-    if result.kind == "processor":
-        wrote = (
-            f"{count(result.productions, 'production')}, "
-            f"{count(result.dead_letters, 'dead letter')}"
-        )
-        if done == "ran":
-            click.echo(f"processor {result.app!r} ran {span}")
-            click.echo(wrote)
-        else:
-            click.echo(f"processor {result.app!r} backfilled {span} from the warehouse: {wrote}")
-        return
-    read_from = "" if done == "ran" else " from the warehouse"
-    click.echo(f"app {result.app!r} {done} {span}{read_from}")
-    for table, rows in result.tables.items():
-        click.echo(f"table {table}: {count(rows, 'row')} merged")
-    for stream, records in result.streams.items():
-        click.echo(f"stream {stream}: {count(records, 'record')} written")
-    for routed in result.routed:
-        click.echo(routed.line())
+    for line in result.lines(f"over {iso(result.start_ms)} to {iso(result.end_ms)}", done):
+        click.echo(line)
 
 
 @click.command()

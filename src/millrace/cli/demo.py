@@ -31,6 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from millrace.apps.options import RunOptions
 from millrace.apps.runner import stop_requests
 from millrace.bus.broker import start_broker
 from millrace.bus.streams import dead_letter_stream, describe_stream
@@ -161,12 +162,13 @@ def run_demo(
 
 
 def _deploy(workspace: Workspace, source: str, trigger: str) -> registry.AppRecord:
+    options = RunOptions(Trigger.parse(trigger))
     try:
-        return deploy(workspace, source, trigger=Trigger.parse(trigger))
+        return deploy(workspace, source, options)
     except AlreadyDeployedError as error:
         # A demo left running (its terminal closed): stop it and start it again.
         stop(workspace, error.app)
-        return deploy(workspace, source, trigger=Trigger.parse(trigger))
+        return deploy(workspace, source, options)
 
 
 def _watch(

@@ -10,6 +10,7 @@ from typing import Literal
 
 import click
 
+from millrace.apps.options import RunOptions
 from millrace.cli.times import epoch_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
@@ -52,9 +53,8 @@ def deploy(app: str, trigger: str | None, master: str | None, force: bool, fresh
     """
     from millrace.ops import lifecycle
 
-    record = lifecycle.deploy(
-        _workspace(), app, trigger=_trigger(trigger), master=master, force=force, fresh=fresh
-    )
+    options = RunOptions(_trigger(trigger) or Trigger(), master, force)
+    record = lifecycle.deploy(_workspace(), app, options, fresh=fresh)
     click.echo(f"app {record.name!r} deployed: pid {record.pid}, log {record.log}")
 
 

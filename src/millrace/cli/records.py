@@ -347,7 +347,7 @@ def _ranges(numbers: list[int], most: int = 10) -> str:
 
 def _default_failed_lines(workspace: Workspace, stream: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    return workspace.logs_dir / f"publish-{stream}-{stamp}.failed-lines"
+    return workspace.failed_lines(stream, stamp)
 
 
 def _key(event: dict, key_field: str) -> str | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -12,8 +11,8 @@ from rich.table import Table
 
 from millrace.cli.rows import cell, json_line
 from millrace.cli.times import epoch_ms
-from millrace.config.workspace import Workspace
-from millrace.warehouse.layout import archive_path, streams_marked_for_archive
+from millrace.config.workspace import ARCHIVE_APP, Workspace
+from millrace.warehouse.layout import streams_marked_for_archive
 
 if TYPE_CHECKING:
     from millrace.warehouse.adhoc_sql import QueryResult
@@ -41,7 +40,7 @@ def archive(
     """
     from millrace.apps.progress_lines import ProgressLines, count
     from millrace.engine.session import command_session
-    from millrace.warehouse.archive import ARCHIVE_APP, read_archive, start_archive
+    from millrace.warehouse.archive import read_archive, start_archive
 
     workspace = Workspace.locate().require_initialized()
     names = list(dict.fromkeys([*streams, *(streams_marked_for_archive(workspace) * all_marked)]))
@@ -65,7 +64,7 @@ def archive(
             lines.say_new(queries, click.echo)
             for name in names:
                 records = read_archive(spark, workspace, name).count()
-                path = archive_path(workspace, name)
+                path = workspace.archive(name)
                 click.echo(f"stream {name}: {count(records, 'record')} in {path}")
         except KeyboardInterrupt:
             click.echo("stopping...")
@@ -108,26 +107,30 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
 @click.option(
     "--app",
-    "app_files",
+    "app_sources",
     multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A SQL app whose input tables to add, decoded, as <app>__<input>; may be repeated.",
+    help="An app whose archived inputs to add, decoded, as <app>__<input>; may be repeated.",
 )
 @click.option("--limit", type=int, default=1000, show_default=True, help="Rows to print at most.")
-def sql(query: str, as_json: bool, app_files: tuple[Path, ...], limit: int) -> None:
+def sql(query: str, as_json: bool, app_sources: tuple[str, ...], limit: int) -> None:
     """Run the Spark SQL QUERY over the warehouse and the SQL apps' result tables.
 
     Tables: warehouse__<stream> for each archived stream (value as JSON text) and
-    <app>__<table> for each result table; a '.' or '-' in a name becomes '_'.
+    <app>__<table> for each result table; a '.' or '-' in a name becomes '_'. --app takes a
+    SQL app's file (its input tables, decoded) or a processor as module:Class or
+    file.py:Class (its input streams, with the event time it reads).
     """
+    from millrace.apps.app import App
     from millrace.engine.session import command_session
-    from millrace.sql.parser import load_app
     from millrace.warehouse.adhoc_sql import run_query
 
-    apps = [load_app(path) for path in app_files]
+    apps = [App.load(source) for source in app_sources]
     workspace = Workspace.locate().require_initialized()
     with command_session(workspace.settings, "millrace-sql") as spark:
-        result = run_query(spark, workspace, query, apps=apps, limit=limit)
+        views = {
+            name: view for app in apps for name, view in app.input_views(spark, workspace).items()
+        }
+        result = run_query(spark, workspace, query, views=views, limit=limit)
     if as_json:
         for row in result.rows:
             click.echo(json_line(row))

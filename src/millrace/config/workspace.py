@@ -1,10 +1,21 @@
 """The workspace: the one folder that holds a millrace installation's settings and data.
 
-It is `.millrace/` in the working directory, or the folder `MILLRACE_HOME` names. Inside:
-`millrace.toml`, the local broker's data and logs under `kafka/`, Spark checkpoints under
-`checkpoints/<app>/`, SQL apps' result tables under `tables/<app>/`, and logs under `logs/`.
-Checkpoints, result tables and the warehouse move to the storage root when `storage.root`
-names one (`millrace.config.storage`).
+It is `.millrace/` in the working directory, or the folder `MILLRACE_HOME` names. This module
+names every file and folder in it; no other module builds a workspace path. Inside:
+
+- `millrace.toml`, the settings;
+- `kafka/` and `redis/`, the local servers' folders (laid out inside by `millrace.bus.broker`
+  and `millrace.serving.server`, whose processes own them);
+- `apps/<app>/`, the registry of deployed apps: `app.json`, `exit.json`, `app.log`, the
+  driver lock (`driver.lock`, `driver.json`), the queries that ran (`checkpoints.json`) and
+  checkpoints moved aside (`backups/`);
+- `logs/`, the logs of the processes millrace starts, and the lines a publish could not send;
+- under the storage root (this folder, or `storage.root`, `millrace.config.storage`):
+  `checkpoints/<app>/<query>/`, Spark's checkpoints, beside which millrace keeps the state's
+  fingerprint, the dead-letter routers' marks and a processor's pending timers;
+  `tables/<app>/<table>/`, SQL apps' result tables; `warehouse/<stream>/`, the archives, with
+  `warehouse/streams.json`, the streams to archive; and `backups/<app>/` when the root is
+  remote.
 """
 
 from __future__ import annotations
@@ -16,11 +27,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from millrace.config.settings import SETTINGS, Settings, load_settings
+from millrace.config.settings import LOCAL_BROKER_CA, SETTINGS, Settings, load_settings
 from millrace.config.storage import StoragePath, storage_root
 from millrace.errors import ConfigError
 
 CONFIG_FILE_NAME = "millrace.toml"
+ARCHIVE_APP = "_archive"
+"""The app name the archive jobs' checkpoints are kept under: `checkpoints/_archive/<stream>`."""
+DEAD_LETTER_QUERY_PREFIX = "dead-letters."
+"""How the folder beside an app's query checkpoints where a stream's dead-letter router keeps
+its marks begins: `checkpoints/<app>/dead-letters.<stream>/`."""
+DEAD_LETTER_MARKS = "routed.json"
+"""The file in a dead-letter router's folder: per bucket, the offset routed up to."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,11 @@ class Workspace:
         return self.root / "kafka"
 
     @property
+    def local_broker_ca(self) -> Path:
+        """The certificate authority of the local broker's TLS, which clients trust."""
+        return self.root / LOCAL_BROKER_CA
+
+    @property
     def redis_dir(self) -> Path:
         """Data, configuration and log of the local Redis that serves the serving tables."""
         return self.root / "redis"
@@ -81,9 +104,117 @@ class Workspace:
         """Result tables of SQL apps, as Delta tables: `tables/<app>/<table>`."""
         return self.storage / "tables"
 
+    @property
+    def warehouse_dir(self) -> StoragePath:
+        """The warehouse: one Delta table per archived stream, `warehouse/<stream>`."""
+        return self.storage / "warehouse"
+
+    @property
+    def apps_dir(self) -> Path:
+        """The registry of deployed apps: a folder per app."""
+        return self.root / "apps"
+
+    def app_checkpoints(self, app: str) -> StoragePath:
+        """The checkpoint folder of app `app`, holding one folder per streaming query."""
+        return self.checkpoints_dir / app
+
     def checkpoint(self, app: str, query: str) -> StoragePath:
-        """The checkpoint folder of one streaming query of one app."""
-        return self.checkpoints_dir / app / query
+        """The checkpoint folder of one streaming query of one app.
+
+        Example:
+            >>> Workspace(Path("/ws")).checkpoint("top_events", "table.per_5min")
+            PosixPath('/ws/checkpoints/top_events/table.per_5min')
+        """
+        return self.app_checkpoints(app) / query
+
+    def state_fingerprint(self, app: str) -> StoragePath:
+        """What the state in app `app`'s checkpoint is (`millrace.apps.state_schema`)."""
+        return self.app_checkpoints(app) / "millrace-state.json"
+
+    def dead_letter_marks(self, app: str, stream: str) -> StoragePath:
+        """Where the dead-letter router of `stream` in app `app` keeps the offsets it routed to."""
+        return self.checkpoint(app, DEAD_LETTER_QUERY_PREFIX + stream) / DEAD_LETTER_MARKS
+
+    def at_most_once_marks(self, app: str, query: str) -> StoragePath:
+        """The folder of the batch marks of a query of semantics `at_most_once`."""
+        return self.checkpoint(app, query) / "at_most_once"
+
+    def pending_timers(self, app: str) -> StoragePath:
+        """A processor's earliest pending event-time timer per bucket, beside its checkpoint."""
+        return self.checkpoint(app, "processor") / "pending_timers.json"
+
+    def app_tables(self, app: str) -> StoragePath:
+        """The folder of app `app`'s result tables."""
+        return self.tables_dir / app
+
+    def result_table(self, app: str, table: str) -> StoragePath:
+        """The Delta table of result table `table` of app `app`.
+
+        Example:
+            >>> Workspace(Path("/ws")).result_table("top_events", "per_5min")
+            PosixPath('/ws/tables/top_events/per_5min')
+        """
+        return self.app_tables(app) / table
+
+    def archive(self, stream: str) -> StoragePath:
+        """The Delta table that archives `stream`.
+
+        Example:
+            >>> Workspace(Path("/ws")).archive("events_stream")
+            PosixPath('/ws/warehouse/events_stream')
+        """
+        return self.warehouse_dir / stream
+
+    def archive_checkpoint(self, stream: str) -> StoragePath:
+        """The checkpoint folder of the archive job of `stream`."""
+        return self.checkpoint(ARCHIVE_APP, stream)
+
+    @property
+    def archive_marks(self) -> StoragePath:
+        """The list of the streams created with `--archive`."""
+        return self.warehouse_dir / "streams.json"
+
+    def app_dir(self, app: str) -> Path:
+        """The registry folder of app `app`."""
+        return self.apps_dir / app
+
+    def app_record(self, app: str) -> Path:
+        """The registry record of deployed app `app`."""
+        return self.app_dir(app) / "app.json"
+
+    def app_exit(self, app: str) -> Path:
+        """How the process of deployed app `app` last ended, written as it ends."""
+        return self.app_dir(app) / "exit.json"
+
+    def app_log(self, app: str) -> Path:
+        """The output of deployed app `app`'s process."""
+        return self.app_dir(app) / "app.log"
+
+    def driver_lock(self, app: str) -> Path:
+        """The lock that the driver of app `app` holds for as long as it lives."""
+        return self.app_dir(app) / "driver.lock"
+
+    def driver_holder(self, app: str) -> Path:
+        """Who holds app `app`'s driver lock, as the holder described itself."""
+        return self.app_dir(app) / "driver.json"
+
+    def checkpoint_ledger(self, app: str) -> Path:
+        """The queries of app `app` that have committed batches (`millrace.ops.checkpoints`)."""
+        return self.app_dir(app) / "checkpoints.json"
+
+    def backups(self, app: str) -> StoragePath:
+        """Where app `app`'s checkpoints moved aside go: `apps/<app>/backups/` in the workspace.
+
+        With the checkpoints under a remote storage root, it is `backups/<app>/` there, since
+        a move stays on one store.
+        """
+        if isinstance(self.checkpoints_dir, Path):
+            return self.app_dir(app) / "backups"
+        return self.storage / "backups" / app
+
+    def failed_lines(self, stream: str, stamp: str) -> Path:
+        """The numbers of the lines that a publish to `stream` at `stamp` could not send."""
+        return self.logs_dir / f"publish-{stream}-{stamp}.failed-lines"
 
     def require_initialized(self) -> Workspace:
         """This workspace; `ConfigError` when `millrace init` has not been run for it."""

@@ -6,8 +6,10 @@ is committed. An `offsets/N` file is the log's version (`v1`), the batch's metad
 JSON object (its watermark, start time and conf), then one line per source: its end offsets
 as JSON (for Kafka, `{"stream": {"bucket": offset}}`), or `-` for a source without any yet.
 A `commits/N` file is the version, then the commit's metadata. The operator's view
-(`millrace.ops.checkpoints`) and the monitor (`millrace.monitor.checkpoints`) both read
-the log here; a file that is not as Spark writes it is an `UnreadableLogError` naming it.
+(`millrace.ops.checkpoints`), the monitor, the dead-letter routers and the state store's
+choice all read the log here, and a Kafka source's offsets JSON, in the log or in a query's
+progress, is parsed here too (`kafka_offsets`, `stream_offsets`); a file that is not as
+Spark writes it is an `UnreadableLogError` naming it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ class UnreadableLogError(CheckpointCorruptError):
         self.reason = reason
 
 
+def offsets_log(checkpoint: StoragePath) -> StoragePath:
+    """The folder of a query's `offsets/N` files, under its checkpoint folder."""
+    return checkpoint / "offsets"
+
+
+def commits_log(checkpoint: StoragePath) -> StoragePath:
+    """The folder of a query's `commits/N` files, under its checkpoint folder."""
+    return checkpoint / "commits"
+
+
 def query_folders(app_folder: StoragePath) -> dict[str, StoragePath]:
     """The checkpoint folder of each query under `app_folder`, by query name, sorted.
 
@@ -50,7 +62,7 @@ def query_folders(app_folder: StoragePath) -> dict[str, StoragePath]:
         >>> list(query_folders(tmp_path / "top_events"))
         ['table.top_events_5min']
     """
-    return {path.name: path for path in listing(app_folder) if (path / "offsets").is_dir()}
+    return {path.name: path for path in listing(app_folder) if offsets_log(path).is_dir()}
 
 
 def batch_ids(log: StoragePath) -> list[int]:
@@ -99,14 +111,22 @@ def read_commit(path: StoragePath) -> dict[str, Any]:
 
 
 def kafka_offsets(source: Any) -> dict[str, Offsets]:
-    """The offsets per stream and bucket of one source's entry in an `offsets/N` file.
+    """The offsets per stream and bucket of a Kafka source: an `offsets/N` entry, or its JSON.
 
-    An entry that is not Kafka's (`{"stream": {"bucket": offset}}`) gives no offsets.
+    A source's offsets are `{"stream": {"bucket": offset}}`, as the log and a query's
+    progress give them (as text, or read from it); anything else gives no offsets.
 
     Example:
         >>> kafka_offsets({"clicks": {"0": 7, "1": 3}})
         {'clicks': {0: 7, 1: 3}}
+        >>> kafka_offsets('{"clicks": {"0": 7}}')
+        {'clicks': {0: 7}}
     """
+    if isinstance(source, str):
+        try:
+            source = json.loads(source)
+        except json.JSONDecodeError:
+            return {}
     if not isinstance(source, dict):
         return {}
     try:
@@ -117,6 +137,55 @@ def kafka_offsets(source: Any) -> dict[str, Offsets]:
         }
     except (ValueError, TypeError):
         return {}  # a bucket or an offset that is not a number
+
+
+def stream_offsets(source: Any, stream: str) -> Offsets | None:
+    """The offsets of `stream` in a Kafka source's offsets (see `kafka_offsets`), if it has them.
+
+    Example:
+        >>> stream_offsets('{"clicks": {"0": 7}}', "clicks")
+        {0: 7}
+        >>> stream_offsets(None, "clicks") is None
+        True
+    """
+    return kafka_offsets(source).get(stream)
+
+
+def last_committed(checkpoint: StoragePath) -> tuple[int, dict[str, Offsets]] | None:
+    r"""The newest committed batch of the query at `checkpoint`, and the offsets it read to.
+
+    The offsets are per stream and bucket, over all the query's Kafka sources (a stream is
+    read by one source per bucket); None when no batch has committed. Raises
+    `UnreadableLogError` for an `offsets/N` file that is not as Spark writes it.
+
+    Example:
+        >>> for log in ("offsets", "commits"):
+        ...     (tmp_path / log).mkdir()
+        ...     _ = (tmp_path / log / "0").write_text('v1\n{}\n{"clicks":{"0":7}}\n')
+        >>> last_committed(tmp_path)
+        (0, {'clicks': {0: 7}})
+    """
+    commits = batch_ids(commits_log(checkpoint))
+    if not commits:
+        return None
+    _, sources = read_offsets(offsets_log(checkpoint) / str(commits[-1]))
+    offsets: dict[str, Offsets] = {}
+    for source in sources:
+        for stream, buckets in kafka_offsets(source).items():
+            offsets.setdefault(stream, {}).update(buckets)
+    return commits[-1], offsets
+
+
+def newest_metadata(checkpoint: StoragePath) -> dict[str, Any] | None:
+    """The metadata of the newest `offsets/N` file of the query at `checkpoint`; None if none.
+
+    Raises `UnreadableLogError` for a file that is not as Spark writes it.
+    """
+    batches = batch_ids(offsets_log(checkpoint))
+    if not batches:
+        return None
+    header, _ = read_offsets(offsets_log(checkpoint) / str(batches[-1]))
+    return header
 
 
 def _log_lines(path: StoragePath) -> list[str]:

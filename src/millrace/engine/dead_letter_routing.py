@@ -27,11 +27,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
 from millrace.bus.streams import create_stream, dead_letter_stream, describe_stream
 from millrace.config.storage import storage_path, write_whole
 from millrace.config.workspace import Workspace
+from millrace.engine import kafka, spark_internals
+from millrace.engine.checkpoint_log import Offsets, last_committed, stream_offsets
+from millrace.engine.kafka import StartingOffsets
 from millrace.engine.low_watermark import bucket_metrics_name
 from millrace.engine.session import add_listener, remove_listener
 from millrace.records import ID_HEADER
@@ -40,9 +42,6 @@ _log = logging.getLogger(__name__)
 # Spark hands events to listeners on a queue of its own, after the query has moved on; a
 # stopped query's last events are waited for this long before its checkpoint is trusted.
 _LAST_EVENT_WAIT_S = 10.0
-
-Offsets = dict[int, int]
-"""The offset of each bucket of one stream."""
 
 
 class DeadLetterRouter:
@@ -61,7 +60,7 @@ class DeadLetterRouter:
         stream: str,
         letters_of: Callable[[DataFrame], DataFrame],
         *,
-        starting_offsets: str,
+        starting_offsets: StartingOffsets,
     ) -> None:
         self.spark = spark
         self.workspace = workspace
@@ -70,7 +69,7 @@ class DeadLetterRouter:
         self._letters_of = letters_of
         # Made at once, so that readers of the dead letters find the stream, empty or not.
         self._target = create_dead_letter_stream(workspace, stream)
-        self._state = workspace.checkpoint(app, f"dead-letters.{stream}") / "routed.json"
+        self._state = workspace.dead_letter_marks(app, stream)
         self._looked_at = self._load(starting_offsets)
         self._routed = 0
         self._lock = threading.Lock()
@@ -152,26 +151,18 @@ class DeadLetterRouter:
         self._save()
 
     def _route(self, ranges: dict[int, tuple[int, int]]) -> int:
-        raw = (
-            self.spark.read.format("kafka")
-            .options(**spark_kafka_options(self.workspace.settings))
-            .option("assign", json.dumps({self.stream: sorted(ranges)}))
-            .option(
-                "startingOffsets",
-                json.dumps({self.stream: {str(b): low for b, (low, _) in ranges.items()}}),
-            )
-            .option(
-                "endingOffsets",
-                json.dumps({self.stream: {str(b): high for b, (_, high) in ranges.items()}}),
-            )
-            .option("includeHeaders", "true")
+        raw = kafka.read_range(
+            self.spark,
+            self.workspace.settings,
+            self.stream,
+            starts={bucket: low for bucket, (low, _) in ranges.items()},
+            ends={bucket: high for bucket, (_, high) in ranges.items()},
             # Records that the stream's retention removed are gone for every reader.
-            .option("failOnDataLoss", "false")
-            .load()
+            fail_on_data_loss=False,
         )
         return write_dead_letters(self.workspace, self.stream, self._letters_of(raw))
 
-    def _load(self, starting_offsets: str) -> Offsets:
+    def _load(self, starting_offsets: StartingOffsets) -> Offsets:
         if self._state.exists():
             return {int(b): offset for b, offset in json.loads(self._state.read_text()).items()}
         buckets = describe_stream(self.workspace.settings, self.stream).buckets
@@ -225,11 +216,8 @@ def write_dead_letters(workspace: Workspace, stream: str, letters: DataFrame) ->
     try:
         count = letters.count()
         if count:
-            (
-                letters.write.format("kafka")
-                .options(**spark_kafka_options(workspace.settings))
-                .option("topic", create_dead_letter_stream(workspace, stream))
-                .save()
+            kafka.write(
+                letters, workspace.settings, topic=create_dead_letter_stream(workspace, stream)
             )
         return count
     finally:
@@ -257,7 +245,7 @@ class _ProgressListener(StreamingQueryListener):
     def onQueryProgress(self, event) -> None:  # noqa: N802
         progress = event.progress
         for source in progress.sources:
-            ends = _offsets_of(source.endOffset, self.router.stream)
+            ends = stream_offsets(source.endOffset, self.router.stream)
             if ends is None:
                 continue
             counted = [
@@ -265,7 +253,7 @@ class _ProgressListener(StreamingQueryListener):
             ]
             if any(observed is None for observed in counted):
                 continue
-            starts = _offsets_of(source.startOffset, self.router.stream)
+            starts = stream_offsets(source.startOffset, self.router.stream)
             bad = any(observed["bad"] > 0 for observed in counted)
             self.router._batches.put((bad, starts, ends))
 
@@ -278,32 +266,8 @@ class _ProgressListener(StreamingQueryListener):
             self.router._ended.notify_all()
 
 
-def _offsets_of(text: str | None, stream: str) -> Offsets | None:
-    """The offsets of `stream` in a Kafka source's offsets JSON, if it has them."""
-    try:
-        parsed = json.loads(text) if text else None
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(parsed, dict) or not isinstance(parsed.get(stream), dict):
-        return None
-    return {int(bucket): int(offset) for bucket, offset in parsed[stream].items()}
-
-
 def _committed_offsets(query: StreamingQuery, stream: str, workspace: Workspace) -> Offsets | None:
-    """The end offsets of `stream` in the last micro-batch that `query` has committed.
-
-    They are read from the checkpoint, where Spark writes a batch's offsets before running it
-    (`offsets/<batch>`) and marks it done after (`commits/<batch>`).
-    """
-    # PySpark does not expose the checkpoint folder; the JVM query does.
-    root = query._jsq.streamingQuery().resolvedCheckpointRoot()
-    checkpoint = storage_path(root, workspace.settings)
-    batches = [int(path.name) for path in (checkpoint / "commits").glob("*") if path.name.isdigit()]
-    if not batches:
-        return None
-    lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
-    # One line per source; a stream is read by one source per bucket.
-    committed: Offsets = {}
-    for line in lines[2:]:
-        committed.update(_offsets_of(line, stream) or {})
-    return committed or None
+    """The end offsets of `stream` in the last micro-batch that `query` has committed."""
+    checkpoint = storage_path(spark_internals.checkpoint_root(query), workspace.settings)
+    committed = last_committed(checkpoint)
+    return None if committed is None else committed[1].get(stream) or None

@@ -39,8 +39,8 @@ def disk_full_error(failure: Exception, workspace: Workspace, app: str) -> DiskF
     if _DISK_FULL not in str(failure):
         return None
     folders = [
-        ("checkpoint folder", workspace.checkpoints_dir / app),
-        ("result table folder", workspace.tables_dir / app),
+        ("checkpoint folder", workspace.app_checkpoints(app)),
+        ("result table folder", workspace.app_tables(app)),
         ("workspace", workspace.root),
     ]
     free, what, folder = min(

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
+from millrace.records import ID_HEADER
+
 
 def header_text(headers: Column, name: str) -> Column:
     """The value of the first header called `name`, as a STRING; NULL when there is none.
@@ -27,3 +29,12 @@ def header_text(headers: Column, name: str) -> Column:
 def has_header(headers: Column, name: str) -> Column:
     """Whether a record has a header called `name`: never NULL, false without headers."""
     return F.coalesce(F.array_contains(headers.getField("key"), F.lit(name)), F.lit(False))
+
+
+def record_id_column() -> Column:
+    """A Kafka record's id: its `id` header's value, NULL when empty or missing.
+
+    Reads the record's `headers` column, as Kafka's reader or an archive gives it.
+    """
+    # Another producer's empty header is no id: the record gets its place, as without one.
+    return F.nullif(header_text(F.col("headers"), ID_HEADER), F.lit(""))

@@ -51,12 +51,14 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
-from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_stream
 from millrace.bus.markers import WATERMARK_HEADER, WRITER_HEADER
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
+from millrace.engine import kafka, spark_internals
+from millrace.engine.checkpoint_log import stream_offsets
 from millrace.engine.headers import has_header, header_text
+from millrace.engine.kafka import StartingOffsets
 from millrace.records import format_time_ms
 
 TICK_EVERY_S = 1.0
@@ -104,7 +106,7 @@ def read_buckets(
     workspace: Workspace,
     stream: str,
     *,
-    starting_offsets: str = "earliest",
+    starting_offsets: StartingOffsets = "earliest",
     max_records_per_batch: int | None = None,
 ) -> list[DataFrame]:
     """Each bucket of `stream` as a streaming DataFrame of Kafka records, by bucket number.
@@ -113,21 +115,20 @@ def read_buckets(
     micro-batch reads at most from each one.
     """
     buckets = require_stream(workspace.settings, stream)
-    frames = []
-    for bucket in range(buckets):
-        reader = (
-            spark.readStream.format("kafka")
-            .options(**spark_kafka_options(workspace.settings))
-            .option("assign", json.dumps({stream: [bucket]}))
-            .option("startingOffsets", starting_offsets)
-            .option("includeHeaders", "true")
+    per_bucket = None
+    if max_records_per_batch is not None:
+        per_bucket = max(1, math.ceil(max_records_per_batch / buckets))
+    return [
+        kafka.read_stream(
+            spark,
+            workspace.settings,
+            stream,
+            bucket=bucket,
+            starting_offsets=starting_offsets,
+            max_records_per_batch=per_bucket,
         )
-        if max_records_per_batch is not None:
-            reader = reader.option(
-                "maxOffsetsPerTrigger", max(1, math.ceil(max_records_per_batch / buckets))
-            )
-        frames.append(reader.load())
-    return frames
+        for bucket in range(buckets)
+    ]
 
 
 def read_control_stream(
@@ -141,13 +142,13 @@ def read_control_stream(
     still due.
     """
     create_internal_stream(workspace.settings, topic, retention_ms=retention_ms)
-    return (
-        spark.readStream.format("kafka")
-        .options(**spark_kafka_options(workspace.settings))
-        .option("subscribe", topic)
-        .option("startingOffsets", "latest")
-        .option("failOnDataLoss", "false")
-        .load()
+    return kafka.read_stream(
+        spark,
+        workspace.settings,
+        topic,
+        starting_offsets="latest",
+        fail_on_data_loss=False,
+        headers=False,
     )
 
 
@@ -274,30 +275,6 @@ def union_buckets(frames: list[DataFrame]) -> DataFrame:
     return union
 
 
-def future_dated_reason(time: Column, arrival: Column, max_future_ms: int) -> Column:
-    """Spark's form of `millrace.records.future_dated_reason`: the same words, or NULL.
-
-    `time` and `arrival` are TIMESTAMP columns.
-    """
-    ahead_ms = F.unix_millis(time) - F.unix_millis(arrival)
-    return F.when(
-        ahead_ms > max_future_ms,
-        F.concat(
-            F.lit("event time "),
-            _iso_ms(time),
-            F.lit(" is "),
-            ahead_ms.cast("string"),
-            F.lit(" ms ahead of its arrival time "),
-            _iso_ms(arrival),
-            F.lit(f", more than max_future ({max_future_ms} ms)"),
-        ),
-    )
-
-
-def _iso_ms(moment: Column) -> Column:
-    return F.date_format(moment, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
-
-
 class IdleTicker:
     """Ticks the idle buckets of `stream` for the queries of app `app` (see the module).
 
@@ -397,15 +374,17 @@ class IdleTicker:
         for query in self.spark.streams.active:
             if not (query.name or "").startswith(f"{self.app}."):
                 continue
-            progress = query._jsq.lastProgress()
+            progress = spark_internals.last_progress_json(query)
             if progress is None:
                 return None
-            sources = json.loads(progress.json()).get("sources", [])
-            offsets = [_offsets_of(source.get("endOffset"), self.stream) for source in sources]
+            sources = json.loads(progress).get("sources", [])
+            offsets = [
+                stream_offsets(source.get("endOffset"), self.stream) or {} for source in sources
+            ]
             if not any(offsets):
                 continue
             ticks_read = [
-                _offsets_of(source.get("endOffset"), tick_stream(self.app)).get(0, 0)
+                (stream_offsets(source.get("endOffset"), tick_stream(self.app)) or {}).get(0, 0)
                 for source in sources
             ]
             if self._ticks_end is not None and max(ticks_read) < self._ticks_end:
@@ -467,17 +446,6 @@ class IdleTicker:
         _log.debug(
             "ticked %s: %s", self.stream, {b: format_time_ms(t) for b, t in sorted(ticks.items())}
         )
-
-
-def _offsets_of(offsets: dict | str | None, stream: str) -> dict[int, int]:
-    """The offsets of `stream` in a Kafka source's offsets (as JSON, or read from JSON)."""
-    try:
-        parsed = json.loads(offsets) if isinstance(offsets, str) else offsets
-    except json.JSONDecodeError:
-        return {}
-    if not isinstance(parsed, dict) or not isinstance(parsed.get(stream), dict):
-        return {}
-    return {int(bucket): int(offset) for bucket, offset in parsed[stream].items()}
 
 
 def _now_ms() -> int:

@@ -12,8 +12,6 @@ there before. `state_store` starts a query on another state store than the sessi
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import sys
@@ -23,21 +21,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyspark
-from py4j.java_gateway import JavaObject
-from pyspark import SparkConf, SparkContext
-from pyspark.java_gateway import ensure_callback_server_started
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
-from pyspark.sql.streaming.listener import (
-    JStreamingQueryListener,
-    QueryProgressEvent,
-    StreamingQueryProgress,
-)
 
 from millrace.config.jvm import jars
 from millrace.config.settings import Settings
 from millrace.config.storage import StoragePath
-from millrace.engine import class_archive
+from millrace.engine import class_archive, spark_internals
+from millrace.engine.checkpoint_log import UnreadableLogError, newest_metadata
 from millrace.engine.jvm_stderr import relayed_stderr
 from millrace.errors import CheckpointCorruptError, EngineError
 
@@ -86,9 +78,10 @@ def spark_session(settings: Settings, app_name: str = "millrace") -> SparkSessio
     if settings.storage_s3_access_key:
         # Set in the running JVM, the keys stay off the command line PySpark started it with
         # (what `ps` shows); Spark sends the driver's Hadoop configuration with each task.
-        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-        hadoop.set("fs.s3a.access.key", settings.storage_s3_access_key)
-        hadoop.set("fs.s3a.secret.key", settings.s3_secret)
+        spark_internals.set_hadoop_option(
+            spark, "fs.s3a.access.key", settings.storage_s3_access_key
+        )
+        spark_internals.set_hadoop_option(spark, "fs.s3a.secret.key", settings.s3_secret)
     return spark
 
 
@@ -102,15 +95,9 @@ def _start_jvm(conf: SparkConf) -> None:
     still ends with the driver, when the pipe on its stdin closes. Its stderr is relayed
     (`jvm_stderr`), without the lines PySpark's TransformWithStateInPandas worker prints.
     """
-    # The same start PySpark makes for a SparkContext (spark-submit with `conf`), done first
-    # so that the JVM ignores SIGTERM before Spark starts inside it.
-    if SparkContext._gateway is None:
-        with relayed_stderr():
-            SparkContext._ensure_initialized(conf=conf)
-    jvm = SparkContext._jvm
-    assert jvm is not None, "SparkContext._ensure_initialized starts the JVM gateway"
-    signals = jvm.sun.misc
-    signals.Signal.handle(signals.Signal("TERM"), signals.SignalHandler.SIG_IGN)
+    with relayed_stderr():
+        spark_internals.start_jvm(conf)
+    spark_internals.ignore_sigterm_in_jvm()
 
 
 def stop_spark_session() -> None:
@@ -154,21 +141,10 @@ def add_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:
     """Attach `listener` to `spark`'s streaming queries until `stop_spark_session`.
 
     The listener gets each progress event read from the event's JSON text in one call into
-    the JVM. PySpark's own listeners copy the event field by field, a call into the JVM per
-    field, state operator and metric: about 120 ms per event of a SQL app's query, measured on
-    2026-11-25, against 1 ms from the JSON, for every listener and every event. On 2 cores
-    that work competes with the micro-batches.
+    the JVM (`spark_internals.attach_json_listener` says why): on 2 cores, PySpark's own
+    copy of every event field by field competes with the micro-batches.
     """
-    gateway = spark.sparkContext._gateway
-    assert gateway is not None, "a running SparkSession has its JVM gateway"
-    ensure_callback_server_started(gateway)
-    # PySpark's `addListener` registers whatever `_jlistener` gives, and that is this object
-    # once set: the JVM's own wrapper around a bridge that reads the JSON.
-    streaming = gateway.jvm.org.apache.spark.sql.streaming
-    listener._jlistenerobj = streaming.PythonStreamingQueryListenerWrapper(
-        _JsonProgressBridge(listener)
-    )
-    spark.streams.addListener(listener)
+    spark_internals.attach_json_listener(spark, listener)
     _LISTENERS.setdefault(id(spark), []).append(listener)
 
 
@@ -178,21 +154,6 @@ def remove_listener(spark: SparkSession, listener: StreamingQueryListener) -> No
     attached = _LISTENERS.get(id(spark), [])
     if listener in attached:
         attached.remove(listener)
-
-
-class _JsonProgressBridge(JStreamingQueryListener):
-    """Hands a Python listener Spark's events, each progress event read from its JSON."""
-
-    def onQueryProgress(self, jevent: JavaObject) -> None:  # noqa: N802 - Spark's callback names
-        progress = json.loads(jevent.progress().json())
-        # Spark leaves a rate out of the JSON when it is NaN or infinite (no time measured),
-        # and PySpark's reader of a source's progress requires it.
-        for source in progress.get("sources", []):
-            for rate in ("inputRowsPerSecond", "processedRowsPerSecond"):
-                source.setdefault(rate, math.nan)
-        self.pylistener.onQueryProgress(
-            QueryProgressEvent(StreamingQueryProgress.fromJson(progress))
-        )
 
 
 @contextmanager
@@ -226,26 +187,26 @@ def checkpoint_state_store(checkpoint: StoragePath) -> str | None:
     Example:
         >>> (tmp_path / "table.t" / "offsets").mkdir(parents=True)
         >>> conf = {"spark.sql.streaming.stateStore.providerClass": STATE_STORES["rocksdb"]}
+        >>> import json
         >>> entry = "\n".join(["v1", json.dumps({"conf": conf}), "{}"])
         >>> _ = (tmp_path / "table.t" / "offsets" / "0").write_text(entry)
         >>> checkpoint_state_store(tmp_path / "table.t")
         'rocksdb'
     """
-    entries = [entry for entry in (checkpoint / "offsets").glob("[0-9]*") if entry.name.isdigit()]
-    if not entries:
-        return None
-    latest = max(entries, key=lambda entry: int(entry.name))
-    # An entry is a version line, a JSON line of batch metadata with `conf`, then offsets.
     try:
-        metadata = json.loads(latest.read_text().splitlines()[1])
-        provider = metadata.get("conf", {}).get(_PROVIDER_CLASS)
-    except (IndexError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        metadata = newest_metadata(checkpoint)
+    except UnreadableLogError as error:
         raise CheckpointCorruptError(
-            f"checkpoint file {latest} cannot be read: its second line is not the batch's "
-            "metadata as JSON",
+            f"checkpoint file {error.path} cannot be read: {error.reason}",
             hint="`millrace history APP` lists the batches that can be read; `millrace "
             "rollback APP --to-batch N` moves the app back to the last of them",
         ) from None
+    if metadata is None:
+        return None
+    conf = metadata.get("conf")
+    provider = conf.get(_PROVIDER_CLASS) if isinstance(conf, dict) else None
+    if not isinstance(provider, str):
+        return None
     names = {provider_class: name for name, provider_class in STATE_STORES.items()}
     return names.get(provider, provider)
 

@@ -1,4 +1,4 @@
-"""Streams as Spark DataFrames: decoding with dead-letter routing, and writing back to the bus.
+"""Streams read as Spark DataFrames: decoding, with dead-letter routing.
 
 `read_stream` turns a stream into a streaming DataFrame of typed columns, the event time as a
 TIMESTAMP column, and the record's id, key, bucket and offset. Every record that is not a JSON
@@ -8,17 +8,13 @@ and is counted: the queries reading the DataFrame count them, and a `DeadLetterR
 them after each micro-batch that had any.
 `read_batch` reads the records of an event-time range into a DataFrame that is not streaming,
 with the same columns, and routes the bad records the same way, at once; it reads them from
-the bus, or from the stream's archive in the warehouse with the same decoding.
-`write_stream` writes a DataFrame to a stream, or to a stream named per row. A record without
-a key goes to a bucket chosen by its id (`bucket_by_id`), unless its stream is named per row.
-Each record written carries its event time in its `time` header (`written_time`), which a
-reader takes when the value has no time field of its name.
+the bus, or decodes the ones it is given (a stream's archive) with the same code. Writing
+back to the bus is `millrace.engine.writes`.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass
 
@@ -27,43 +23,38 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
-from millrace.bus.client_config import spark_kafka_options
-from millrace.bus.markers import WRITER_HEADER
-from millrace.bus.streams import (
-    describe_stream,
-    require_stream,
-)
+from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
+from millrace.engine import kafka
 from millrace.engine.dead_letter_routing import (
     DeadLetterRouter,
     dead_letter_records,
     write_dead_letters,
 )
 from millrace.engine.delivery import drop_duplicate_records
-from millrace.engine.headers import header_text
+from millrace.engine.event_time import (
+    before_1970_reason,
+    carried_time,
+    event_time_column,
+    from_1970,
+    future_dated_reason,
+)
+from millrace.engine.headers import record_id_column
+from millrace.engine.kafka import StartingOffsets
 from millrace.engine.low_watermark import (
     MARKER_MS,
     WRITTEN,
     IdleTicker,
     bucket_metrics_name,
     bucket_watermarked,
-    future_dated_reason,
     marker_columns,
     read_buckets,
     read_ticks,
     union_buckets,
 )
-from millrace.engine.triggers import Trigger
 from millrace.errors import PublishError, SchemaError
-from millrace.records import (
-    EPOCH_MS_THRESHOLD,
-    ID_HEADER,
-    LARGEST_EPOCH_MS,
-    TIME_HEADER,
-    record_time_ms,
-)
-from millrace.warehouse.archive import read_archive
+from millrace.records import placeable_time_ms, record_time_ms
 
 RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
 """Columns `read_stream` adds beside the declared ones; `write_stream` leaves them out."""
@@ -125,7 +116,7 @@ def read_stream(
     *,
     time: str,
     lateness: str | None = None,
-    starting_offsets: str = "earliest",
+    starting_offsets: StartingOffsets = "earliest",
     route_dead_letters: bool = True,
     max_records_per_batch: int | None = None,
     deduplicate: bool = True,
@@ -237,9 +228,7 @@ def _time_of(
         time_ms = record_time_ms(value, time, carried_ms, arrival_ms)
     except PublishError:
         return None
-    if time_ms is None or time_ms < 0 or time_ms - arrival_ms > max_future_ms:
-        return None
-    return time_ms
+    return None if time_ms is None else placeable_time_ms(time_ms, arrival_ms, max_future_ms)
 
 
 def read_batch(
@@ -252,7 +241,7 @@ def read_batch(
     start_ms: int,
     end_ms: int,
     route_dead_letters: bool = True,
-    source: str = "bus",
+    kafka_records: DataFrame | None = None,
     max_future: str | None = None,
 ) -> StreamInput:
     """Decode the records of `stream` whose event time is in `[start_ms, end_ms)`, in batch.
@@ -265,18 +254,16 @@ def read_batch(
     the range; each keeps the id a streaming read gives it, so a reader can drop the
     letters that both wrote. Times are epoch milliseconds.
 
-    `source="warehouse"` reads the stream's archive (see `millrace.warehouse.archive`) instead
-    of the bus, as it is when `read_batch` is called: the archived records are the bus's
-    own, decoded by the same code, so the columns, the records kept and the dead letters
-    (with their ids) are those of a read from the bus over the same records.
+    `kafka_records` are the records to decode instead, with the columns of Kafka's reader:
+    `millrace.warehouse.archive.read_archive` gives a stream's archive, the bus's own records
+    decoded by the same code, so the columns, the records kept and the dead letters (with
+    their ids) are those of a read from the bus over the same records.
     """
-    if source not in ("bus", "warehouse"):
-        raise ValueError(f"source must be 'bus' or 'warehouse', not {source!r}")
     fields = _value_fields(schema, time)
     raw = (
-        _read_bus(spark, workspace, stream)
-        if source == "bus"
-        else read_archive(spark, workspace, stream)
+        kafka.read_now(spark, workspace.settings, stream)
+        if kafka_records is None
+        else kafka_records
     )
     max_future_ms = _max_future_ms(workspace, max_future)
     decoded = _decode(raw, fields, time, stream, max_future_ms)
@@ -290,190 +277,6 @@ def read_batch(
         workspace, stream, _dead_letters(decoded, fields, time, stream, max_future_ms)
     )
     return StreamInput(stream, records, None, batch_dead_letters=count)
-
-
-def _read_bus(spark: SparkSession, workspace: Workspace, stream: str) -> DataFrame:
-    """Every record `stream` holds now, as Kafka's batch reader gives them."""
-    # The end offsets are fixed here, not at each action, so that everything a run derives
-    # from this read (dead letters, results, outputs) comes from the same records. This also
-    # raises `StreamNotFoundError` for a missing stream.
-    ends = {
-        str(bucket.bucket): bucket.end_offset
-        for bucket in describe_stream(workspace.settings, stream).buckets
-    }
-    return (
-        spark.read.format("kafka")
-        .options(**spark_kafka_options(workspace.settings))
-        .option("subscribe", stream)
-        .option("startingOffsets", "earliest")
-        .option("endingOffsets", json.dumps({stream: ends}))
-        .option("includeHeaders", "true")
-        .load()
-    )
-
-
-def write_stream(
-    records: DataFrame,
-    workspace: Workspace,
-    app: str,
-    query: str,
-    stream: str | Column,
-    *,
-    key: str | None = None,
-    output_mode: str = "append",
-    available_now: bool = False,
-    trigger: Trigger | None = None,
-    marked: bool = False,
-) -> StreamingQuery:
-    """Start a query named `<app>.<query>` that writes `records` to a stream as JSON.
-
-    `stream` is a stream name, or a column naming each row's stream (those streams must
-    exist). `key` names the column used as the routing key. The value holds every column but
-    the `RECORD_COLUMNS` and `RECORD_TIME`; the `id` header is the `record_id` column when
-    there is one, and the `time` header the event time `written_time` gives each record.
-    `trigger`, when given, sets when micro-batches run (`available_now` is its shorthand).
-    `marked` says that app `app` publishes its output watermark to `stream` as markers
-    (`millrace.engine.output_watermark`): each record then carries the app's name in its
-    `writer` header, so that readers follow the markers rather than the records' times.
-    """
-    buckets = None
-    if isinstance(stream, str):
-        buckets = require_stream(workspace.settings, stream)
-        stream = F.lit(stream)
-    output = _as_kafka_records(records, stream, key, None, buckets, app if marked else None)
-    writer = (
-        output.writeStream.format("kafka")
-        .queryName(f"{app}.{query}")
-        .outputMode(output_mode)
-        .options(**spark_kafka_options(workspace.settings))
-        .option("kafka.linger.ms", "5")
-        .option("checkpointLocation", str(workspace.checkpoint(app, query)))
-    )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    elif trigger is not None:
-        writer = trigger.apply(writer, f"{app}.{query}", foreach_batch=False)
-    return writer.start()
-
-
-def write_batch(
-    records: DataFrame,
-    workspace: Workspace,
-    stream: str,
-    *,
-    key: Column | None = None,
-    record_id: Column | None = None,
-    writer: str | None = None,
-) -> None:
-    """Write a DataFrame that is not streaming, such as one micro-batch, to `stream`.
-
-    `record_id` gives each record's id (default: the `record_id` column, else a random one);
-    a deterministic id lets readers drop a batch written twice. `writer` names the app whose
-    markers tell the records' progress, as `write_stream`'s `marked` does.
-    """
-    buckets = require_stream(workspace.settings, stream)
-    (
-        _as_kafka_records(records, F.lit(stream), key, record_id, buckets, writer)
-        .write.format("kafka")
-        .options(**spark_kafka_options(workspace.settings))
-        .save()
-    )
-
-
-def _as_kafka_records(
-    records: DataFrame,
-    stream: Column,
-    key: str | Column | None,
-    record_id: Column | None,
-    buckets: int | None,
-    writer: str | None,
-) -> DataFrame:
-    """The columns Spark's Kafka sink writes: topic, key, JSON value, headers, and bucket.
-
-    The headers are the id, the `writer` when given, and, when `written_time` finds one, the
-    record's event time.
-
-    The bucket is set for a record without a key when the stream's bucket count is known
-    (`bucket_by_id`); a keyed record goes to its key's bucket. (A generated `uuid()` id is
-    drawn again for the hash: as even a spread, not tied to the id.)
-    """
-    if record_id is None:
-        record_id = F.col("record_id") if "record_id" in records.columns else F.expr("uuid()")
-    if isinstance(key, str):
-        key = F.col(key)
-    value_columns = [name for name in records.columns if name not in (*RECORD_COLUMNS, RECORD_TIME)]
-    headers = F.array(
-        F.struct(F.lit(ID_HEADER).alias("key"), record_id.cast("binary").alias("value"))
-    )
-    if writer is not None:
-        headers = F.array_append(
-            headers,
-            F.struct(
-                F.lit(WRITER_HEADER).alias("key"), F.lit(writer).cast("binary").alias("value")
-            ),
-        )
-    time = written_time(records)
-    if time is not None:
-        time_text = F.unix_millis(time).cast("string").cast("binary")
-        timed = F.array_append(
-            headers, F.struct(F.lit(TIME_HEADER).alias("key"), time_text.alias("value"))
-        )
-        headers = F.when(time.isNull(), headers).otherwise(timed)
-    columns = [
-        stream.alias("topic"),
-        (key.cast("string") if key is not None else F.lit(None).cast("string")).alias("key"),
-        F.to_json(F.struct(*value_columns)).alias("value"),
-        headers.alias("headers"),
-    ]
-    if buckets is not None:
-        columns.append(bucket_by_id(record_id, key, F.lit(buckets)).alias("partition"))
-    return records.select(*columns)
-
-
-def written_time(records: DataFrame) -> Column | None:
-    """Each record's event time as a writer carries it: `RECORD_TIME`, else its window's.
-
-    A windowed result's time is its window's last millisecond (`window_end` minus 1 ms, as
-    in Beam and Flink): it falls in the same window downstream, and is not before the
-    watermark that closed the window. None when `records` has neither column, and the
-    records are then known by their arrival time.
-    """
-    types = dict(records.dtypes)
-    if types.get(RECORD_TIME) == "timestamp":
-        return F.col(RECORD_TIME)
-    if types.get("window_end") == "timestamp":
-        return F.timestamp_millis(F.unix_millis("window_end") - 1)
-    return None
-
-
-def carried_time(headers: Column) -> Column:
-    """The event time a Kafka record carries in its `time` header, as a TIMESTAMP; else NULL."""
-    return F.timestamp_millis(carried_millis(headers))
-
-
-def carried_millis(headers: Column) -> Column:
-    """The event time a Kafka record carries in its `time` header, as epoch ms; else NULL.
-
-    `headers` is the record's headers column, as Kafka's reader gives it.
-    """
-    time_ms = header_text(headers, TIME_HEADER).try_cast("long")
-    return F.when(F.abs(time_ms) < LARGEST_EPOCH_MS, time_ms)
-
-
-def bucket_by_id(record_id: Column, key: Column | None, buckets: Column) -> Column:
-    """The bucket Kafka's sink is to write a record without a key to: a hash of its id.
-
-    Null for a keyed record, which Kafka's producer places by its key's hash, and where
-    `buckets` is null. Left to Kafka's producer, records without a key go to one bucket until
-    its batch fills, and under load to the bucket with the shorter queue: tens of thousands
-    in a row to one bucket were seen. A reader's watermark is the largest event time over all
-    buckets, so the records of the bucket left behind would come late. Chosen by a hash of
-    the record's id, each record's bucket is drawn anew, so the buckets advance together; and
-    a copy that a re-run writes lands where its original did.
-    """
-    by_id = F.pmod(F.xxhash64(record_id), buckets).cast("int")
-    unkeyed = F.lit(True) if key is None else key.isNull()
-    return F.when(unkeyed, by_id)
 
 
 def _value_fields(schema: str | StructType, time: str) -> list[StructField]:
@@ -585,7 +388,7 @@ def _decode(
         ),
     )
     with_parts = with_parts.withColumn(
-        "_time_read", F.when(_from_1970(F.col("_time_given")), F.col("_time_given"))
+        "_time_read", F.when(from_1970(F.col("_time_given")), F.col("_time_given"))
     )
     ahead_ms = F.unix_millis("_time_read") - F.unix_millis("_kafka_time")
     with_parts = with_parts.withColumn(
@@ -632,47 +435,11 @@ def _valid_utf8() -> Column:
     return F.col("_text").isNull() | F.expr("is_valid_utf8(_text)")
 
 
-def _from_1970(time: Column) -> Column:
-    """Whether `time` is 1970-01-01 or later: Spark's watermark starts there, never goes back."""
-    return time >= F.timestamp_millis(F.lit(0))
-
-
 def _unparsed() -> Column:
     """Whether a decoded record has no value or one that is not an object fitting the schema."""
     # The text parse ran unless the numeric one took the record whole.
     no_value = F.col(_SLOW).isNull() & F.col(_FAST).isNull()
     return no_value | F.col(f"{_SLOW}.{_CORRUPT}").isNotNull()
-
-
-def event_time_column(raw: Column, arrival: Column, number: Column | None = None) -> Column:
-    """The event time that the text `raw` of a time field holds, as a TIMESTAMP.
-
-    `raw` is the field's JSON text: ISO-8601, or epoch milliseconds or seconds. A NULL `raw`
-    (no such field) gives `arrival`; text that is no time gives NULL, and so does a number
-    too large for a TIMESTAMP (rather than stopping the query with Spark's overflow error).
-    `number` is the field read as a DOUBLE where that is known (then `raw` may be NULL):
-    `raw` as a number, by default.
-    """
-    as_number = raw.try_cast("double") if number is None else number
-    milliseconds = F.when(F.abs(as_number) >= EPOCH_MS_THRESHOLD, as_number).otherwise(
-        as_number * 1000
-    )
-    # Spark orders NaN above every number, so NaN and the infinities are out of range too.
-    in_range = F.abs(milliseconds) < LARGEST_EPOCH_MS
-    return (
-        F.when(raw.isNull() & as_number.isNull(), arrival)
-        .when(in_range, F.timestamp_millis(milliseconds.cast("long")))
-        .when(as_number.isNull(), raw.try_cast("timestamp"))
-    )
-
-
-def record_id_column() -> Column:
-    """A Kafka record's id: its `id` header's value, NULL when empty or missing.
-
-    Reads the record's `headers` column, as Kafka's reader or an archive gives it.
-    """
-    # Another producer's empty header is no id: the record gets its place, as without one.
-    return F.nullif(header_text(F.col("headers"), ID_HEADER), F.lit(""))
 
 
 def _good_records(
@@ -728,14 +495,7 @@ def _error_reason(fields: list[StructField], time: str, max_future_ms: int) -> C
                 F.coalesce(F.nullif(mismatches, F.lit("")), F.lit("a field has the wrong type")),
             ),
         )
-        .when(
-            ~_from_1970(F.col("_time_given")),
-            F.concat(
-                F.lit("event time "),
-                F.date_format("_time_given", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
-                F.lit(" is before 1970-01-01, which Spark cannot place in event time"),
-            ),
-        )
+        .when(~from_1970(F.col("_time_given")), before_1970_reason(F.col("_time_given")))
         .when(
             F.col("_time_read").isNotNull() & F.col("_event_time").isNull(),
             future_dated_reason(F.col("_time_read"), F.col("_kafka_time"), max_future_ms),

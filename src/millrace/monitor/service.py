@@ -14,11 +14,11 @@ from millrace.config.alerts import load_alert_rules
 from millrace.config.workspace import Workspace
 from millrace.errors import MillraceError
 from millrace.monitor.alerts import Alert, AlertEvaluator
-from millrace.monitor.checkpoints import app_names
 from millrace.monitor.metrics_log import MetricsLog
 from millrace.monitor.pipeline import StreamWriters, with_pipeline
 from millrace.monitor.prometheus import exposition
 from millrace.monitor.status import AppStatus, app_status
+from millrace.ops.checkpoints import app_names
 
 _log = logging.getLogger(__name__)
 

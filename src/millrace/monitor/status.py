@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 from millrace.bus.internal import append_times_at, end_offsets, is_internal_stream
 from millrace.config.workspace import Workspace
+from millrace.engine.checkpoint_log import Offsets
 from millrace.errors import StreamNotFoundError
-from millrace.monitor.checkpoints import Offsets, app_checkpoints
 from millrace.monitor.metrics_log import Batch, MetricsLog
+from millrace.ops.checkpoints import app_checkpoints
 
 RATE_WINDOW_MS = 60_000
 """Input rates are averaged over the batches of the last minute."""

@@ -22,6 +22,9 @@ A file of the log that cannot be read (not text, not Spark's format, not JSON) i
 `CheckpointCorruptError` naming the file, what is wrong with it, and the last good batch to
 roll back to; `verify` looks at the files Spark reads to resume, before an app starts.
 
+`app_checkpoints` and `app_names` are what the monitor reads: the newest committed batch of
+each query and the input offsets it reached, the records before which are processed.
+
 A query without a checkpoint starts over from the start of its inputs and writes all its
 output again, which is right for a new query and wrong for one that has run: so `remember`
 records, outside the checkpoint (in `<workspace>/apps/<app>/checkpoints.json`), each query
@@ -38,24 +41,24 @@ import json
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from millrace.config.storage import StoragePath, listing, move, relative_to
-from millrace.config.workspace import Workspace
+from millrace.config.workspace import DEAD_LETTER_MARKS, DEAD_LETTER_QUERY_PREFIX, Workspace
 from millrace.engine.checkpoint_log import (
+    Offsets,
     UnreadableLogError,
     batch_ids,
+    last_committed,
     query_folders,
     read_commit,
     read_offsets,
 )
 from millrace.errors import CheckpointCorruptError, CheckpointMissingError, LifecycleError
-from millrace.ops.registry import app_dir, now_iso
-
-LEDGER_FILE = "checkpoints.json"
-"""In `<workspace>/apps/<app>/`: the queries of the app that have committed batches."""
+from millrace.ops.registry import now_iso
+from millrace.warehouse.delta import is_delta_table
 
 _VERSIONED = re.compile(r"^(?P<version>\d+)(?:_[^.]*)?\.(?:changelog|zip|delta|snapshot)$")
 _BATCH_NAMED = re.compile(r"^(?P<batch>\d+)(?:_.*)?$")
@@ -92,7 +95,58 @@ class Batch:
 
 def query_checkpoints(workspace: Workspace, app: str) -> dict[str, StoragePath]:
     """The checkpoint folder of each query of `app` that has one, by query name."""
-    return query_folders(workspace.checkpoints_dir / app)
+    return query_folders(workspace.app_checkpoints(app))
+
+
+@dataclass(frozen=True)
+class QueryCheckpoint:
+    """One query's checkpoint: its last committed batch, when, and the offsets it reached."""
+
+    app: str
+    query: str
+    path: StoragePath
+    batch_id: int | None = None
+    committed_ms: int | None = None
+    offsets: dict[str, Offsets] = field(default_factory=dict)
+
+
+def app_names(workspace: Workspace) -> list[str]:
+    """The apps that have a checkpoint in `workspace`, sorted.
+
+    Example:
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> for app in ("zeitgeist", "top_events"):
+        ...     (workspace.checkpoint(app, "query") / "offsets").mkdir(parents=True)
+        >>> app_names(workspace)
+        ['top_events', 'zeitgeist']
+    """
+    root = workspace.checkpoints_dir
+    if not root.is_dir():
+        return []
+    return sorted(app.name for app in root.iterdir() if app.is_dir() and query_folders(app))
+
+
+def app_checkpoints(workspace: Workspace, app: str) -> list[QueryCheckpoint]:
+    """The checkpoint of each streaming query of `app` (none when it has never run).
+
+    A query whose newest committed batch's offsets cannot be read has none: its lag then
+    comes from its published batches (`millrace.monitor.status`), and `millrace history`
+    names what is wrong with the file.
+    """
+    found = []
+    for query, folder in query_checkpoints(workspace, app).items():
+        try:
+            committed = last_committed(folder)
+        except UnreadableLogError:
+            commits = batch_ids(folder / "commits")
+            committed = (commits[-1], {}) if commits else None
+        if committed is None:
+            found.append(QueryCheckpoint(app, query, folder))
+            continue
+        batch_id, offsets = committed
+        committed_ms = int((folder / "commits" / str(batch_id)).stat().st_mtime * 1000)
+        found.append(QueryCheckpoint(app, query, folder, batch_id, committed_ms, offsets))
+    return found
 
 
 def history(workspace: Workspace, app: str, *, strict: bool = True) -> list[Batch]:
@@ -262,10 +316,10 @@ def _corrupt(
     workspace: Workspace, app: str, query: str, error: UnreadableLogError
 ) -> CheckpointCorruptError:
     """The error for an unreadable log file of `query`, naming the batch to roll back to."""
-    checkpoint = workspace.checkpoints_dir / app / query
+    checkpoint = workspace.checkpoint(app, query)
     bad = int(error.path.name)
     good = _last_good(checkpoint, bad)
-    backups = app_dir(workspace, app) / "backups"
+    backups = workspace.backups(app)
     if good is not None:
         hint = (
             f"`millrace rollback {app} --to-batch {good}` moves the app back to batch {good}, "
@@ -338,8 +392,10 @@ def require_checkpoints(
 
     Example:
         >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
-        >>> log = workspace.tables_dir / "top_events" / "top_events_5min" / "_delta_log"
-        >>> log.mkdir(parents=True)
+        >>> import pyarrow as pa
+        >>> from deltalake import write_deltalake
+        >>> table = workspace.result_table("top_events", "top_events_5min")
+        >>> write_deltalake(str(table), pa.table({"n": [1]}))
         >>> try:
         ...     require_checkpoints(workspace, "top_events", ["table.top_events_5min"],
         ...                         ["top_events_5min"])
@@ -350,20 +406,20 @@ def require_checkpoints(
         <tmp>/checkpoints/top_events/<query>/offsets): started without it, a query reads its
         inputs from the start again and writes all its output again
     """
-    root = workspace.checkpoints_dir / app
+    root = workspace.app_checkpoints(app)
     present = set(query_checkpoints(workspace, app))
     recorded = _ledger(workspace, app)
     if recorded is not None:
         missing = [query for query in queries if query in recorded and query not in present]
-        evidence = f"{app_dir(workspace, app) / LEDGER_FILE} records their committed batches"
+        evidence = f"{workspace.checkpoint_ledger(app)} records their committed batches"
     else:
-        logs = {f"table.{table}": workspace.tables_dir / app / table for table in tables}
+        tables_of = {f"table.{table}": workspace.result_table(app, table) for table in tables}
         missing = [
             query
             for query in queries
-            if query in logs and query not in present and (logs[query] / "_delta_log").is_dir()
+            if query in tables_of and query not in present and is_delta_table(tables_of[query])
         ]
-        evidence = "their result tables exist, under " + str(workspace.tables_dir / app)
+        evidence = "their result tables exist, under " + str(workspace.app_tables(app))
     if not missing:
         return
     which = (
@@ -378,7 +434,7 @@ def require_checkpoints(
         hint=(
             "if the checkpoint was moved, put it back; to start every query over on purpose, "
             f"start the app with --fresh (what is left of the checkpoint is kept under "
-            f"{app_dir(workspace, app) / 'backups'}/); to compute batches again, "
+            f"{workspace.backups(app)}/); to compute batches again, "
             f"`millrace rollback {app} --to-batch N` moves the app back to batch N and keeps "
             "a backup, which deleting checkpoint folders does not"
         ),
@@ -386,7 +442,7 @@ def require_checkpoints(
 
 
 def _ledger(workspace: Workspace, app: str) -> dict[str, str] | None:
-    path = app_dir(workspace, app) / LEDGER_FILE
+    path = workspace.checkpoint_ledger(app)
     if not path.is_file():
         return None
     try:
@@ -397,9 +453,9 @@ def _ledger(workspace: Workspace, app: str) -> dict[str, str] | None:
 
 
 def _write_ledger(workspace: Workspace, app: str, queries: dict[str, str]) -> None:
-    path = app_dir(workspace, app) / LEDGER_FILE
+    path = workspace.checkpoint_ledger(app)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"checkpoint": str(workspace.checkpoints_dir / app), "queries": queries}
+    record = {"checkpoint": str(workspace.app_checkpoints(app)), "queries": queries}
     temporary = path.with_suffix(f".tmp{os.getpid()}")
     temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     temporary.replace(path)
@@ -447,10 +503,10 @@ def seed_start(
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(b"\0v1\n" + text.encode())
             seeded.setdefault(query.name, {}).update(offsets)
-        prefix = "dead-letters."
-        if query.name.startswith(prefix) and (query / "routed.json").is_file():
+        prefix = DEAD_LETTER_QUERY_PREFIX
+        if query.name.startswith(prefix) and (query / DEAD_LETTER_MARKS).is_file():
             routed = offsets_of(query.name.removeprefix(prefix))
-            target = new / query.name / "routed.json"
+            target = new / query.name / DEAD_LETTER_MARKS
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(json.dumps(_as_json(routed)))
     return seeded

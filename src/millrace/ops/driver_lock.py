@@ -37,15 +37,13 @@ from typing import Literal
 
 from millrace.config.workspace import Workspace
 from millrace.errors import AppRunningError
-from millrace.ops.registry import app_dir, now_iso
+from millrace.ops.registry import now_iso
 
 StartedBy = Literal["run", "deploy", "restart", "rollback"]
 
 LOCK_FD_ENV = "MILLRACE_DRIVER_LOCK_FD"
 """Set by `deploy` in the started process's environment: the descriptor of the held lock."""
 
-LOCK_FILE = "driver.lock"
-HOLDER_FILE = "driver.json"
 _WAIT_POLL_S = 0.1
 # `holder` looks by taking the lock shared for an instant: a start that meets such a look
 # tries again for this long before it refuses.
@@ -87,7 +85,7 @@ class DriverLock:
     def describe(self, pid: int, started_by: StartedBy, source: str | None) -> Holder:
         """Write `driver.json`: the holder is process `pid`, started by `started_by`."""
         holder = Holder(pid, socket.gethostname(), started_by, now_iso(), source)
-        path = app_dir(self.workspace, self.app) / HOLDER_FILE
+        path = self.workspace.driver_holder(self.app)
         temporary = path.with_suffix(f".tmp{os.getpid()}")
         temporary.write_text(json.dumps(asdict(holder), indent=2) + "\n", encoding="utf-8")
         temporary.replace(path)
@@ -128,7 +126,7 @@ def acquire(
         ...     holder(workspace, "top_events").pid == os.getpid()
         True
     """
-    path = app_dir(workspace, app) / LOCK_FILE
+    path = workspace.driver_lock(app)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     deadline = time.monotonic() + max(wait_s, _MIN_WAIT_S)
@@ -171,7 +169,7 @@ def holder(workspace: Workspace, app: str) -> Holder | None:
         >>> holder(workspace, "top_events") is None
         True
     """
-    path = app_dir(workspace, app) / LOCK_FILE
+    path = workspace.driver_lock(app)
     if not path.is_file():
         return None
     descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -204,8 +202,8 @@ def refusal(workspace: Workspace, app: str) -> AppRunningError:
         )
     return AppRunningError(
         f"app {app!r} is running already: {described}; a second driver on its "
-        f"checkpoint ({workspace.checkpoints_dir / app}) would fail once data arrives",
-        hint=f"{how}; the lock is {app_dir(workspace, app) / LOCK_FILE}, held by that process "
+        f"checkpoint ({workspace.app_checkpoints(app)}) would fail once data arrives",
+        hint=f"{how}; the lock is {workspace.driver_lock(app)}, held by that process "
         "for as long as it lives (nothing to clean up if it dies)",
     )
 
@@ -215,7 +213,7 @@ def _handed_over(workspace: Workspace, app: str) -> DriverLock | None:
     if text is None or not text.isdigit():
         return None
     descriptor = int(text)
-    path = app_dir(workspace, app) / LOCK_FILE
+    path = workspace.driver_lock(app)
     try:
         given, expected = os.fstat(descriptor), os.stat(path)
     except OSError:
@@ -233,7 +231,7 @@ def _handed_over(workspace: Workspace, app: str) -> DriverLock | None:
 
 def _recorded_holder(workspace: Workspace, app: str) -> Holder | None:
     """The holder `driver.json` names (the lock's holder only while the lock is held)."""
-    path = app_dir(workspace, app) / HOLDER_FILE
+    path = workspace.driver_holder(app)
     with contextlib.suppress(OSError, ValueError, TypeError):
         return Holder(**json.loads(path.read_text(encoding="utf-8")))
     return None

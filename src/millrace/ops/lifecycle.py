@@ -1,5 +1,6 @@
-"""Deployed apps: starting them detached, watching, stopping, restarting, rolling back.
+"""An app's driver started here (`run`) or detached (`deploy`), stopped, restarted, rolled back.
 
+`run` is `millrace run`: the app's driver in the foreground (`millrace.apps.runner.drive`).
 `deploy` starts the app's driver as a process of its own (`millrace.ops.deployed`: its
 own Spark application, in its own process group, its output appended to
 `<workspace>/apps/<app>/app.log`) and records it in the registry
@@ -13,11 +14,12 @@ app starts, `millrace.apps.state_schema` checks that its state can be carried ov
 keeping a backup under `apps/<app>/backups/`, and deploys it again, so that it recomputes
 the later batches.
 
-Every start of an app's driver (`millrace run`, and the process `deploy` starts) holds the
-app's driver lock (`millrace.ops.driver_lock`) and goes through `check_start`: its
-checkpoint's files can be read, no query that ran before has lost its checkpoint, its state
-can be carried over. `deploy`, `restart` and `rollback` take the lock before they touch the
-checkpoint and hand it to the process they start. `start_over` is `--fresh`.
+Every start of an app's driver (`run`, `deploy`, `restart`, `rollback`) takes the app's
+driver lock (`millrace.ops.driver_lock`) before it touches the checkpoint and goes once
+through `check_start`: its checkpoint's files can be read, no query that ran before has lost
+its checkpoint, its state can be carried over, its input streams exist. The verbs that start
+a process of its own hand it the lock and its `RunOptions` (`millrace.ops.deployed`), and
+the process checks nothing again. `start_over` is `--fresh`.
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from millrace.apps.app import App
+from millrace.apps.options import RunOptions
+from millrace.apps.runner import drive
 from millrace.apps.state_schema import check_state
 from millrace.bus.offsets import stream_offsets
 from millrace.config.storage import StoragePath, move
@@ -42,11 +47,9 @@ from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AlreadyDeployedError, AppNotFoundError, LifecycleError
 from millrace.ops import checkpoints, driver_lock, registry
+from millrace.ops.deployed import DEPLOYED_MODULE, DeployedRun
 from millrace.ops.driver_lock import DriverLock
 from millrace.ops.registry import STOP_TIMEOUT_S, AppRecord
-
-DEPLOYED_MODULE = "millrace.ops.deployed"
-"""The module a deployed app's process runs (`python -m`): the app's driver."""
 
 LOCK_WAIT_S = 30.0
 """How long a restart or rollback waits for the stopped app's process to let its lock go."""
@@ -55,16 +58,49 @@ _KILLED_WAIT_S = 10.0
 
 
 def check_start(workspace: Workspace, app: App, *, force: bool = False) -> None:
-    """What every start of an app checks, before Spark: checkpoint files, lost checkpoints, state.
+    """What a start of an app checks, once, before Spark: checkpoint, state, input streams.
 
     Raises `CheckpointCorruptError` for a log file Spark would fail on, `CheckpointMissingError`
-    when a query that ran before has no checkpoint now, and (unless `force`)
-    `StateSchemaError` when the checkpoint holds state the code cannot carry over.
+    when a query that ran before has no checkpoint now, (unless `force`) `StateSchemaError`
+    when the checkpoint holds state the code cannot carry over, and what
+    `App.require_inputs` raises for an input stream the bus does not have.
     """
     checkpoints.verify(workspace, app.name)
     checkpoints.require_checkpoints(workspace, app.name, app.queries, app.tables)
     if not force:
         check_state(workspace, app.name, app.fingerprint)
+    app.require_inputs(workspace)
+
+
+def run(
+    workspace: Workspace,
+    app: App,
+    options: RunOptions,
+    *,
+    fresh: bool = False,
+    say: Callable[[str], None] = print,
+) -> None:
+    """Run `app`'s streaming queries in this process until they end or it is asked to stop.
+
+    Raises `AppRunningError` when another driver runs the app, and what `check_start` raises;
+    with `fresh` the app starts over (`start_over`). `say` gets the lines to print.
+    """
+    with driver_lock.acquire(workspace, app.name, "run", source=app.source):
+        if fresh:
+            moved = start_over(workspace, app.name)
+            if moved is not None:
+                say(f"starting over: the checkpoint was moved to {moved}")
+        check_start(workspace, app, force=options.force)
+        try:
+            drive(
+                workspace,
+                app,
+                options,
+                say=say,
+                on_progress=lambda: checkpoints.remember(workspace, app.name),
+            )
+        finally:
+            checkpoints.remember(workspace, app.name)
 
 
 def start_over(workspace: Workspace, name: str) -> StoragePath | None:
@@ -102,10 +138,8 @@ def load_streamable(source: str) -> App:
 def deploy(
     workspace: Workspace,
     source: str,
+    options: RunOptions | None = None,
     *,
-    trigger: Trigger | None = None,
-    master: str | None = None,
-    force: bool = False,
     fresh: bool = False,
 ) -> AppRecord:
     """Start the app of `source` detached, as its own Spark application, and record it.
@@ -126,17 +160,12 @@ def deploy(
             hint=f"`millrace restart {app.name}` starts it again with new code; "
             f"`millrace stop {app.name}` stops it",
         )
-    config: dict[str, Any] = {
-        "trigger": str(trigger or Trigger()),
-        "master": master,
-        "cwd": str(Path.cwd()),
-        "force": force,
-    }
+    options = options or RunOptions()
     with driver_lock.acquire(workspace, app.name, "deploy", source=app.source) as lock:
         if fresh:
             start_over(workspace, app.name)
-        check_start(workspace, app, force=force)
-        return _start(workspace, app, config, lock, "deploy")
+        check_start(workspace, app, force=options.force)
+        return _start(workspace, app, options, str(Path.cwd()), lock, "deploy")
 
 
 def restart(
@@ -173,22 +202,23 @@ def restart(
         check_start(workspace, app, force=force)
     if record.status == "running":
         stop(workspace, name, timeout_s=timeout_s)
-    config = dict(record.config)
-    if trigger is not None:
-        config["trigger"] = str(trigger)
-    if master is not None:
-        config["master"] = master
-    config["force"] = force
+    options = dataclasses.replace(
+        record.options,
+        trigger=trigger or record.options.trigger,
+        master=master or record.options.master,
+        force=force,
+    )
     with driver_lock.acquire(workspace, name, "restart", wait_s=LOCK_WAIT_S) as lock:
         if fresh:
             moved = start_over(workspace, name)
             if moved is not None and start_from != "earliest":
                 checkpoints.seed_start(
                     moved,
-                    workspace.checkpoints_dir / name,
+                    workspace.app_checkpoints(name),
                     lambda stream: stream_offsets(workspace.settings, stream, start_from),
                 )
-        return _start(workspace, app, config, lock, "restart")
+            check_start(workspace, app, force=force)
+        return _start(workspace, app, options, record.cwd, lock, "restart")
 
 
 def stop(workspace: Workspace, name: str, *, timeout_s: float = STOP_TIMEOUT_S) -> AppRecord:
@@ -288,7 +318,8 @@ def rollback(
         restarted = None
         if start and record is not None:
             app = load_streamable(record.source)
-            restarted = _start(workspace, app, dict(record.config), lock, "rollback")
+            check_start(workspace, app, force=record.options.force)
+            restarted = _start(workspace, app, record.options, record.cwd, lock, "rollback")
     return RolledBack(done, restarted)
 
 
@@ -302,24 +333,18 @@ def _require_no_other_driver(workspace: Workspace, record: AppRecord) -> None:
 def _start(
     workspace: Workspace,
     app: App,
-    config: dict[str, Any],
+    options: RunOptions,
+    cwd: str | None,
     lock: DriverLock,
     started_by: driver_lock.StartedBy,
 ) -> AppRecord:
-    """Start the app's process, handing it `lock`, which it keeps for as long as it lives."""
-    folder = registry.app_dir(workspace, app.name)
-    folder.mkdir(parents=True, exist_ok=True)
-    log = folder / "app.log"
-    command = [sys.executable, "-m", DEPLOYED_MODULE, "--workspace", str(workspace.root)]
-    command += ["--app", app.name, "--trigger", str(config.get("trigger") or Trigger())]
-    if config.get("master"):
-        command += ["--master", str(config["master"])]
-    if config.get("force"):
-        command += ["--force"]
-    command.append(app.source)
+    """Start the app's process in folder `cwd`, handing it `lock`, which it keeps for life."""
+    log = workspace.app_log(app.name)
+    log.parent.mkdir(parents=True, exist_ok=True)
     environment = {
         **os.environ,
         **lock.handed_over(),
+        **DeployedRun(app.name, app.source, options).handed_over(),
         # For the app's own code, such as a Publisher that locates the workspace.
         "MILLRACE_HOME": str(workspace.root),
         # Output goes to a file: Python must not hold it back in a buffer.
@@ -330,11 +355,11 @@ def _start(
         output.write(f"--- {registry.now_iso()} millrace run {app.source}\n".encode())
         output.flush()
         process = subprocess.Popen(
-            command,
+            [sys.executable, "-m", DEPLOYED_MODULE],
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
-            cwd=config.get("cwd") or None,
+            cwd=cwd or None,
             env=environment,
             start_new_session=True,
             pass_fds=(lock.descriptor,),
@@ -345,9 +370,11 @@ def _start(
         kind=app.kind,
         source=app.source,
         source_hash=registry.source_hash(app.source),
-        checkpoint=str(workspace.checkpoints_dir / app.name),
+        checkpoint=str(workspace.app_checkpoints(app.name)),
         log=str(log),
-        config=config,
+        options=options,
+        cwd=cwd,
+        declared=app.declared,
         pid=process.pid,
         proc_start=registry.process_start(process.pid),
         started_at=registry.now_iso(),
@@ -358,7 +385,7 @@ def _start(
 
 
 def _move_aside(workspace: Workspace, name: str) -> StoragePath | None:
-    checkpoint = workspace.checkpoints_dir / name
+    checkpoint = workspace.app_checkpoints(name)
     if not checkpoint.exists():
         return None
     target = _backup_dir(workspace, name, "fresh")
@@ -367,15 +394,9 @@ def _move_aside(workspace: Workspace, name: str) -> StoragePath | None:
 
 
 def _backup_dir(workspace: Workspace, name: str, why: str) -> StoragePath:
-    """Where a checkpoint moved aside goes: `apps/<name>/backups/` in the workspace.
-
-    With the checkpoints under a remote storage root, it is `backups/<name>/` there, since a
-    move stays on one store.
-    """
+    """A new folder under the app's backups (`Workspace.backups`), named by the time and why."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    if isinstance(workspace.checkpoints_dir, Path):
-        return registry.app_dir(workspace, name) / "backups" / f"{stamp}-{why}"
-    return workspace.storage / "backups" / name / f"{stamp}-{why}"
+    return workspace.backups(name) / f"{stamp}-{why}"
 
 
 def _reap(pid: int) -> None:

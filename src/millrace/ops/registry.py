@@ -1,8 +1,9 @@
 """The workspace's app registry: what `millrace deploy` started, in plain JSON files.
 
 Each deployed app has a folder `<workspace>/apps/<app>/` holding `app.json` (its name, kind,
-source and the source's hash, configuration, process id, checkpoint, log file, start time,
-trigger and status) and `app.log`, the output of its process. The deployed process writes
+source and the source's hash, the options it runs with, what it declares it reads and writes,
+process id, checkpoint, log file, start time and status) and `app.log`, the output of its
+process. The deployed process writes
 `exit.json` as it ends, so `status` can tell an app that stopped from one that crashed: a
 process that is gone without that file died (killed, out of memory, machine restarted).
 
@@ -15,11 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from millrace.apps.declarations import Declared
+from millrace.apps.options import RunOptions
 from millrace.apps.sources import Kind
 from millrace.config.workspace import Workspace
 from millrace.errors import AppNotFoundError
@@ -36,9 +39,10 @@ class AppRecord:
 
     `source` is what `millrace run` takes (an absolute SQL file path, `module:Class` or
     `/abs/file.py:Class`); `source_hash` the SHA-256 of the source file at the last (re)start;
-    `config` the options it runs with (`trigger`, `master`); `pid` the process started for it,
-    whose process group holds its Spark JVM too; `proc_start` that process's start time in
-    clock ticks since boot, so a recycled pid is not taken for the app.
+    `options` the options it runs with, `cwd` the folder its process runs in, `declared` what
+    its code declares it reads and writes; `pid` the process started for it, whose process
+    group holds its Spark JVM too; `proc_start` that process's start time in clock ticks since
+    boot, so a recycled pid is not taken for the app.
 
     Example:
         >>> AppRecord("top_events", "sql", "/apps/top_events.sql", "ab12",
@@ -52,7 +56,9 @@ class AppRecord:
     source_hash: str
     checkpoint: str
     log: str
-    config: dict[str, Any] = field(default_factory=dict)
+    options: RunOptions = field(default_factory=RunOptions)
+    cwd: str | None = None
+    declared: Declared = field(default_factory=Declared)
     pid: int | None = None
     proc_start: int | None = None
     started_at: str | None = None
@@ -62,17 +68,57 @@ class AppRecord:
     @property
     def trigger(self) -> str:
         """The trigger it runs with, as `--trigger` takes it."""
-        return str(self.config.get("trigger") or "micro-batch")
+        return str(self.options.trigger)
 
+    def to_json(self) -> dict[str, Any]:
+        """The record as `app.json` holds it."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "source": self.source,
+            "source_hash": self.source_hash,
+            "checkpoint": self.checkpoint,
+            "log": self.log,
+            "options": self.options.to_json(),
+            "cwd": self.cwd,
+            "declared": self.declared.to_json(),
+            "pid": self.pid,
+            "proc_start": self.proc_start,
+            "started_at": self.started_at,
+            "stopped_at": self.stopped_at,
+            "status": self.status,
+        }
 
-def app_dir(workspace: Workspace, name: str) -> Path:
-    """The registry folder of app `name`."""
-    return workspace.root / "apps" / name
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AppRecord:
+        """The record `to_json` wrote, or one that an older millrace wrote (its `config`)."""
+        if "config" in data:
+            # Before the options had a type of their own: they and the folder, in one dict.
+            config = data.pop("config") or {}
+            data = {**data, "options": config, "cwd": config.get("cwd")}
+        kind: Kind = "processor" if data.get("kind") == "processor" else "sql"
+        status: Status = data["status"] if data.get("status") in get_args(Status) else "stopped"
+        return cls(
+            name=str(data["name"]),
+            kind=kind,
+            source=str(data["source"]),
+            source_hash=str(data.get("source_hash") or ""),
+            checkpoint=str(data["checkpoint"]),
+            log=str(data["log"]),
+            options=RunOptions.from_json(data.get("options") or {}),
+            cwd=data.get("cwd"),
+            declared=Declared.from_json(data.get("declared") or {}),
+            pid=data.get("pid"),
+            proc_start=data.get("proc_start"),
+            started_at=data.get("started_at"),
+            stopped_at=data.get("stopped_at"),
+            status=status,
+        )
 
 
 def save(workspace: Workspace, record: AppRecord) -> None:
     """Write `record` as `apps/<name>/app.json`, replacing the one there."""
-    _write_json(app_dir(workspace, record.name) / "app.json", asdict(record))
+    _write_json(workspace.app_record(record.name), record.to_json())
 
 
 def load(workspace: Workspace, name: str) -> AppRecord:
@@ -86,31 +132,40 @@ def load(workspace: Workspace, name: str) -> AppRecord:
         ...     print(error.hint)
         deployed apps: none yet; start one with `millrace deploy APP`
     """
-    path = app_dir(workspace, name) / "app.json"
+    path = workspace.app_record(name)
     if not path.is_file():
         known = ", ".join(record.name for record in list_apps(workspace)) or "none yet"
         raise AppNotFoundError(
-            f"no deployed app {name!r} in {workspace.root / 'apps'}",
+            f"no deployed app {name!r} in {workspace.apps_dir}",
             hint=f"deployed apps: {known}; start one with `millrace deploy APP`",
         )
-    return _current(workspace, AppRecord(**json.loads(path.read_text(encoding="utf-8"))))
+    return _current(workspace, AppRecord.from_json(json.loads(path.read_text(encoding="utf-8"))))
+
+
+def is_deployed(workspace: Workspace, name: str) -> bool:
+    """Whether app `name` has a record in the registry (it was deployed, whatever it does now)."""
+    return workspace.app_record(name).is_file()
 
 
 def list_apps(workspace: Workspace) -> list[AppRecord]:
     """Every app of the registry, by name, with its status brought up to date."""
-    root = workspace.root / "apps"
-    names = sorted(path.parent.name for path in root.glob("*/app.json")) if root.is_dir() else []
+    root = workspace.apps_dir
+    names = (
+        sorted(path.name for path in root.iterdir() if is_deployed(workspace, path.name))
+        if root.is_dir()
+        else []
+    )
     return [load(workspace, name) for name in names]
 
 
 def record_exit(workspace: Workspace, name: str, code: int) -> None:
     """Called by a deployed app's process as it ends (`runtime.deployed`): its exit code."""
-    _write_json(app_dir(workspace, name) / "exit.json", {"code": code, "at": now_iso()})
+    _write_json(workspace.app_exit(name), {"code": code, "at": now_iso()})
 
 
 def clear_exit(workspace: Workspace, name: str) -> None:
     """Forget the last exit of `name`, before starting it again."""
-    (app_dir(workspace, name) / "exit.json").unlink(missing_ok=True)
+    workspace.app_exit(name).unlink(missing_ok=True)
 
 
 def source_hash(source: str) -> str:
@@ -176,7 +231,7 @@ def _current(workspace: Workspace, record: AppRecord) -> AppRecord:
     """`record` with its status from its process: a running app whose process is gone ended."""
     if record.status != "running" or process_alive(record.pid, record.proc_start):
         return record
-    exit_file = app_dir(workspace, record.name) / "exit.json"
+    exit_file = workspace.app_exit(record.name)
     if exit_file.is_file():
         ended = json.loads(exit_file.read_text(encoding="utf-8"))
         status: Status = "finished" if ended.get("code") == 0 else "crashed"

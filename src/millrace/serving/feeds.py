@@ -177,7 +177,7 @@ def delete_stream_table(workspace: Workspace, name: str) -> int:
     Stop its feed first: a feed still running would write rows again.
     """
     removed = drop_table(workspace.settings, name)
-    delete_tree(workspace.checkpoints_dir / feed_app_name(name))
+    delete_tree(workspace.app_checkpoints(feed_app_name(name)))
     return removed
 
 

@@ -16,7 +16,8 @@ import importlib
 import inspect
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import sqlglot
@@ -26,7 +27,6 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.udf import UserDefinedFunction
 from sqlglot import exp
 
-from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.streams import RECORD_TIME, StreamInput, read_batch, read_stream
@@ -37,7 +37,6 @@ from millrace.serving.tables import describe_table
 from millrace.sql.aggregates import (
     TOPK_FINISH,
     Split,
-    distinct_aggregates,
     is_aggregate,
     is_topk,
     single_stage,
@@ -45,7 +44,9 @@ from millrace.sql.aggregates import (
     topk_finish,
     topk_item,
 )
+from millrace.sql.checks import missing_input_error, require_streaming_aggregates
 from millrace.sql.parser import Function, Lookup, Position, Query, SqlApp, Window
+from millrace.warehouse.archive import RecordSource, read_records
 
 if TYPE_CHECKING:
     from pyspark.sql._typing import UserDefinedFunctionLike
@@ -59,7 +60,8 @@ _UNRESOLVED = re.compile(r"with name `(?:[^`]*`\.`)*(?P<name>[^`]+)`")
 class CompiledApp:
     """An app's DataFrames: each input read, each result table and each insert's query.
 
-    `plans` says, per result table, which plan its aggregation runs on and why.
+    `plans` says, per result table, which plan its aggregation runs on and why. `close`
+    stops what the inputs started (`StreamInput.close`), once the queries reading them stop.
     """
 
     app: SqlApp
@@ -67,6 +69,11 @@ class CompiledApp:
     tables: dict[str, DataFrame]
     inserts: dict[str, DataFrame]
     plans: dict[str, str]
+    _opened: ExitStack = field(default_factory=ExitStack, repr=False, compare=False)
+
+    def close(self) -> None:
+        """Stop routing the inputs' dead letters and ticking their idle buckets."""
+        self._opened.close()
 
 
 def compile_app(
@@ -79,7 +86,7 @@ def compile_app(
     panes: bool = True,
     max_records_per_batch: int | None = None,
     sources: Mapping[str, DataFrame] | None = None,
-    batch_source: str = "bus",
+    batch_source: RecordSource = "bus",
     idle_ticks: bool = False,
 ) -> CompiledApp:
     """Build the DataFrames of `app`, without starting any query.
@@ -103,134 +110,72 @@ def compile_app(
     spark.udf.register(TOPK_FINISH, topk_finish())
     for function in app.functions:
         spark.udf.register(function.name, _load_function(function))
-    inputs = {}
-    for source in app.inputs:
-        if sources is not None and source.name in sources:
-            records = sources[source.name]
-            if source.lateness is not None:
-                lateness_ms = parse_duration_ms(source.lateness, what="lateness")
-                records = records.withWatermark(source.time, f"{lateness_ms} milliseconds")
-            inputs[source.name] = StreamInput(source.stream, records, None)
-            records.createOrReplaceTempView(source.name)
-            continue
-        try:
-            if time_range is None:
-                inputs[source.name] = read_stream(
-                    spark,
-                    workspace,
-                    app.name,
-                    source.stream,
-                    source.schema,
-                    time=source.time,
-                    lateness=source.lateness,
-                    route_dead_letters=route_dead_letters,
-                    max_records_per_batch=max_records_per_batch or app.max_records_per_batch,
-                    deduplicate=app.semantics == "exactly_once",
-                    max_future=source.max_future,
-                    idle_timeout=(
-                        source.idle_timeout or workspace.settings.events_idle_timeout
-                        if idle_ticks
-                        else None
-                    ),
-                )
-            else:
-                inputs[source.name] = read_batch(
-                    spark,
-                    workspace,
-                    source.stream,
-                    source.schema,
-                    time=source.time,
-                    start_ms=time_range[0],
-                    end_ms=time_range[1],
-                    route_dead_letters=route_dead_letters,
-                    source=batch_source,
-                    max_future=source.max_future,
-                )
-        except StreamNotFoundError as error:
-            raise _missing_input(source.position, error) from None
-        inputs[source.name].records.createOrReplaceTempView(source.name)
-    compiler = _QueryCompiler(spark, app, panes=panes, workspace=workspace)
-    for view in app.views:
-        compiler.dataframe(view.query, view.position).createOrReplaceTempView(view.name)
-    tables = {
-        table.name: compiler.dataframe(table.query, table.position, table.name)
-        for table in app.tables
-    }
-    inserts = {
-        insert.stream: compiler.dataframe(
-            compiler.keeping_record_time(compiler.keeping_record_id(insert.query), insert.position),
-            insert.position,
-        )
-        for insert in app.inserts
-    }
-    return CompiledApp(app, inputs, tables, inserts, compiler.plans)
-
-
-def require_input_streams(workspace: Workspace, app: SqlApp) -> None:
-    """Look up each input's stream on the bus, before Spark starts.
-
-    Raises `SqlError` at the input's place in the app file for a stream that does not exist,
-    and `BusError` when the bus refuses the login or does not answer.
-    """
-    for source in app.inputs:
-        try:
-            require_stream(workspace.settings, source.stream)
-        except StreamNotFoundError as error:
-            raise _missing_input(source.position, error) from None
-
-
-def _missing_input(position: Position, error: StreamNotFoundError) -> SqlError:
-    return SqlError(f"{position}: input {error.message}", hint=error.hint)
-
-
-def require_streaming_aggregates(app: SqlApp) -> None:
-    """Refuse, at its place in the app file, an aggregate that Spark cannot run on a stream.
-
-    That is an aggregate over DISTINCT values, such as `COUNT(DISTINCT user)`; a run over a
-    time range (`millrace run --batch`) reads its inputs in batch and runs it exactly.
-
-    Example:
-        >>> from millrace.sql.parser import parse_app
-        >>> app = parse_app(
-        ...     "CREATE APPLICATION a; "
-        ...     "CREATE INPUT TABLE t (u) FROM STREAM('s') TIME ts LATENESS '5 seconds'; "
-        ...     "CREATE TABLE users AS SELECT COUNT(DISTINCT u) AS n FROM t [5 minutes];"
-        ... )
-        >>> try:
-        ...     require_streaming_aggregates(app)
-        ... except SqlError as error:
-        ...     print(error.message)
-        <string>:1:124: COUNT(DISTINCT u) cannot run on a stream: Spark would keep every
-        distinct value in its state
-    """
-    queries = [view.query for view in app.views]
-    queries += [table.query for table in app.tables]
-    queries += [insert.query for insert in app.inserts]
-    for query in queries:
-        for node in distinct_aggregates(query.tree):
-            written = node.sql(dialect="spark")
-            values = node.this.expressions[0].sql(dialect="spark")
-            raise SqlError(
-                f"{app.position(query.offset + node.meta.get('start', 0))}: {written} cannot run "
-                "on a stream: Spark would keep every distinct value in its state",
-                hint=f"count with APPROX_COUNT_DISTINCT({values}) (a HyperLogLog sketch, about "
-                "1.6% standard error), or run the exact aggregate over a time range with "
-                "`millrace run --batch`",
+    # What the inputs start (dead-letter routers, idle tickers) stops if compiling fails.
+    with ExitStack() as opened:
+        inputs = {}
+        for source in app.inputs:
+            if sources is not None and source.name in sources:
+                records = sources[source.name]
+                if source.lateness is not None:
+                    lateness_ms = parse_duration_ms(source.lateness, what="lateness")
+                    records = records.withWatermark(source.time, f"{lateness_ms} milliseconds")
+                inputs[source.name] = StreamInput(source.stream, records, None)
+                records.createOrReplaceTempView(source.name)
+                continue
+            try:
+                if time_range is None:
+                    inputs[source.name] = read_stream(
+                        spark,
+                        workspace,
+                        app.name,
+                        source.stream,
+                        source.schema,
+                        time=source.time,
+                        lateness=source.lateness,
+                        route_dead_letters=route_dead_letters,
+                        max_records_per_batch=max_records_per_batch or app.max_records_per_batch,
+                        deduplicate=app.semantics == "exactly_once",
+                        max_future=source.max_future,
+                        idle_timeout=(
+                            source.idle_timeout or workspace.settings.events_idle_timeout
+                            if idle_ticks
+                            else None
+                        ),
+                    )
+                else:
+                    inputs[source.name] = read_batch(
+                        spark,
+                        workspace,
+                        source.stream,
+                        source.schema,
+                        time=source.time,
+                        start_ms=time_range[0],
+                        end_ms=time_range[1],
+                        route_dead_letters=route_dead_letters,
+                        kafka_records=read_records(spark, workspace, source.stream, batch_source),
+                        max_future=source.max_future,
+                    )
+            except StreamNotFoundError as error:
+                raise missing_input_error(source.position, error) from None
+            opened.callback(inputs[source.name].close)
+            inputs[source.name].records.createOrReplaceTempView(source.name)
+        compiler = _QueryCompiler(spark, app, panes=panes, workspace=workspace)
+        for view in app.views:
+            compiler.dataframe(view.query, view.position).createOrReplaceTempView(view.name)
+        tables = {
+            table.name: compiler.dataframe(table.query, table.position, table.name)
+            for table in app.tables
+        }
+        inserts = {
+            insert.stream: compiler.dataframe(
+                compiler.keeping_record_time(
+                    compiler.keeping_record_id(insert.query), insert.position
+                ),
+                insert.position,
             )
-
-
-def group_key_columns(query: Query) -> list[str]:
-    """The output columns that identify a result row: the window bounds and the group keys."""
-    select = query.tree
-    keys = ["window_start", "window_end"] if query.windows else []
-    if not isinstance(select, exp.Select) or not select.args.get("group"):
-        return keys
-    grouped = {expression.sql(dialect="spark") for expression in select.args["group"].expressions}
-    for expression in select.expressions:
-        inner = expression.this if isinstance(expression, exp.Alias) else expression
-        if inner.sql(dialect="spark") in grouped:
-            keys.append(expression.alias_or_name)
-    return keys
+            for insert in app.inserts
+        }
+        return CompiledApp(app, inputs, tables, inserts, compiler.plans, opened.pop_all())
 
 
 class _QueryCompiler:

@@ -800,3 +800,17 @@ def _sql_of(name: str) -> str:
         text = ""
     text = " ".join(text.split())
     return f"`{text}`" if text else node.key.upper()
+
+
+def group_key_columns(query: Query) -> list[str]:
+    """The output columns that identify a result row: the window bounds and the group keys."""
+    select = query.tree
+    keys = ["window_start", "window_end"] if query.windows else []
+    if not isinstance(select, exp.Select) or not select.args.get("group"):
+        return keys
+    grouped = {expression.sql(dialect="spark") for expression in select.args["group"].expressions}
+    for expression in select.expressions:
+        inner = expression.this if isinstance(expression, exp.Alias) else expression
+        if inner.sql(dialect="spark") in grouped:
+            keys.append(expression.alias_or_name)
+    return keys

@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from millrace.apps.sql.running import query_result_table, result_table_path, start_sql_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
@@ -26,6 +26,8 @@ from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.records import event_time_ms
 from millrace.sql.parser import SqlApp, load_app, parse_app
+from millrace.warehouse.delta import is_delta_table
+from millrace.warehouse.result_tables import read_result_rows
 
 __all__ = ["CLOSING_RECORD_ID", "SqlAppResult", "SqlAppTester"]
 
@@ -114,8 +116,8 @@ class SqlAppTester:
         )
         running.await_termination()
         tables = {
-            table.name: query_result_table(self.spark, self.workspace, app.name, table.name)
-            if (result_table_path(self.workspace, app.name, table.name) / "_delta_log").is_dir()
+            table.name: read_result_rows(self.workspace, app.name, table.name)
+            if is_delta_table(self.workspace.result_table(app.name, table.name))
             else []
             for table in app.tables
         }

@@ -5,9 +5,8 @@ For the paper's slice-and-dice use on small data: one Spark SQL query over views
 - each archived stream, as `warehouse__<stream>`: the records as people read them, with
   `value` as text for `get_json_object` and `from_json` (see `engine.archive.archive_view`);
 - each SQL app result table, as `<app>__<table>`, as the app keeps it now;
-- with `apps`, each input table of those SQL apps whose stream is archived, as
-  `<app>__<input>`: the archive decoded with the app's declared columns by the code of a
-  live read (records that do not decode are left out, and not routed anywhere).
+- the `views` the caller adds, such as an app's inputs decoded from their archives
+  (`millrace.apps.app.App.input_views`, for `millrace sql --app`).
 
 Characters Spark does not allow in a name (such as the `.` of `test.clicks`) become `_`.
 Errors name the line and column of the query, as a SQL app's errors do.
@@ -17,8 +16,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from pyspark.errors import AnalysisException, ParseException
@@ -26,20 +26,31 @@ from pyspark.sql import DataFrame, SparkSession
 
 from millrace.config.storage import listing
 from millrace.config.workspace import Workspace
-from millrace.engine.streams import read_batch
 from millrace.errors import SqlError
-from millrace.sql.parser import InputTable, SqlApp
 from millrace.warehouse.archive import archive_view
-from millrace.warehouse.layout import archived_streams, is_archived, view_name
+from millrace.warehouse.delta import spark_read
+from millrace.warehouse.layout import archived_streams, view_name
+from millrace.warehouse.result_tables import result_tables
 
-# Event times that every record falls between: the whole archive, for a decoded view.
-_EARLIEST_MS = -62_135_596_800_000  # 0001-01-01
-_LATEST_MS = 253_402_300_800_000  # 10000-01-01
 _QUERY_START = re.compile(
     r"^\s*(?:\(\s*)*(SELECT|WITH|FROM|VALUES|TABLE|SHOW|DESCRIBE|DESC|EXPLAIN)\b", re.I
 )
 _SPARK_POSITION = re.compile(r"\(line (?P<line>\d+), pos (?P<pos>\d+)\)")
 _NAME = "<query>"
+
+
+@dataclass(frozen=True)
+class View:
+    """A table that queries can read: what it holds, and how to read it (on first use).
+
+    Example:
+        >>> def todays_clicks() -> DataFrame: ...
+        >>> View("the clicks of today", todays_clicks).description
+        'the clicks of today'
+    """
+
+    description: str
+    read: Callable[[], DataFrame]
 
 
 @dataclass(frozen=True)
@@ -54,52 +65,33 @@ class QueryResult:
 def register_views(
     spark: SparkSession,
     workspace: Workspace,
-    apps: Sequence[SqlApp] = (),
+    views: Mapping[str, View] = MappingProxyType({}),
     *,
     used_by: str | None = None,
 ) -> dict[str, str]:
-    """Register the warehouse's views (see the module docstring); what each holds, by name.
+    """Register the warehouse's views and `views` (see the module); what each holds, by name.
 
     With `used_by`, only the views whose names that query text mentions are registered (each
     costs a look at its table), though all are described.
     """
-    makers: dict[str, Callable[[], DataFrame]] = {}
-    described: dict[str, str] = {}
+    every: dict[str, View] = {}
     for stream in archived_streams(workspace):
-        name = view_name("warehouse", stream)
-        makers[name] = functools.partial(archive_view, spark, workspace, stream)
-        described[name] = f"archive of stream {stream}"
-    for table in listing(workspace.tables_dir, "*/*"):
-        if (table / "_delta_log").is_dir():
-            name = view_name(table.parent.name, table.name)
-            makers[name] = functools.partial(spark.read.format("delta").load, str(table))
-            described[name] = f"result table {table.name} of app {table.parent.name}"
-    for app in apps:
-        for source in app.inputs:
-            if not is_archived(workspace, source.stream):
-                continue
-            name = view_name(app.name, source.name)
-            makers[name] = functools.partial(_decoded, spark, workspace, source)
-            described[name] = f"input {source.name} of app {app.name}, decoded from the archive"
+        every[view_name("warehouse", stream)] = View(
+            f"archive of stream {stream}",
+            functools.partial(archive_view, spark, workspace, stream),
+        )
+    for app in listing(workspace.tables_dir):
+        for table in result_tables(workspace, app.name):
+            every[view_name(app.name, table)] = View(
+                f"result table {table} of app {app.name}",
+                functools.partial(spark_read, spark, workspace.result_table(app.name, table)),
+            )
+    every |= views
     mentioned = None if used_by is None else used_by.lower()
-    for name, make in makers.items():
+    for name, view in every.items():
         if mentioned is None or name.lower() in mentioned:
-            make().createOrReplaceTempView(name)
-    return described
-
-
-def _decoded(spark: SparkSession, workspace: Workspace, source: InputTable) -> DataFrame:
-    return read_batch(
-        spark,
-        workspace,
-        source.stream,
-        source.schema,
-        time=source.time,
-        start_ms=_EARLIEST_MS,
-        end_ms=_LATEST_MS,
-        route_dead_letters=False,
-        source="warehouse",
-    ).records
+            view.read().createOrReplaceTempView(name)
+    return {name: view.description for name, view in every.items()}
 
 
 def run_query(
@@ -107,10 +99,10 @@ def run_query(
     workspace: Workspace,
     text: str,
     *,
-    apps: Sequence[SqlApp] = (),
+    views: Mapping[str, View] = MappingProxyType({}),
     limit: int | None = None,
 ) -> QueryResult:
-    """Run one Spark SQL query over the warehouse's views; at most `limit` rows.
+    """Run one Spark SQL query over the warehouse's views and `views`; at most `limit` rows.
 
     Only queries run (SELECT, WITH, FROM..., VALUES, TABLE, SHOW, DESCRIBE, EXPLAIN): the
     warehouse is written by archive jobs and apps, never by hand. A query that Spark cannot
@@ -121,7 +113,7 @@ def run_query(
             f"{_NAME}:1:1: millrace sql runs queries only",
             hint="start with SELECT, WITH, FROM, VALUES, TABLE, SHOW, DESCRIBE or EXPLAIN",
         )
-    views = register_views(spark, workspace, apps, used_by=text)
+    described = register_views(spark, workspace, views, used_by=text)
     try:
         frame = spark.sql(text)
         if limit is not None:
@@ -130,8 +122,8 @@ def run_query(
     except ParseException as error:
         raise _parse_error(text, error) from None
     except AnalysisException as error:
-        raise _analysis_error(text, error, views) from None
-    return QueryResult(frame.columns, rows, views)
+        raise _analysis_error(text, error, described) from None
+    return QueryResult(frame.columns, rows, described)
 
 
 def _parse_error(text: str, error: ParseException) -> SqlError:

@@ -10,23 +10,20 @@ reader would read the stream; `archive_view` presents it for people, with text v
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
+from typing import Literal
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming import StreamingQuery
 
-from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.streams import require_stream
-from millrace.config.workspace import Workspace
+from millrace.config.workspace import ARCHIVE_APP, Workspace
+from millrace.engine import kafka
+from millrace.engine.event_time import carried_time, event_time_column
+from millrace.engine.headers import record_id_column
 from millrace.engine.low_watermark import marker_columns
-from millrace.warehouse.layout import (
-    ARCHIVE_APP,
-    ARCHIVE_COLUMNS,
-    EVENT_DATE,
-    archive_checkpoint,
-    archive_path,
-    require_archive,
-)
+from millrace.warehouse.delta import spark_read, spark_stream_writer, spark_version
+from millrace.warehouse.layout import ARCHIVE_COLUMNS, EVENT_DATE, require_archive
 
 
 def start_archive(
@@ -51,24 +48,14 @@ def start_archive(
     error, rather than leaving a silent gap in the archive.
     """
     require_stream(workspace.settings, stream)
-    reader = (
-        spark.readStream.format("kafka")
-        .options(**spark_kafka_options(workspace.settings))
-        .option("subscribe", stream)
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
+    raw = kafka.read_stream(
+        spark, workspace.settings, stream, max_records_per_batch=max_records_per_batch
     )
-    if max_records_per_batch is not None:
-        reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
-    # Imported here: `streams` reads archives through this module.
-    from millrace.engine.streams import carried_time, event_time_column
-
     time_field = time_field or workspace.settings.events_time_field
     raw_time = F.get_json_object(F.col("value").cast("string"), f"$.{time_field}")
     event_time = event_time_column(
         raw_time, F.coalesce(carried_time(F.col("headers")), F.col("timestamp"))
     )
-    raw = reader.load()
     # A watermark marker is no record (`millrace.bus.markers`): it is not archived.
     marker_ms = marker_columns(F.col("value"), F.col("headers"))[0]
     records = raw.where(marker_ms.isNull()).select(
@@ -76,15 +63,13 @@ def start_archive(
         F.to_date(F.coalesce(event_time, F.col("timestamp"))).alias(EVENT_DATE),
     )
     writer = (
-        records.writeStream.format("delta")
+        spark_stream_writer(records, partition_by=EVENT_DATE)
         .queryName(f"{ARCHIVE_APP}.{stream}")
-        .outputMode("append")
-        .partitionBy(EVENT_DATE)
-        .option("checkpointLocation", str(archive_checkpoint(workspace, stream)))
+        .option("checkpointLocation", str(workspace.archive_checkpoint(stream)))
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
-    return writer.start(str(archive_path(workspace, stream)))
+    return writer.start(str(workspace.archive(stream)))
 
 
 def read_archive(spark: SparkSession, workspace: Workspace, stream: str) -> DataFrame:
@@ -94,9 +79,26 @@ def read_archive(spark: SparkSession, workspace: Workspace, stream: str) -> Data
     DataFrame sees the same records while the archive job goes on writing. Raises
     `WarehouseError` when the stream has no archive.
     """
-    path = str(require_archive(workspace, stream))
-    version = DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
-    return spark.read.format("delta").option("versionAsOf", version).load(path)
+    path = require_archive(workspace, stream)
+    return spark_read(spark, path, version=spark_version(spark, path))
+
+
+RecordSource = Literal["bus", "warehouse"]
+"""Where a batch run reads its inputs' records: the bus, or their archives (a backfill)."""
+
+
+def read_records(
+    spark: SparkSession, workspace: Workspace, stream: str, source: RecordSource
+) -> DataFrame:
+    """Every record of `stream` as Kafka's batch reader gives them, from the bus or its archive.
+
+    From the bus, what the stream holds now (`millrace.engine.kafka.read_now`); from the
+    warehouse, its archive as `read_archive` gives it. Raises `StreamNotFoundError` for a
+    stream the bus does not have, and `WarehouseError` for one without an archive.
+    """
+    if source == "warehouse":
+        return read_archive(spark, workspace, stream)
+    return kafka.read_now(spark, workspace.settings, stream)
 
 
 def archive_view(spark: SparkSession, workspace: Workspace, stream: str) -> DataFrame:
@@ -106,9 +108,6 @@ def archive_view(spark: SparkSession, workspace: Workspace, stream: str) -> Data
     work on `value`), `headers` as a map of strings, `bucket`, `offset`, `timestamp` (the
     record's bus time) and `event_date`.
     """
-    # Imported here: `streams` reads archives through this module.
-    from millrace.engine.streams import record_id_column
-
     return read_archive(spark, workspace, stream).select(
         record_id_column().alias("record_id"),
         F.col("key").cast("string").alias("key"),

@@ -1,27 +1,37 @@
-"""Delta tables read outside Spark, with delta-rs (the `deltalake` package).
+"""Delta I/O: millrace's Delta tables read without Spark (delta-rs), and by Spark.
 
-Spark writes millrace's Delta tables (result tables, archives) and reads them in its jobs.
-What must answer without a JVM reads them here: `millrace query`, the HTTP service and the
-demo's live view read rows, and a SQL app's driver reads which micro-batch it last appended
-from the commits' metadata. A scan takes a pyarrow filter and the columns it needs, so
-delta-rs skips the files and row groups whose statistics rule rows out and reads only what
-matches. A table under `hdfs://` is read whole by delta-rs's own engine instead and filtered
-in memory: pyarrow has no filesystem of its own for HDFS without a JVM, and one of Python
-callbacks aborts the reading process at exit (`millrace.config.storage.arrow_filesystem`).
+This module is the one place that opens a Delta table. Spark writes millrace's Delta tables
+(result tables, archives) and reads them in its jobs through the `spark_` functions at the
+end, which load Spark's Delta client on first use, so that the readers without a JVM do not:
+`millrace query`, the HTTP service and the demo's live view read rows with delta-rs (the
+`deltalake` package), and a SQL app's driver reads which micro-batch it last appended from
+the commits' metadata. `is_delta_table` is the one test of whether a folder holds a table.
+
+A scan takes a pyarrow filter and the columns it needs, so delta-rs skips the files and row
+groups whose statistics rule rows out and reads only what matches. A table under `hdfs://`
+is read whole by delta-rs's own engine instead and filtered in memory: pyarrow has no
+filesystem of its own for HDFS without a JVM, and one of Python callbacks aborts the reading
+process at exit (`millrace.config.storage.arrow_filesystem`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from millrace.config.storage import StoragePath, arrow_filesystem, delta_storage_options
 from millrace.errors import WarehouseError
+
+if TYPE_CHECKING:
+    # Only a type here; importing pyarrow.dataset loads pandas, which `millrace ps` must not.
+    import pyarrow.dataset as ds
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
 
 # How many of the newest commits are read first for a commit's metadata: the one looked for
 # is nearly always among them, and a table's whole history can be thousands of commits.
@@ -36,6 +46,7 @@ class DeltaSnapshot:
         >>> rows = pa.table({"category": ["movies", "music", "movies"], "n": [3, 1, 2]})
         >>> write_deltalake(str(tmp_path / "per_5min"), rows)
         >>> snapshot = open_delta_table(tmp_path / "per_5min")
+        >>> import pyarrow.dataset as ds
         >>> snapshot.scan(ds.field("category") == "movies").num_rows
         2
     """
@@ -85,6 +96,7 @@ class DeltaSnapshot:
             >>> rows = pa.table({"window_start": [1, 2], "n": [1, 5]})
             >>> write_deltalake(str(tmp_path / "counts"), rows)
             >>> snapshot = open_delta_table(tmp_path / "counts")
+            >>> import pyarrow.dataset as ds
             >>> snapshot.scan(ds.field("n") > 1, columns=["window_start"]).to_pylist()
             [{'window_start': 2}]
         """
@@ -181,3 +193,67 @@ def _unreadable(path: StoragePath, error: Exception) -> WarehouseError:
         f"cannot read the Delta table at {path}: {error}",
         hint='Spark reads every Delta table: `millrace sql "SELECT * FROM <app>__<table>"`',
     )
+
+
+def spark_read(spark: SparkSession, path: StoragePath, *, version: int | None = None) -> DataFrame:
+    """The Delta table at `path` as a Spark DataFrame: its latest version, or `version`."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(str(path))
+
+
+def spark_version(spark: SparkSession, path: StoragePath) -> int:
+    """The latest version of the Delta table at `path`, as Spark's Delta client reads it."""
+    # Loaded on use, here and below: the readers without Spark import this module.
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    newest = SparkDeltaTable.forPath(spark, str(path)).history(1).collect()[0]
+    return int(newest["version"])
+
+
+def spark_append(rows: DataFrame, path: StoragePath, *, metadata: str | None = None) -> None:
+    """Append `rows` to the Delta table at `path` (made by the first append).
+
+    `metadata` is the commit's `userMetadata`, which `newest_commit_metadata` reads back.
+    """
+    writer = rows.write.format("delta").mode("append")
+    if metadata is not None:
+        writer = writer.option("userMetadata", metadata)
+    writer.save(str(path))
+
+
+def spark_merge(rows: DataFrame, path: StoragePath, keys: Sequence[str]) -> None:
+    """Merge `rows` into the Delta table at `path` by `keys`: update a match, insert the rest.
+
+    Keys match when equal or both NULL. The first rows make the table: there is nothing to
+    merge them with, and a merge costs several Spark jobs more than a write. No keys match
+    no row, so every row is inserted.
+    """
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    if not is_delta_table(path):
+        rows.write.format("delta").save(str(path))
+        return
+    matches = " AND ".join(f"t.`{key}` <=> u.`{key}`" for key in keys) or "false"
+    (
+        SparkDeltaTable.forPath(rows.sparkSession, str(path))
+        .alias("t")
+        .merge(rows.alias("u"), matches)
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def spark_stream_writer(records: DataFrame, *, partition_by: str | None = None) -> DataStreamWriter:
+    """The Delta sink of a streaming query writing `records`, appending each micro-batch.
+
+    Delta's sink commits each micro-batch with the query's id and batch id, so a batch run
+    again after a crash is not written twice. The caller names the query, its checkpoint
+    and trigger, and starts it on the table's path.
+    """
+    writer = records.writeStream.format("delta").outputMode("append")
+    if partition_by is not None:
+        writer = writer.partitionBy(partition_by)
+    return writer

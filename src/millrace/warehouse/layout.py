@@ -1,7 +1,7 @@
-"""Where the warehouse keeps what: archive tables, their checkpoints, and the streams to archive.
+"""What the warehouse holds: an archive table per stream, its columns, the streams to archive.
 
-The warehouse is the `warehouse/` folder of the storage root (the workspace, or `storage.root`),
-the paper's Hive. Each archived
+The warehouse is the `warehouse/` folder of the storage root (the workspace, or
+`storage.root`; `millrace.config.workspace` names its paths), the paper's Hive. Each archived
 stream is one Delta table, `warehouse/<stream>`, holding each record as the bus stored it:
 Kafka's `key`, `value`, `headers`, `partition`, `offset` and `timestamp` (arrival) columns,
 plus the `event_date` partition column: the UTC date of the event time in the value's time
@@ -22,6 +22,7 @@ import re
 from millrace.config.storage import StoragePath
 from millrace.config.workspace import Workspace
 from millrace.errors import WarehouseError
+from millrace.warehouse.delta import is_delta_table
 
 EVENT_DATE = "event_date"
 """The partition column of an archive table: the UTC date of the record's event time."""
@@ -29,44 +30,20 @@ EVENT_DATE = "event_date"
 ARCHIVE_COLUMNS = ("key", "value", "headers", "partition", "offset", "timestamp", EVENT_DATE)
 """The columns of an archive table, in order: Kafka's record columns, then `EVENT_DATE`."""
 
-ARCHIVE_APP = "_archive"
-"""The app name the archive jobs' checkpoints are kept under."""
-
-_MARKED_FILE = "streams.json"
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
-
-
-def warehouse_dir(workspace: Workspace) -> StoragePath:
-    """The workspace's warehouse folder, holding one Delta table per archived stream."""
-    return workspace.storage / "warehouse"
-
-
-def archive_path(workspace: Workspace, stream: str) -> StoragePath:
-    """The Delta table that archives `stream`.
-
-    Example:
-        >>> archive_path(Workspace(Path("/ws")), "events_stream")
-        PosixPath('/ws/warehouse/events_stream')
-    """
-    return warehouse_dir(workspace) / stream
-
-
-def archive_checkpoint(workspace: Workspace, stream: str) -> StoragePath:
-    """The checkpoint folder of the archive job of `stream`."""
-    return workspace.checkpoint(ARCHIVE_APP, stream)
 
 
 def is_archived(workspace: Workspace, stream: str) -> bool:
     """True when `stream` has an archive table (its job has committed a first batch)."""
-    return (archive_path(workspace, stream) / "_delta_log").is_dir()
+    return is_delta_table(workspace.archive(stream))
 
 
 def archived_streams(workspace: Workspace) -> list[str]:
     """The streams that have an archive table, sorted by name."""
-    folder = warehouse_dir(workspace)
+    folder = workspace.warehouse_dir
     if not folder.is_dir():
         return []
-    return sorted(path.name for path in folder.iterdir() if (path / "_delta_log").is_dir())
+    return sorted(path.name for path in folder.iterdir() if is_delta_table(path))
 
 
 def require_archive(workspace: Workspace, stream: str) -> StoragePath:
@@ -78,7 +55,7 @@ def require_archive(workspace: Workspace, stream: str) -> StoragePath:
         ...
         millrace.errors.WarehouseError: stream 'clicks' has no archive (nothing at /ws/...)
     """
-    path = archive_path(workspace, stream)
+    path = workspace.archive(stream)
     if not is_archived(workspace, stream):
         raise WarehouseError(
             f"stream {stream!r} has no archive (nothing at {path})",
@@ -90,14 +67,14 @@ def require_archive(workspace: Workspace, stream: str) -> StoragePath:
 def mark_for_archive(workspace: Workspace, stream: str) -> None:
     """Record that `stream` is to be archived, as `millrace stream create --archive` does."""
     marked = set(streams_marked_for_archive(workspace)) | {stream}
-    path = warehouse_dir(workspace) / _MARKED_FILE
+    path = workspace.archive_marks
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(sorted(marked), indent=2) + "\n", encoding="utf-8")
 
 
 def streams_marked_for_archive(workspace: Workspace) -> list[str]:
     """The streams created with `--archive`, sorted by name."""
-    path = warehouse_dir(workspace) / _MARKED_FILE
+    path = workspace.archive_marks
     if not path.is_file():
         return []
     return sorted(json.loads(path.read_text(encoding="utf-8")))

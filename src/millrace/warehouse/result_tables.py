@@ -1,4 +1,6 @@
-"""Reading a SQL app's result table outside Spark (`millrace query`, HTTP, the demo's view).
+"""Reading a SQL app's result tables outside Spark: `millrace query`, HTTP, the demo, the tester.
+
+This is the one reader of result tables (`millrace.apps.sql.result_tables` writes them).
 
 The table is read through `millrace.warehouse.delta`, with the filters and the `last`
 windows asked for pushed into the scan, so only the matching rows are read and turned into
@@ -18,7 +20,7 @@ import pyarrow.dataset as ds
 
 from millrace.config.workspace import Workspace
 from millrace.errors import ResultTableNotFoundError, SqlError
-from millrace.warehouse.delta import DeltaSnapshot, open_delta_table
+from millrace.warehouse.delta import DeltaSnapshot, is_delta_table, open_delta_table
 
 _NOTHING = ds.scalar(False)
 _ORDER = ("window_start", "window_end")
@@ -46,13 +48,13 @@ def read_result_rows(
         >>> ends = [datetime(2026, 1, 1, 0, minute + 10, tzinfo=UTC) for minute in (0, 0, 10)]
         >>> rows = pa.table({"window_start": starts, "window_end": ends,
         ...                  "topic": ["sports", "music", "sports"], "n": [3, 4, 5]})
-        >>> write_deltalake(str(workspace.tables_dir / "trending_ranker" / "top_events"), rows)
+        >>> write_deltalake(str(workspace.result_table("trending_ranker", "top_events")), rows)
         >>> found = read_result_rows(workspace, "trending_ranker", "top_events",
         ...                          where={"topic": "sports"}, last=1)
         >>> [(row["window_start"].minute, row["n"]) for row in found]
         [(10, 5)]
     """
-    path = workspace.tables_dir / app / table
+    path = workspace.result_table(app, table)
     snapshot = open_delta_table(path)
     if snapshot is None:
         raise ResultTableNotFoundError(
@@ -71,6 +73,23 @@ def read_result_rows(
     if order:
         rows = rows.sort_by([(column, "ascending") for column in order])
     return [{column: _plain(value) for column, value in row.items()} for row in rows.to_pylist()]
+
+
+def result_tables(workspace: Workspace, app: str) -> list[str]:
+    """The result tables app `app` has written, sorted (none for an app that has none).
+
+    Example:
+        >>> from deltalake import write_deltalake
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> table = workspace.result_table("trending_ranker", "top_events")
+        >>> write_deltalake(str(table), pa.table({"n": [1]}))
+        >>> result_tables(workspace, "trending_ranker")
+        ['top_events']
+    """
+    folder = workspace.app_tables(app)
+    if not folder.is_dir():
+        return []
+    return sorted(path.name for path in folder.iterdir() if is_delta_table(path))
 
 
 def _latest_windows(snapshot: DeltaSnapshot, matches: ds.Expression, last: int) -> pa.Table:

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from millrace import Input, Processor
 from millrace.apps.processors.streaming import RunningProcessor, start_processor_app
-from millrace.apps.sql.running import query_result_table, start_sql_app
+from millrace.apps.sql.running import start_sql_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
@@ -23,6 +23,7 @@ from millrace.errors import ProcessorError
 from millrace.records import Record
 from millrace.sql.parser import parse_app
 from millrace.testing import ProcessorTester
+from millrace.warehouse.result_tables import read_result_rows
 from tests.apps.processor_apps import (
     OLD_REASON,
     T0,
@@ -362,7 +363,7 @@ def test_productions_carry_their_time_ms_to_tail_and_to_a_sql_app_windowing_them
 
     summed = {
         (row["query"], int(row["window_start"].timestamp() * 1000)): row["n"]
-        for row in query_result_table(spark, workspace, app.name, "per_5s")
+        for row in read_result_rows(workspace, app.name, "per_5s")
     }
     # The processor's watermark markers promise its output up to its input's closing record,
     # so the SQL app closes every window, the last one too, with no lateness and no record of

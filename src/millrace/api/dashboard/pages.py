@@ -39,14 +39,13 @@ from millrace.api.history import app_figures
 from millrace.api.monitoring import iso_time, stream_summary
 from millrace.api.pipeline import build_pipeline
 from millrace.api.records import newest_records
-from millrace.api.results import result_tables
 from millrace.bus.streams import dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import MillraceError, StreamNotFoundError
 from millrace.monitor.service import Monitor
 from millrace.monitor.status import AppStatus
 from millrace.ops import registry
-from millrace.warehouse.result_tables import read_result_rows
+from millrace.warehouse.result_tables import read_result_rows, result_tables
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -118,7 +117,7 @@ def app_page(
 
     def render() -> HTMLResponse:
         status = monitor.status(app)
-        deployed = (registry.app_dir(workspace, app) / "app.json").is_file()
+        deployed = registry.is_deployed(workspace, app)
         if status is None and not deployed:
             return not_found_page(
                 f"no app {app!r} in this workspace",

@@ -31,25 +31,25 @@ batch runs of SQL apps.
 
 from __future__ import annotations
 
-import json
+import functools
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
+from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS
 from millrace.apps.processors.errors import (
     processor_error_in,
-    require_processor_stream,
+    require_inputs,
     worker_error_text,
 )
 from millrace.apps.processors.outputs import write_output_rows
 from millrace.apps.processors.rows import (
     DEAD_LETTER,
-    DEFAULT_BUCKETS,
     LATE,
     OUTPUT_SCHEMA,
     PRODUCTION,
@@ -62,16 +62,16 @@ from millrace.apps.processors.rows import (
     record_of,
     undecodable_letter,
 )
-from millrace.bus.client_config import spark_kafka_options
-from millrace.bus.streams import describe_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
+from millrace.engine.event_time import carried_time, event_time_column, from_1970
+from millrace.engine.headers import record_id_column
 from millrace.engine.low_watermark import MARKER_MS, WRITTEN
 from millrace.errors import ProcessorError
 from millrace.processor.execution import run_batch
 from millrace.processor.processor import Input, Processor
 from millrace.records import RecordDecodeError
-from millrace.warehouse.archive import read_archive
+from millrace.warehouse.archive import RecordSource, read_archive, read_records
 
 
 @dataclass
@@ -99,7 +99,7 @@ def run_processor_batch(
     start_ms: int,
     end_ms: int,
     buckets: int = DEFAULT_BUCKETS,
-    source: Literal["bus", "warehouse"] = "bus",
+    source: RecordSource = "bus",
     into: Collection[str] | None = None,
 ) -> ProcessorBatchRun:
     """Run `processor_class` once over its inputs' records with event times in the range.
@@ -117,18 +117,19 @@ def run_processor_batch(
             f"the batch range of {processor_class.name!r} is empty: {start_ms} to {end_ms}",
             hint="give an end after the start",
         )
+    require_inputs(workspace, processor_class)
     for stream_input in processor_class.inputs:
-        require_processor_stream(
-            workspace, stream_input.stream, f"input of processor {processor_class.name!r}"
-        )
         create_dead_letter_stream(workspace, stream_input.stream)
     if processor_class.on_error == "dlq":
         create_dead_letter_stream(workspace, processor_class.name)
-    records: DataFrame | None = None
-    for stream_input in processor_class.inputs:
-        frame = _read_range(spark, workspace, stream_input, buckets, start_ms, end_ms, source)
-        records = frame if records is None else records.unionByName(frame)
-    assert records is not None  # validate() requires at least one input
+    # `validate` requires at least one input.
+    records = functools.reduce(
+        DataFrame.unionByName,
+        [
+            _read_range(spark, workspace, stream_input, buckets, start_ms, end_ms, source)
+            for stream_input in processor_class.inputs
+        ],
+    )
     outputs = records.groupBy("bucket").applyInPandas(
         _bucket_function(processor_class, end_ms, processing_time_ms=int(time.time() * 1000)),
         schema=OUTPUT_SCHEMA,
@@ -148,6 +149,29 @@ def run_processor_batch(
     return run
 
 
+def archived_input(spark: SparkSession, workspace: Workspace, source: Input) -> DataFrame:
+    """The archived records of input `source`, with the event time the processor reads them at.
+
+    Columns: `record_id`, `key` and `value` as text, `event_time` (the Input's time field,
+    else the time the record's `time` header carries; NULL where neither gives a time from
+    1970 on), `bucket`, `offset` and `timestamp` (the record's arrival on the bus).
+    """
+    archived = read_archive(spark, workspace, source.stream)
+    given = event_time_column(
+        F.get_json_object(F.col("value").cast("string"), f"$.{source.time}"),
+        carried_time(F.col("headers")),
+    )
+    return archived.select(
+        record_id_column().alias("record_id"),
+        F.col("key").cast("string").alias("key"),
+        F.col("value").cast("string").alias("value"),
+        F.when(from_1970(given), given).alias("event_time"),
+        F.col("partition").alias("bucket"),
+        "offset",
+        "timestamp",
+    )
+
+
 def _read_range(
     spark: SparkSession,
     workspace: Workspace,
@@ -155,27 +179,10 @@ def _read_range(
     buckets: int,
     start_ms: int,
     end_ms: int,
-    origin: Literal["bus", "warehouse"],
+    origin: RecordSource,
 ) -> DataFrame:
     """The input rows of `source` in the range, and its unreadable records, in batch."""
-    if origin == "warehouse":
-        raw = read_archive(spark, workspace, source.stream)
-    else:
-        # The end offsets are fixed now, so that every action on the frame sees the same
-        # records.
-        ends = {
-            str(bucket.bucket): bucket.end_offset
-            for bucket in describe_stream(workspace.settings, source.stream).buckets
-        }
-        raw = (
-            spark.read.format("kafka")
-            .options(**spark_kafka_options(workspace.settings))
-            .option("subscribe", source.stream)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", json.dumps({source.stream: ends}))
-            .option("includeHeaders", "true")
-            .load()
-        )
+    raw = read_records(spark, workspace, source.stream, origin)
     placed = (
         placed_rows(raw, source, buckets, input_max_future_ms(workspace, source))
         .where(F.col(MARKER_MS).isNull())

@@ -41,6 +41,9 @@ from typing import Any
 
 from millrace.errors import ProcessorError
 
+DEFAULT_BUCKETS = 64
+"""Hash buckets a processor's keys are spread over; each is one group of Spark's operator."""
+
 _encode_str = json.encoder.encode_basestring_ascii
 
 

@@ -22,6 +22,7 @@ import json
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import ProcessorError, StreamNotFoundError
+from millrace.processor.processor import Processor
 
 # This mark starts a worker's error fields in the text of Spark's exception.
 _WORKER_ERROR_MARK = "millrace-processor-error:"
@@ -36,6 +37,12 @@ def require_processor_stream(workspace: Workspace, stream: str, role: str) -> in
             f"stream {stream!r}, {role}, does not exist",
             hint=f"create it with `millrace stream create {stream}` and start the app again",
         ) from error
+
+
+def require_inputs(workspace: Workspace, processor: type[Processor]) -> None:
+    """`ProcessorError` naming the first input of `processor` whose stream does not exist."""
+    for source in processor.inputs:
+        require_processor_stream(workspace, source.stream, f"input of processor {processor.name!r}")
 
 
 def worker_error_text(error: ProcessorError) -> str:

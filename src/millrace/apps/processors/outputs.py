@@ -24,10 +24,10 @@ from millrace.apps.processors.rows import (
     PRODUCTION,
     TIMERS,
 )
-from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.markers import WRITER_HEADER
 from millrace.config.workspace import Workspace
-from millrace.engine.streams import bucket_by_id
+from millrace.engine import kafka
+from millrace.engine.writes import bucket_by_id
 from millrace.errors import ProcessorError, ServingError
 from millrace.processor.lookups import TABLE_PREFIX
 from millrace.records import ID_HEADER, TIME_HEADER
@@ -76,17 +76,15 @@ def write_output_rows(
             written = written.where(~F.col("stream").isin(*tables))
         if any(row["kind"] not in NOT_WRITTEN and row["stream"] not in tables for row in counts):
             buckets = _bucket_counts(stream_buckets)
-            (
+            kafka.write(
                 written.select(
                     F.col("stream").alias("topic"),
                     "key",
                     "value",
                     _headers(name if on_timers is not None else None).alias("headers"),
                     bucket_by_id(F.col("id"), F.col("key"), buckets).alias("partition"),
-                )
-                .write.format("kafka")
-                .options(**spark_kafka_options(workspace.settings))
-                .save()
+                ),
+                workspace.settings,
             )
         if on_timers is not None:
             reports = []

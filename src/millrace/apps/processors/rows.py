@@ -33,15 +33,12 @@ from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
 from millrace.bus.streams import dead_letter_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.engine.headers import header_text
-from millrace.engine.low_watermark import MARKER_MS, WRITTEN, future_dated_reason, marker_columns
-from millrace.engine.streams import carried_millis
+from millrace.engine.event_time import carried_millis, future_dated_reason
+from millrace.engine.headers import record_id_column
+from millrace.engine.low_watermark import MARKER_MS, WRITTEN, marker_columns
 from millrace.processor.execution import BatchOutcome, DeadLetter
 from millrace.processor.processor import Input
-from millrace.records import ID_HEADER, Record, RecordDecodeError, decode_value
-
-DEFAULT_BUCKETS = 64
-"""Hash buckets a processor's keys are spread over; each is one group of Spark's operator."""
+from millrace.records import Record, RecordDecodeError, decode_value, placeable_time_ms
 
 OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING, time STRING"
 """The Spark schema of the operator's output rows, in the order of `OutputRow`'s fields."""
@@ -150,7 +147,7 @@ def event_time_of(
         time_ms = _time_in(source, value, carried_ms)
     except Exception:
         return None
-    return None if time_ms < 0 or time_ms - arrival_ms > max_future_ms else time_ms
+    return placeable_time_ms(time_ms, arrival_ms, max_future_ms)
 
 
 def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int) -> DataFrame:
@@ -178,7 +175,7 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
         F.col("key").cast("string").alias("record_key"),
         # Another producer's empty id is no id: the record is known by its place, not dropped
         # as a copy of every other record with an empty id.
-        F.nullif(header_text(F.col("headers"), ID_HEADER), F.lit("")).alias("record_id"),
+        record_id_column().alias("record_id"),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
         fault.alias("fault"),

@@ -45,9 +45,11 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import pandas as pd
 from pyspark.errors import StreamingQueryException
@@ -61,10 +63,10 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from millrace.apps.processors.bucket_store import BucketStore
+from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS, BucketStore
 from millrace.apps.processors.errors import (
     processor_error_in,
-    require_processor_stream,
+    require_inputs,
     worker_error_text,
 )
 from millrace.apps.processors.lookups import ServingLookups, require_tables
@@ -73,7 +75,6 @@ from millrace.apps.processors.pending_timers import PendingTimers
 from millrace.apps.processors.rows import (
     CLOCK,
     DEAD_LETTER,
-    DEFAULT_BUCKETS,
     DUPLICATE,
     LATE,
     OUTPUT_SCHEMA,
@@ -91,6 +92,7 @@ from millrace.apps.processors.rows import (
     undecodable_letter,
 )
 from millrace.apps.processors.wakeups import ProcessorClock, clock_stream, read_wakeups
+from millrace.apps.progress_lines import QueryTotals, count
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
@@ -108,6 +110,7 @@ from millrace.engine.low_watermark import (
 )
 from millrace.engine.metrics import observe_outputs
 from millrace.engine.output_watermark import OutputWatermark
+from millrace.engine.plans import logical_plans
 from millrace.engine.session import state_store
 from millrace.engine.triggers import Trigger
 from millrace.errors import ProcessorError
@@ -117,7 +120,6 @@ from millrace.processor.processor import Input, Processor
 from millrace.records import Record, RecordDecodeError
 
 _BUCKET_STATE_SCHEMA = "keys STRING, timers STRING, timer_ms LONG"
-_PENDING_TIMERS = "pending_timers.json"
 
 
 @dataclass
@@ -127,7 +129,8 @@ class RunningProcessor:
     `productions`, `dead_letters`, `late` and `duplicates` count, since the start, the records
     written to output streams, the records and timers sent to dead-letter streams, the records
     that came behind the watermark and were not processed, and the copies of records already
-    processed that were dropped (under `exactly_once`).
+    processed that were dropped (under `exactly_once`). It is the app's `Streaming` handle
+    (`millrace.apps.app`): leaving it as a context manager stops what it started.
     """
 
     processor: type[Processor]
@@ -138,37 +141,54 @@ class RunningProcessor:
     late: int = 0
     duplicates: int = 0
     _stream_buckets: dict[str, int] = field(default_factory=dict)
-    _tickers: list[IdleTicker] = field(default_factory=list)
     _clock: ProcessorClock | None = None
     _timers: PendingTimers | None = None
-    _markers: OutputWatermark | None = None
+    _resources: ExitStack = field(default_factory=ExitStack)
+
+    stopping = "stopping once the running micro-batch is done..."
+
+    @property
+    def queries(self) -> list[StreamingQuery]:
+        """The processor's one query."""
+        return [self.query]
+
+    @property
+    def started(self) -> str:
+        """The line said once the query runs."""
+        return f"processor {self.processor.name!r} running (Ctrl-C stops)"
 
     def process_all_available(self) -> None:
         """Block until the query has processed the data there is; a failure is raised here."""
         self._surfacing(self.query.processAllAvailable)
 
     def await_termination(self) -> None:
-        """Block until the query stops; with `available_now` it stops by itself."""
+        """Block until the query stops; with `available_now` it stops by itself.
+
+        The error the query stopped with, if any, is raised here.
+        """
         try:
             self._surfacing(self.query.awaitTermination)
         finally:
-            self._close_tickers()
+            self._resources.close()
 
     def stop(self) -> None:
-        """Stop the query, once its running micro-batch is done."""
-        self.query.stop()
-        self._close_tickers()
+        """Stop the query, once its running micro-batch is done, and what it started beside.
 
-    def _close_tickers(self) -> None:
-        for ticker in self._tickers:
-            ticker.close()
-        self._tickers.clear()
-        if self._clock is not None:
-            self._clock.close()
-            self._clock = None
-        if self._markers is not None:
-            self._markers.close()
-            self._markers = None
+        The error the query stopped with, if it failed before, is raised here.
+        """
+        self.query.stop()
+        self.await_termination()
+
+    def summary(self, totals: Mapping[str, QueryTotals]) -> list[str]:
+        """What the run read, and what became of it."""
+        read = totals.get(self.query.name, QueryTotals()).read
+        return [
+            f"{count(read, 'record')} read: "
+            f"{count(self.productions, 'production')}, "
+            f"{count(self.late, 'late record')} dropped, "
+            f"{count(self.duplicates, 'duplicate')} dropped, "
+            f"{count(self.dead_letters, 'dead letter')}"
+        ]
 
     def _surfacing(self, wait: Callable[[], Any]) -> None:
         try:
@@ -179,6 +199,20 @@ class RunningProcessor:
                 or disk_full_error(error, self.workspace, self.processor.name)
                 or error
             ) from None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        """Stop the query if it still runs, and the tickers, clock and marker publisher."""
+        if self.query.isActive:
+            self.query.stop()
+        self._resources.close()
 
 
 def start_processor_app(
@@ -206,26 +240,122 @@ def start_processor_app(
             f"{processor_class.__name__} was started with {buckets} buckets",
             hint="give buckets=1 or more; the default is 64",
         )
+    require_inputs(workspace, processor_class)
     for source in processor_class.inputs:
-        require_processor_stream(
-            workspace, source.stream, f"input of processor {processor_class.name!r}"
-        )
         create_dead_letter_stream(workspace, source.stream)
     if processor_class.on_error == "dlq":
         create_dead_letter_stream(workspace, processor_class.name)
-    require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
     if max_records_per_batch is None:
         max_records_per_batch = processor_class.max_records_per_batch
     idle_ticks = not available_now and (trigger is None or trigger.kind != "available-now")
-    records = None
-    tickers = []
-    for source in processor_class.inputs:
-        frame, ticker = _read_input(
-            spark, workspace, processor_class, source, buckets, max_records_per_batch, idle_ticks
+    name = processor_class.name
+    # What a start that fails has started (tickers, the clock, the query) is stopped.
+    with ExitStack() as started:
+        outputs, tickers = _outputs_frame(
+            spark, workspace, processor_class, buckets, max_records_per_batch, idle_ticks
         )
-        records = frame if records is None else records.unionByName(frame)
-        tickers += [ticker] if ticker is not None else []
-    assert records is not None  # validate() requires at least one input
+        for ticker in tickers:
+            started.callback(ticker.close)
+        running: RunningProcessor
+        # Spark may hand the writer its first micro-batch before `start` has returned and
+        # `running` is set: the writer waits for it.
+        ready = threading.Event()
+
+        def started_running() -> RunningProcessor:
+            ready.wait()
+            return running
+
+        writer = (
+            outputs.writeStream.queryName(f"{name}.processor")
+            .foreachBatch(_semantics_writer(processor_class, workspace, started_running))
+            .option("checkpointLocation", str(workspace.checkpoint(name, "processor")))
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        elif trigger is not None:
+            writer = trigger.apply(writer, f"{name}.processor", foreach_batch=True)
+        clock = None
+        if idle_ticks:
+            clock = ProcessorClock(workspace, name, buckets=buckets)
+            started.callback(clock.close)
+        timers = PendingTimers(workspace.pending_timers(name))
+        try:
+            # transformWithState keeps its state only in RocksDB.
+            with state_store(spark, "rocksdb"):
+                running = RunningProcessor(
+                    processor_class, writer.start(), workspace, _clock=clock, _timers=timers
+                )
+            started.callback(_stop_if_active, running.query)
+            markers = OutputWatermark(
+                workspace, name, {running.query: timers.streams}, held_back=timers.earliest_ms
+            )
+            started.callback(markers.close)
+        finally:
+            ready.set()  # also when starting failed: the writer then fails, rather than hangs
+        running._resources = started.pop_all()
+    return running
+
+
+def explain_processor(
+    spark: SparkSession,
+    workspace: Workspace,
+    processor_class: type[Processor],
+    *,
+    buckets: int = DEFAULT_BUCKETS,
+) -> dict[str, str]:
+    """Spark's plan of the processor's query, without running it (`millrace check`)."""
+    processor_class.validate()
+    require_inputs(workspace, processor_class)
+    outputs, _ = _outputs_frame(
+        spark,
+        workspace,
+        processor_class,
+        buckets,
+        processor_class.max_records_per_batch,
+        idle_ticks=False,
+    )
+    return {f"processor {processor_class.name}": logical_plans(outputs)}
+
+
+def _stop_if_active(query: StreamingQuery) -> None:
+    if query.isActive:
+        query.stop()
+
+
+def _outputs_frame(
+    spark: SparkSession,
+    workspace: Workspace,
+    processor_class: type[Processor],
+    buckets: int,
+    max_records_per_batch: int | None,
+    idle_ticks: bool,
+) -> tuple[DataFrame, list[IdleTicker]]:
+    """The operator's output rows over every input and the wake-ups, and the tickers started.
+
+    The serving tables the processor looks up must exist (`ProcessorError` otherwise).
+    """
+    require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
+    frames = []
+    tickers = []
+    try:
+        for source in processor_class.inputs:
+            frame, ticker = _read_input(
+                spark,
+                workspace,
+                processor_class,
+                source,
+                buckets,
+                max_records_per_batch,
+                idle_ticks,
+            )
+            frames.append(frame)
+            tickers += [ticker] if ticker is not None else []
+    except BaseException:
+        for started in tickers:
+            started.close()
+        raise
+    # `validate` requires at least one input.
+    records = functools.reduce(DataFrame.unionByName, frames)
     # Read in every run, so that a checkpoint holds the same sources whether a clock runs.
     records = records.unionByName(_wakeup_rows(spark, workspace, processor_class.name, records))
     outputs = records.groupBy("bucket").transformWithStateInPandas(
@@ -237,50 +367,8 @@ def start_processor_app(
         outputMode="Append",
         timeMode="EventTime",
     )
-    outputs = observe_outputs(spark, workspace, processor_class.name, outputs, F.col("kind"))
-    running: RunningProcessor
-    # Spark may hand the writer its first micro-batch before `start` has returned and
-    # `running` is set: the writer waits for it.
-    ready = threading.Event()
-
-    def started() -> RunningProcessor:
-        ready.wait()
-        return running
-
-    write = _semantics_writer(processor_class, workspace, started)
-    writer = (
-        outputs.writeStream.queryName(f"{processor_class.name}.processor")
-        .foreachBatch(write)
-        .option("checkpointLocation", str(workspace.checkpoint(processor_class.name, "processor")))
-    )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    elif trigger is not None:
-        writer = trigger.apply(writer, f"{processor_class.name}.processor", foreach_batch=True)
-    # transformWithState keeps its state only in RocksDB.
-    clock = ProcessorClock(workspace, processor_class.name, buckets=buckets) if idle_ticks else None
-    timers = PendingTimers(
-        workspace.checkpoint(processor_class.name, "processor") / _PENDING_TIMERS
-    )
-    try:
-        with state_store(spark, "rocksdb"):
-            running = RunningProcessor(
-                processor_class,
-                writer.start(),
-                workspace,
-                _tickers=tickers,
-                _clock=clock,
-                _timers=timers,
-            )
-        running._markers = OutputWatermark(
-            workspace,
-            processor_class.name,
-            {running.query: timers.streams},
-            held_back=timers.earliest_ms,
-        )
-    finally:
-        ready.set()  # also when starting failed: the writer then fails, rather than hangs
-    return running
+    observed = observe_outputs(spark, workspace, processor_class.name, outputs, F.col("kind"))
+    return observed, tickers
 
 
 def _read_input(
@@ -374,7 +462,7 @@ def _semantics_writer(
     running: Callable[[], RunningProcessor],
 ) -> Callable[[DataFrame, int], None]:
     """The query's foreachBatch: `_write_outputs`, at most once per batch for at_most_once."""
-    once = AtMostOnce(workspace.checkpoint(processor_class.name, "processor") / "at_most_once")
+    once = AtMostOnce(workspace.at_most_once_marks(processor_class.name, "processor"))
 
     def write(batch: DataFrame, batch_id: int) -> None:
         if processor_class.semantics == "at_most_once":
