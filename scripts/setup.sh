@@ -63,8 +63,9 @@ if [[ "$(cat "$jars_stamp" 2>/dev/null)" != "$jars_inputs" ]]; then
 fi
 
 # Spark's drivers map the classes they load from one archive instead of loading them at each
-# start (src/millrace/engine/class_archive.py, built by class_archive_build.py); its name follows Java and the jars, so a
-# changed install builds a new one. Without it drivers only start slower.
-"$venv/bin/python" -m millrace.engine.class_archive_build \
+# start (src/millrace/engine/class_archive.py; src/millrace/ops/class_archive_build.py builds
+# it); its name follows Java and the jars, so a changed install builds a new one. Without it
+# drivers only start slower.
+"$venv/bin/python" -m millrace.ops.class_archive_build \
     || say "warning: no class-data archive for Spark's drivers (the error above); they start slower"
 say "ready: $venv (activate with: source $venv/bin/activate)"

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,15 +20,41 @@ from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace, init_workspace
 from millrace.engine.session import spark_session, stop_spark_session
 from millrace.serving.server import start_redis, stop_redis
-from tests.durations import SECONDS_BY_FILE
+from tests.durations import CACHE_KEY, SECONDS_BY_FILE, SLOW_S
 from tests.jvm_options import CHILD_JVM_OPTIONS, CHILD_JVM_TIERED
 from tests.ports import free_port
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slowest files first (tests/durations.py), each file's tests in their order, so that
     the two workers of `make test` finish together."""
-    items.sort(key=lambda item: -SECONDS_BY_FILE.get(item.nodeid.split("::")[0], 0))
+    cache = getattr(config, "cache", None)
+    seconds = (cache.get(CACHE_KEY, None) if cache is not None else None) or SECONDS_BY_FILE
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0))
+
+
+_SECONDS_RUN: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each file's seconds (in the controller, with pytest-xdist)."""
+    _SECONDS_RUN[report.nodeid.split("::")[0]] += report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Record the slow files' seconds in pytest's cache, for the next run's order."""
+    cache = getattr(session.config, "cache", None)
+    if cache is None or hasattr(session.config, "workerinput"):
+        return
+    recorded = {**(cache.get(CACHE_KEY, None) or {}), **_SECONDS_RUN}
+    cache.set(
+        CACHE_KEY,
+        {
+            name: round(seconds)
+            for name, seconds in recorded.items()
+            if seconds >= SLOW_S and (session.config.rootpath / name).is_file()
+        },
+    )
 
 
 @pytest.fixture(scope="session")

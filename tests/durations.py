@@ -2,11 +2,24 @@
 slowest first: with `make test`'s two workers (pytest-xdist, a file to a worker), a long file
 started last would leave the other worker idle for its whole length.
 
-From a two-worker run of ff596ee (`make test`'s pytest line with `--durations=0`), files of
-5 s or more, with 25 s added to tests/cli/test_lifecycle.py for the checks it took over from
-the example lifecycle tests. Refresh it from such a run's output when files grow or move; a
-file missing here only starts after those listed.
+Each run records the seconds of the files it ran in pytest's cache (`tests/conftest.py`), and
+a run orders by those when the cache has them, so a checkout that has run the suite follows
+its files as they grow or move. A fresh clone (CI) has no cache and orders by
+`SECONDS_BY_FILE`: refresh it after a full run with `.venv/bin/python -m tests.durations`,
+which prints it from the cache. A file missing from both only starts after those listed;
+`tests/test_durations.py` checks that every file named here exists.
 """
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+CACHE_KEY = "millrace/seconds_by_file"
+"""Where the seconds of each file of the last runs are kept in pytest's cache."""
+SLOW_S = 5
+"""The files that took at least this long are recorded; the others start last anyway."""
 
 SECONDS_BY_FILE = {
     "tests/cli/test_lifecycle.py": 234,
@@ -61,3 +74,19 @@ SECONDS_BY_FILE = {
     "tests/cli/test_infra.py": 5,
     "tests/bus/test_pipe.py": 5,
 }
+
+
+def main() -> None:
+    """Print `SECONDS_BY_FILE` as the last runs recorded it in pytest's cache."""
+    cached = Path(".pytest_cache/v") / CACHE_KEY
+    if not cached.is_file():
+        sys.exit(f"no recorded durations at {cached}: run the suite (`make test`) first")
+    seconds = json.loads(cached.read_text())
+    print("SECONDS_BY_FILE = {")
+    for name, taken in sorted(seconds.items(), key=lambda item: -item[1]):
+        print(f'    "{name}": {round(taken)},')
+    print("}")
+
+
+if __name__ == "__main__":
+    main()

@@ -63,7 +63,7 @@ class InputLagModel(BaseModel):
     committed_offsets: dict[str, int]
 
 
-class App(BaseModel):
+class AppProgress(BaseModel):
     """An app's progress and lag."""
 
     name: str
@@ -141,7 +141,7 @@ def stream(
 
 
 @router.get("/apps", summary="Every app with its lag and last batch")
-def apps(monitor: Monitor = Depends(get_monitor)) -> list[App]:  # noqa: B008
+def apps(monitor: Monitor = Depends(get_monitor)) -> list[AppProgress]:  # noqa: B008
     """The apps that have a checkpoint in the workspace or published batches lately."""
     now_ms = int(time.time() * 1000)
     return [_app(status, now_ms) for status in monitor.statuses()]
@@ -151,7 +151,7 @@ def apps(monitor: Monitor = Depends(get_monitor)) -> list[App]:  # noqa: B008
 def app(
     app: str = Path(description="The app's name."),
     monitor: Monitor = Depends(get_monitor),  # noqa: B008
-) -> App:
+) -> AppProgress:
     """One app; 404 when the monitor knows none of that name."""
     status = monitor.status(app)
     if status is None:
@@ -224,8 +224,8 @@ def stream_summary(workspace: Workspace, name: str) -> Stream:
     )
 
 
-def _app(status: AppStatus, now_ms: int) -> App:
-    return App(
+def _app(status: AppStatus, now_ms: int) -> AppProgress:
+    return AppProgress(
         name=status.name,
         activity=status.activity,
         queries=status.queries,

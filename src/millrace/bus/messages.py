@@ -17,17 +17,21 @@ from millrace.records import (
     TIME_HEADER,
     Record,
     RecordDecodeError,
+    before_1970_reason,
     decode_value,
+    future_dated_reason,
     record_time_ms,
 )
 
 
-def decode_message(message: Message, time_field: str) -> Record:
+def decode_message(message: Message, time_field: str, max_future_ms: int | None = None) -> Record:
     """Turn a consumed Kafka message into a `Record`.
 
     The event time is `record_time_ms`'s: the value's `time_field`, else the `time` header,
     else the Kafka timestamp, the record's arrival time. Raises `RecordDecodeError` when the
-    value is not a JSON object or its time cannot be read.
+    value is not a JSON object or its time cannot be read; with `max_future_ms`, as every
+    reader of records does, also when the record is dated before 1970 or more than that
+    ahead of its arrival, with the words the Spark readers give (`millrace.records`).
     """
     value = decode_value(message.value() or b"")
     timestamp_type, timestamp = message.timestamp()
@@ -36,6 +40,12 @@ def decode_message(message: Message, time_field: str) -> Record:
         time_ms = record_time_ms(value, time_field, carried_time_ms(message), arrival_ms)
     except PublishError as error:
         raise RecordDecodeError(error.message) from None
+    if max_future_ms is not None and time_ms is not None:
+        unplaceable = before_1970_reason(time_ms) or (
+            None if arrival_ms is None else future_dated_reason(time_ms, arrival_ms, max_future_ms)
+        )
+        if unplaceable is not None:
+            raise RecordDecodeError(unplaceable)
     key = message.key()
     stream, bucket, offset = origin(message)
     return Record(

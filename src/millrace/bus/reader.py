@@ -38,8 +38,10 @@ class Reader:
     """Reads one stream in consumer group `group`, checkpointing as it goes.
 
     A record counts as processed once you ask for the next one (or call `checkpoint` or
-    `close`); checkpoints cover processed records only. Records that are not JSON objects go
-    to `<stream>.dlq` and are counted in `dead_letter_count` instead of being returned.
+    `close`); checkpoints cover processed records only. Records that are not JSON objects,
+    hold no readable time, or are dated before 1970 or more than `events.max_future` ahead of
+    their arrival go to `<stream>.dlq` with the reason every reader gives, and are counted in
+    `dead_letter_count` instead of being returned.
     With `follow=False` iteration ends at the end of the stream as it was when reading began.
 
     For example: `with Reader("page_views", group="page-counter") as reader:` then
@@ -128,7 +130,9 @@ class Reader:
                 self._mark_processed()
                 continue
             try:
-                record = decode_message(message, self.settings.events_time_field)
+                record = decode_message(
+                    message, self.settings.events_time_field, self.settings.max_future_ms
+                )
             except RecordDecodeError as error:
                 self._dead_letters.write(
                     str(error),
@@ -225,8 +229,9 @@ def tail(
     """Records of `stream` from `start` on, without a consumer group and without checkpoints.
 
     Ends at the end of the stream unless `follow`, in which case it waits for new records
-    until the caller stops iterating. Bad records are yielded to no one and not routed: tail
-    only looks, so it skips them and `Reader` keeps the job of routing them.
+    until the caller stops iterating. Bad records (those a `Reader` routes to the dead-letter
+    stream) are yielded to no one and not routed: tail only looks, so it skips them and
+    `Reader` keeps the job of routing them.
     """
     settings = settings or Workspace.locate().settings
     buckets = require_stream(settings, stream)
@@ -261,7 +266,7 @@ def tail(
             if is_marker(message):
                 continue
             try:
-                yield decode_message(message, settings.events_time_field)
+                yield decode_message(message, settings.events_time_field, settings.max_future_ms)
             except RecordDecodeError:
                 continue
     finally:

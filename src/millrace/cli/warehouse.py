@@ -109,6 +109,7 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
     "--app",
     "app_sources",
     multiple=True,
+    metavar="APP",
     help="An app whose archived inputs to add, decoded, as <app>__<input>; may be repeated.",
 )
 @click.option("--limit", type=int, default=1000, show_default=True, help="Rows to print at most.")

@@ -8,7 +8,7 @@ without (`benchmarks/driver_start.py --rounds 5`, docs/benchmarks.md#driver-star
 `millrace run`, `deploy`, `restart`, `rollback` and recovery after a kill starts a driver, so
 each of them gains.
 
-Setup builds it (`millrace.engine.class_archive_build`); `driver_options` names it to each
+Setup builds it (`millrace.ops.class_archive_build`); `driver_options` names it to each
 driver start. The archive's name carries a
 fingerprint of the Java executable and of every jar on the driver's classpath: a JVM refuses
 an archive written for another classpath, so a changed install simply finds no archive of its

@@ -197,6 +197,35 @@ def marker_columns(value: Column, headers: Column) -> list[Column]:
     ]
 
 
+def observed_bucket(
+    records: DataFrame,
+    app: str,
+    stream: str,
+    bucket: int,
+    *,
+    bad: Column,
+    future: Column,
+    time_ms: Column,
+) -> DataFrame:
+    """One bucket's `records`, observed under `bucket_metrics_name`: what each micro-batch read.
+
+    `bad` says which rows go to the dead-letter stream, `future` which of those are dated
+    too far ahead, `time_ms` a record's event time (epoch ms). The rows have the
+    `marker_columns`: a marker moves the bucket's progress to its promise, a record no
+    millrace app wrote to its event time (`max_ms`).
+    """
+    progress_ms = F.when(F.col(MARKER_MS).isNotNull(), F.col(MARKER_MS)).when(
+        ~F.col(WRITTEN), time_ms
+    )
+    return records.observe(
+        bucket_metrics_name(app, stream, bucket),
+        F.count_if(bad).alias("bad"),
+        F.count_if(future).alias("future"),
+        F.max(progress_ms).alias("max_ms"),
+        F.count(MARKER_MS).alias("markers"),
+    )
+
+
 MARKER_MS = "_millrace_marker_ms"
 """The column of `marker_columns` holding a marker's watermark (epoch ms)."""
 WRITTEN = "_millrace_written"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -46,9 +47,9 @@ from millrace.engine.low_watermark import (
     MARKER_MS,
     WRITTEN,
     IdleTicker,
-    bucket_metrics_name,
     bucket_watermarked,
     marker_columns,
+    observed_bucket,
     read_buckets,
     read_ticks,
     union_buckets,
@@ -159,58 +160,64 @@ def read_stream(
         starting_offsets=starting_offsets,
         max_records_per_batch=max_records_per_batch,
     )
-    router = None
-    if route_dead_letters:
-        router = DeadLetterRouter(
-            spark,
-            workspace,
-            app,
-            stream,
-            lambda batch: _dead_letters(
-                _decode(batch, fields, time, stream, max_future_ms),
-                fields,
-                time,
-                stream,
-                max_future_ms,
-            ),
-            starting_offsets=starting_offsets,
-        )
     lateness_ms = None if lateness is None else parse_duration_ms(lateness, what="lateness")
-    # The tick source is part of the plan whether or not a ticker runs, so that a checkpoint
-    # holds the same sources in a run to the end of input as in a live run.
-    ticks = None if lateness_ms is None else read_ticks(spark, workspace, app, stream)
-    branches = []
-    for bucket, raw in enumerate(buckets):
-        decoded = _decode(raw, fields, time, stream, max_future_ms)
-        decoded = decoded.observe(
-            bucket_metrics_name(app, stream, bucket),
-            F.count_if(F.col("_bad")).alias("bad"),
-            F.count_if(F.col("_time_read").isNotNull() & F.col("_event_time").isNull()).alias(
-                "future"
-            ),
-            F.max(_progress_ms()).alias("max_ms"),
-            F.count(MARKER_MS).alias("markers"),
-        )
-        good = _good_records(decoded, fields, time, markers=lateness_ms is not None)
-        if lateness_ms is not None:
-            good = bucket_watermarked(
-                good, time=time, lateness_ms=lateness_ms, ticks=ticks, bucket=bucket
+    idle_timeout_ms = (
+        None if idle_timeout is None else parse_duration_ms(idle_timeout, what="idle timeout")
+    )
+    # What this starts (a router, a ticker) stops if the rest of the read fails.
+    with ExitStack() as started:
+        router = None
+        if route_dead_letters:
+            router = DeadLetterRouter(
+                spark,
+                workspace,
+                app,
+                stream,
+                lambda batch: _dead_letters(
+                    _decode(batch, fields, time, stream, max_future_ms),
+                    fields,
+                    time,
+                    stream,
+                    max_future_ms,
+                ),
+                starting_offsets=starting_offsets,
             )
-        branches.append(good)
-    records = union_buckets(branches)
-    if lateness_ms is not None and deduplicate:
-        records = drop_duplicate_records(records)
-    ticker = None
-    if ticks is not None and idle_timeout is not None:
-        ticker = IdleTicker(
-            spark,
-            workspace,
-            app,
-            stream,
-            run=ticks.run,
-            time_of=functools.partial(_time_of, time=time, max_future_ms=max_future_ms),
-            idle_timeout_ms=parse_duration_ms(idle_timeout, what="idle timeout"),
-        )
+            started.callback(router.close)
+        # The tick source is part of the plan whether or not a ticker runs, so that a
+        # checkpoint holds the same sources in a run to the end of input as in a live run.
+        ticks = None if lateness_ms is None else read_ticks(spark, workspace, app, stream)
+        branches = []
+        for bucket, raw in enumerate(buckets):
+            decoded = observed_bucket(
+                _decode(raw, fields, time, stream, max_future_ms),
+                app,
+                stream,
+                bucket,
+                bad=F.col("_bad"),
+                future=F.col("_time_read").isNotNull() & F.col("_event_time").isNull(),
+                time_ms=F.unix_millis("_event_time"),
+            )
+            good = _good_records(decoded, fields, time, markers=lateness_ms is not None)
+            if lateness_ms is not None:
+                good = bucket_watermarked(
+                    good, time=time, lateness_ms=lateness_ms, ticks=ticks, bucket=bucket
+                )
+            branches.append(good)
+        records = union_buckets(branches)
+        if lateness_ms is not None and deduplicate:
+            records = drop_duplicate_records(records)
+        ticker = None
+        if ticks is not None and idle_timeout_ms is not None:
+            ticker = IdleTicker(
+                spark,
+                workspace,
+                app,
+                stream,
+                run=ticks.run,
+                time_of=functools.partial(_time_of, time=time, max_future_ms=max_future_ms),
+                idle_timeout_ms=idle_timeout_ms,
+            )
+        started.pop_all()
     return StreamInput(stream, records, router, ticker=ticker)
 
 
@@ -415,16 +422,6 @@ def _field(name: str) -> Column:
     """Declared field `name` of a record of `_decode`, from whichever parse took the record."""
     return F.when(F.col(_SLOW).isNotNull(), F.col(f"{_SLOW}.`{name}`")).otherwise(
         F.col(f"{_FAST}.`{name}`")
-    )
-
-
-def _progress_ms() -> Column:
-    """How far a row of `_decode` moves its bucket on (epoch ms), as its watermark sees it.
-
-    A marker moves it to its promise; a record no millrace app wrote, to its event time.
-    """
-    return F.when(F.col(MARKER_MS).isNotNull(), F.col(MARKER_MS)).when(
-        ~F.col(WRITTEN), F.unix_millis("_event_time")
     )
 
 

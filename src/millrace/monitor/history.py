@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from millrace.bus.internal import METRICS_STREAM, read_after
+from millrace.bus.internal import METRICS_STREAM, is_internal_stream, read_after
 from millrace.config.settings import Settings
 from millrace.errors import StreamNotFoundError
 from millrace.monitor.metrics_log import Batch, batch_of
@@ -34,12 +34,18 @@ DEFAULT_BUCKETS = 120
 
 
 def _lag_records(fields: dict[str, Any]) -> float | None:
-    """Records the batch's sources had beyond what it read, when it was planned."""
+    """Records the batch's input streams had beyond what it read, when it was planned.
+
+    An app's own internal streams (its ticks and wake-ups) are no input: left out, as from the
+    app's status (`millrace.monitor.status`).
+    """
     behind = 0
     for source in fields.get("sources") or []:
         latest = source.get("latest_offsets") or {}
         ended = source.get("end_offsets") or {}
         for stream, offsets in latest.items():
+            if is_internal_stream(stream):
+                continue
             for bucket, offset in (offsets or {}).items():
                 reached = (ended.get(stream) or {}).get(bucket, offset)
                 behind += max(0, int(offset) - int(reached))

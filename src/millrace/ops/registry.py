@@ -14,6 +14,7 @@ record; they are meant to be read by people as much as by millrace.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -188,8 +189,6 @@ def source_file(source: str) -> Path | None:
     target = source.rsplit(":", 1)[0]
     if target.endswith(".py"):
         return Path(target) if Path(target).is_file() else None
-    import importlib.util  # only module sources need it
-
     try:
         spec = importlib.util.find_spec(target)
     except (ImportError, ValueError):

@@ -16,6 +16,7 @@ them with the key as routing key), and the last update published is the value th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -168,7 +169,12 @@ def start_table_feed(
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
-    return TableFeed(spec, writer.start(), source, counts)
+    # The read's dead-letter router stops if the query does not start.
+    with ExitStack() as started:
+        started.callback(source.close)
+        feed = TableFeed(spec, writer.start(), source, counts)
+        started.pop_all()
+    return feed
 
 
 def delete_stream_table(workspace: Workspace, name: str) -> int:

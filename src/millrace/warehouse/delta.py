@@ -142,6 +142,8 @@ def is_delta_table(path: StoragePath) -> bool:
         >>> is_delta_table(Path("/nowhere"))
         False
     """
+    if not path.is_dir():
+        return False
     try:
         return DeltaTable.is_deltatable(str(path), _storage_options(path))
     except (DeltaError, OSError) as error:

@@ -46,7 +46,9 @@ from millrace.apps.processors.errors import (
     processor_error_in,
     require_inputs,
     worker_error_text,
+    worker_start_error,
 )
+from millrace.apps.processors.lookups import ServingLookups, require_tables
 from millrace.apps.processors.outputs import write_output_rows
 from millrace.apps.processors.rows import (
     DEAD_LETTER,
@@ -69,6 +71,7 @@ from millrace.engine.headers import record_id_column
 from millrace.engine.low_watermark import MARKER_MS, WRITTEN
 from millrace.errors import ProcessorError
 from millrace.processor.execution import run_batch
+from millrace.processor.lookups import LookupSource
 from millrace.processor.processor import Input, Processor
 from millrace.records import RecordDecodeError
 from millrace.warehouse.archive import RecordSource, read_archive, read_records
@@ -118,6 +121,7 @@ def run_processor_batch(
             hint="give an end after the start",
         )
     require_inputs(workspace, processor_class)
+    require_tables(workspace.settings.redis, getattr(processor_class, "lookups", {}))
     for stream_input in processor_class.inputs:
         create_dead_letter_stream(workspace, stream_input.stream)
     if processor_class.on_error == "dlq":
@@ -131,7 +135,14 @@ def run_processor_batch(
         ],
     )
     outputs = records.groupBy("bucket").applyInPandas(
-        _bucket_function(processor_class, end_ms, processing_time_ms=int(time.time() * 1000)),
+        _bucket_function(
+            processor_class,
+            end_ms,
+            processing_time_ms=int(time.time() * 1000),
+            lookups=ServingLookups(
+                workspace.settings.redis, workspace.settings.redis_lookup_cache_s
+            ),
+        ),
         schema=OUTPUT_SCHEMA,
     )
     if into is not None:
@@ -141,7 +152,11 @@ def run_processor_batch(
     try:
         counts = write_output_rows(workspace, processor_class.name, stream_buckets, outputs)
     except Exception as error:
-        raise processor_error_in(str(error)) or error from None
+        raise (
+            processor_error_in(str(error))
+            or worker_start_error(str(error), processor_class.name)
+            or error
+        ) from None
     run.streams = set(stream_buckets)
     run.productions = counts[PRODUCTION]
     run.dead_letters = counts[DEAD_LETTER]
@@ -195,7 +210,11 @@ def _read_range(
 
 
 def _bucket_function(
-    processor_class: type[Processor], end_ms: int, *, processing_time_ms: int
+    processor_class: type[Processor],
+    end_ms: int,
+    *,
+    processing_time_ms: int,
+    lookups: LookupSource,
 ) -> Callable[[pd.DataFrame], pd.DataFrame]:
     """The function `applyInPandas` runs on each bucket's rows: the two steps of the module."""
     name = processor_class.name
@@ -211,17 +230,27 @@ def _bucket_function(
             try:
                 records.append(record_of(row))
             except RecordDecodeError as error:
-                outputs.append(undecodable_letter(row, str(error)))
+                outputs.append(undecodable_letter(name, row, str(error)))
         processor = processor_class()
         try:
             first = run_batch(
-                processor, {}, records, watermark_ms=None, processing_time_ms=processing_time_ms
+                processor,
+                {},
+                records,
+                watermark_ms=None,
+                processing_time_ms=processing_time_ms,
+                lookups=lookups,
             )
             stored = {key: state for key, state in first.states.items() if state is not None}
             for key, first_stored in stored.items():
                 _require_no_clock(name, key, first_stored)
             last = run_batch(
-                processor, stored, [], watermark_ms=end_ms, processing_time_ms=processing_time_ms
+                processor,
+                stored,
+                [],
+                watermark_ms=end_ms,
+                processing_time_ms=processing_time_ms,
+                lookups=lookups,
             )
             for key, last_stored in last.states.items():
                 if last_stored is not None:

@@ -6,7 +6,8 @@ failure, a processing-time timer in a batch run) reaches the driver only as the 
 Spark's exception: `worker_error_text` puts its fields, as JSON after a mark, into the text
 the worker raises, and `processor_error_in` finds them in the driver's exception and makes
 the `ProcessorError` again, so that the user sees its message and hint and not Spark's trace.
-Streaming (`millrace.apps.processors.streaming`) and batch (`millrace.apps.processors.batch`) runs
+A worker that Spark could not start in time is a `ProcessorError` too (`worker_start_error`).
+Streaming (`millrace.apps.processors.streaming`) and batch runs (`millrace.apps.processors.batch`)
 share them.
 
 Example:
@@ -26,6 +27,8 @@ from millrace.processor.processor import Processor
 
 # This mark starts a worker's error fields in the text of Spark's exception.
 _WORKER_ERROR_MARK = "millrace-processor-error:"
+# Spark's words when a Python worker it started did not connect back in time.
+_WORKER_START_FAILED = "Python worker failed to connect back"
 
 
 def require_processor_stream(workspace: Workspace, stream: str, role: str) -> int:
@@ -53,6 +56,27 @@ def worker_error_text(error: ProcessorError) -> str:
         'millrace-processor-error:{"message": "bad key", "hint": "give a key"}'
     """
     return _WORKER_ERROR_MARK + json.dumps({"message": error.message, "hint": error.hint})
+
+
+def worker_start_error(text: str, processor: str) -> ProcessorError | None:
+    """The `ProcessorError` for a Python worker that did not start in time, from Spark's text.
+
+    Spark waits a fixed 10 s for a Python worker it starts to connect back (not a setting),
+    and on a machine too busy for that fails the query with its own raw error. None when the
+    text is about something else.
+
+    Example:
+        >>> error = worker_start_error("Python worker failed to connect back.", "zeitgeist")
+        >>> error.message
+        "a Python worker of processor 'zeitgeist' did not start within Spark's 10 s"
+    """
+    if _WORKER_START_FAILED not in text:
+        return None
+    return ProcessorError(
+        f"a Python worker of processor {processor!r} did not start within Spark's 10 s",
+        hint="the machine was too busy for it; start the app again (its checkpoint keeps its "
+        "place, nothing is lost), and give the machine fewer apps or more cores",
+    )
 
 
 def processor_error_in(text: str) -> ProcessorError | None:

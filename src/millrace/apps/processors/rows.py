@@ -287,22 +287,30 @@ def record_of(row: InputRow) -> Record:
     )
 
 
-def undecodable_letter(row: InputRow, error: str) -> OutputRow:
-    """The dead letter of a value that is not a JSON object, as every millrace reader writes.
+def undecodable_letter(name: str, row: InputRow, error: str) -> OutputRow:
+    """The dead letter of a record processor `name` cannot read: not a JSON object, no time.
+
+    It has the fields of every processor's dead letter (`LETTER_FIELDS`), with no key (none
+    could be read) and no timer, and the id every millrace reader gives the letter of the
+    record at that place, so that a reader drops the letters that several readers wrote.
 
     Example:
-        >>> undecodable_letter(InputRow("clicks", b"oops", None, None, 0, 41, None, None),
-        ...                    "value is not JSON").stream
-        'clicks.dlq'
+        >>> letter = undecodable_letter(
+        ...     "counter", InputRow("clicks", b"oops", None, None, 0, 41, None, None), "no JSON")
+        >>> letter.stream, sorted(json.loads(letter.value)) == sorted(LETTER_FIELDS)
+        ('clicks.dlq', True)
     """
-    letter = dead_letter_value(
-        error, row.stream, row.record_bucket, row.record_offset, bytes(row.value or b"")
+    original = bytes(row.value or b"")
+    fields = _letter_fields(
+        name,
+        None,
+        dead_letter_value(error, row.stream, row.record_bucket, row.record_offset, original),
     )
     return OutputRow(
         DEAD_LETTER,
         dead_letter_stream(row.stream),
         row.record_key,
-        json.dumps(letter),
+        json.dumps(fields),
         dead_letter_id(row.stream, row.record_bucket, row.record_offset),
     )
 
@@ -362,13 +370,32 @@ def _text_or_none(time_ms: int | None) -> str | None:
     return None if time_ms is None else str(time_ms)
 
 
+LETTER_FIELDS = (
+    "error",
+    "processor",
+    "key",
+    "stream",
+    "bucket",
+    "offset",
+    "original",
+    "original_base64",
+    "timer",
+)
+"""The fields of every dead letter of a processor, whatever its cause; those that do not
+apply are null (a timer's letter has no record, a record's letter no timer)."""
+
+
+def _letter_fields(name: str, key: Any, found: dict[str, Any]) -> dict[str, Any]:
+    """A processor's dead letter: `found` (the error and what it is about) in every field."""
+    return {field: None for field in LETTER_FIELDS} | {"processor": name, "key": key} | found
+
+
 def _processor_letter(name: str, letter: DeadLetter) -> OutputRow:
     """A record's dead letter goes to its stream's; a timer's to the processor's own."""
-    fields: dict[str, Any] = {"error": letter.error, "processor": name, "key": letter.key}
     record = letter.record
     if record is not None:
         original = json.dumps(record.value, separators=(",", ":"), ensure_ascii=False)
-        fields |= dead_letter_value(
+        found = dead_letter_value(
             letter.error, record.stream, record.bucket, record.offset, original.encode()
         )
         target = dead_letter_stream(record.stream)
@@ -376,9 +403,13 @@ def _processor_letter(name: str, letter: DeadLetter) -> OutputRow:
     else:
         timer = letter.timer
         assert timer is not None  # a dead letter holds a record or a timer
-        fields["timer"] = {"tag": timer.tag, "time_ms": timer.time_ms, "domain": timer.domain}
+        found = {
+            "error": letter.error,
+            "timer": {"tag": timer.tag, "time_ms": timer.time_ms, "domain": timer.domain},
+        }
         target = dead_letter_stream(name)
         letter_id = f"{name}:dlq:timer:{_canonical_text(letter.key)}:{timer.tag}:{timer.time_ms}"
+    fields = _letter_fields(name, letter.key, found)
     return OutputRow(
         DEAD_LETTER, target, _routing_key(letter.key), json.dumps(fields, default=repr), letter_id
     )

@@ -68,6 +68,7 @@ from millrace.apps.processors.errors import (
     processor_error_in,
     require_inputs,
     worker_error_text,
+    worker_start_error,
 )
 from millrace.apps.processors.lookups import ServingLookups, require_tables
 from millrace.apps.processors.outputs import write_output_rows
@@ -99,11 +100,9 @@ from millrace.engine.dead_letter_routing import create_dead_letter_stream
 from millrace.engine.delivery import AtMostOnce, run_without_writing
 from millrace.engine.disk_full import disk_full_error
 from millrace.engine.low_watermark import (
-    MARKER_MS,
-    WRITTEN,
     IdleTicker,
-    bucket_metrics_name,
     bucket_watermarked,
+    observed_bucket,
     read_buckets,
     read_ticks,
     union_buckets,
@@ -196,6 +195,7 @@ class RunningProcessor:
         except StreamingQueryException as error:
             raise (
                 processor_error_in(str(error))
+                or worker_start_error(str(error), self.processor.name)
                 or disk_full_error(error, self.workspace, self.processor.name)
                 or error
             ) from None
@@ -393,17 +393,15 @@ def _read_input(
     ticks = read_ticks(spark, workspace, processor.name, source.stream)
     branches = [
         bucket_watermarked(
-            placed_rows(raw, source, buckets, max_future_ms).observe(
-                bucket_metrics_name(processor.name, source.stream, bucket),
+            observed_bucket(
+                placed_rows(raw, source, buckets, max_future_ms),
+                processor.name,
+                source.stream,
+                bucket,
                 # The execution core counts the dead letters, in the query's outputs.
-                F.lit(0).alias("bad"),
-                F.count_if(F.col("fault").isNotNull()).alias("future"),
-                F.max(
-                    F.when(F.col(MARKER_MS).isNotNull(), F.col(MARKER_MS)).when(
-                        ~F.col(WRITTEN), F.col("time_ms")
-                    )
-                ).alias("max_ms"),
-                F.count(MARKER_MS).alias("markers"),
+                bad=F.lit(False),
+                future=F.col("fault").isNotNull(),
+                time_ms=F.col("time_ms"),
             ),
             time="event_time",
             lateness_ms=source.lateness_ms,
@@ -506,7 +504,9 @@ class _BucketRunner(StatefulProcessor):
                 try:
                     records.append(record_of(row))
                 except RecordDecodeError as error:
-                    undecodable.append(undecodable_letter(row, str(error)))
+                    undecodable.append(
+                        undecodable_letter(self.processor_class.name, row, str(error))
+                    )
         yield from _frames(undecodable + self._run(int(key[0]), records, timerValues))
 
     def handleExpiredTimer(  # noqa: N802

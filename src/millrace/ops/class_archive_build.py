@@ -1,11 +1,12 @@
 """Building the class-data archive of Spark's driver JVM (`millrace.engine.class_archive`).
 
-`python -m millrace.engine.class_archive_build` (run by scripts/setup.sh) starts a driver
+`python -m millrace.ops.class_archive_build` (run by scripts/setup.sh) starts a driver
 that exercises what apps use (SQL, a stateful streaming aggregation,
 `transformWithStateInPandas`, Delta reads, writes and merges) and has the JVM write the
 classes it loaded when it exits. It builds only when no complete archive of this install's
-name exists. It is a module of its own because it starts a SparkSession
-(`millrace.engine.session`), which itself names the archive to every driver it starts.
+name exists. It is a setup step of operations, apart from the engine: it starts a
+SparkSession (`millrace.engine.session`), which itself names the archive to every driver it
+starts, and writes Delta tables as apps do (`millrace.warehouse.delta`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from millrace.engine import spark_internals
 from millrace.engine.class_archive import QUIET_SHARING, archive_file, is_complete
 from millrace.engine.session import connector_jars, spark_session, stop_spark_session
 from millrace.errors import MillraceError, SetupError
+from millrace.warehouse.delta import spark_append, spark_merge, spark_read, spark_stream_writer
 
 
 def _build(settings: Settings, archive: Path) -> None:
@@ -103,27 +105,26 @@ def _exercise(settings: Settings, scratch: Path) -> None:
         ]
         (events / f"part-{part}.json").write_text("\n".join(rows))
     records = spark.readStream.schema("key STRING, time TIMESTAMP, n BIGINT").json(str(events))
-    table = str(scratch / "table")
+    table = scratch / "table"
 
-    def merge(batch: DataFrame, batch_id: int) -> None:
-        batch.write.format("delta").mode("append").save(table)
-        spark.sql(
-            f"MERGE INTO delta.`{table}` AS t USING (SELECT * FROM delta.`{table}` LIMIT 1) AS s"
-            " ON t.key = s.key WHEN MATCHED THEN UPDATE SET t.count = s.count"
-        )
+    def write(batch: DataFrame, batch_id: int) -> None:
+        # As result tables are written: appended to (mode final), merged into by key (updates).
+        spark_append(batch, scratch / "appended", metadata=f"batch:{batch_id}")
+        spark_merge(batch, table, ["window_start", "window_end", "key"])
 
     counts = (
         records.withWatermark("time", "1 minute")
         .groupBy(F.window("time", "10 minutes"), "key")
         .count()
-        .select("key", "count")
+        .select("window.start", "window.end", "key", "count")
+        .withColumnsRenamed({"start": "window_start", "end": "window_end"})
     )
-    _run(counts.writeStream.foreachBatch(merge), scratch)
-    spark.read.format("delta").load(table).where("count > 0").orderBy("key").collect()
+    _run(counts.writeStream.foreachBatch(write), scratch)
+    spark_read(spark, table).where("count > 0").orderBy("key").collect()
     processed = records.groupBy("key").transformWithStateInPandas(
         Count(), "key STRING, count LONG", outputMode="Update", timeMode="None"
     )
-    _run(processed.writeStream.format("delta").option("path", f"{table}-processed"), scratch)
+    _run(spark_stream_writer(processed).option("path", f"{table}-processed"), scratch)
     stop_spark_session()
 
 
