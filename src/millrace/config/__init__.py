@@ -1,1 +1,6 @@
-"""The bottom layer: settings, the workspace folder, durations, and where the JVM side lives."""
+"""The config layer: settings, the workspace and every path in it, storage, local processes.
+
+`config.workspace` names every file and folder of the workspace; `config.storage` reaches the
+storage root of checkpoints and tables without Spark; durations, alert rules and where the
+JVM side lives are here too.
+"""
