@@ -1,4 +1,5 @@
 import dataclasses
+import json
 
 from confluent_kafka import Producer
 
@@ -6,6 +7,7 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.reader import Reader, TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.settings import Settings
+from millrace.records import before_1970_reason
 
 
 def _publish_numbers(settings: Settings, stream: str, count: int) -> dict[str, int]:
@@ -137,3 +139,30 @@ def test_published_events_carry_their_time_for_readers_of_another_time_field(
     other_field = dataclasses.replace(settings, events_time_field="ts")
     with Reader(stream_name, "other-field", settings=other_field, follow=False) as reader:
         assert [record.time_ms for record in reader] == [1_767_225_600_000]
+
+
+def test_a_reader_dead_letters_a_record_dated_before_1970_or_too_far_ahead_as_spark_readers_do(
+    settings: Settings, stream_name: str
+) -> None:
+    create_stream(settings, stream_name)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    for time in ("2026-01-01T00:00:00Z", "1969-07-20T20:17:40Z", "2100-01-01T00:00:00Z"):
+        producer.produce(stream_name, json.dumps({"time": time}).encode())
+    producer.flush()
+
+    with Reader(stream_name, "bounds", settings=settings, follow=False) as reader:
+        kept = [record.value["time"] for record in reader]
+    tailed = [
+        record.value["time"]
+        for record in tail(stream_name, TailStart(from_beginning=True), settings=settings)
+    ]
+
+    assert kept == tailed == ["2026-01-01T00:00:00Z"]
+    assert reader.dead_letter_count == 2
+    letters = tail(
+        dead_letter_stream(stream_name), TailStart(from_beginning=True), settings=settings
+    )
+    errors = {letter.value["offset"]: letter.value["error"] for letter in letters}
+    assert errors[1] == before_1970_reason(-14_182_940_000)
+    assert errors[2].startswith("event time 2100-01-01T00:00:00.000Z is ")
+    assert errors[2].endswith(f"more than max_future ({settings.max_future_ms} ms)")

@@ -207,6 +207,14 @@ def test_a_processor_runs_from_the_command_line_over_live_streams(
     events.append({"query": "closing", "time": start_ms + 3_600_000})
     millrace("publish", "queries", "-", stdin="\n".join(json.dumps(e) for e in events))
 
+    # `check` asks the app for its plans, whatever its kind.
+    checked = millrace("check", f"{ZEITGEIST}:Zeitgeist")
+    assert checked.returncode == 0, checked.stderr
+    assert "== processor zeitgeist ==" in checked.stdout
+    assert "== Analyzed Logical Plan ==" in checked.stdout
+    assert "millrace.outputs.zeitgeist" in checked.stdout  # the operator's observed outputs
+    assert "app 'zeitgeist' is valid" in checked.stdout
+
     ran = millrace_subprocess("run", f"{ZEITGEIST}:Zeitgeist", "--available-now")
 
     assert ran.returncode == 0, ran.stderr

@@ -122,3 +122,44 @@ def test_sql_prints_a_table_of_the_rows_and_their_count(
         ["news", "NULL", "2026-01-02", "[]", "NULL"],
     ]
     assert lines[-1] == "2 rows"
+
+
+PROCESSOR = """
+from millrace import Input, Processor
+
+
+class Categories(Processor):
+    name = "{name}"
+    inputs = [Input("{stream}", key="category", time="event_time")]
+
+    def on_record(self, key, record, ctx):
+        ctx.produce("{stream}.categories", {{"category": key}})
+"""
+
+
+def test_sql_reads_a_processors_archived_inputs_with_the_event_time_it_reads(
+    archived: Archived, tmp_path: Path, millrace: Callable[..., CompletedProcess[str]]
+) -> None:
+    name = f"cli_categories_{uuid.uuid4().hex[:8]}"
+    source = tmp_path / "categories.py"
+    source.write_text(PROCESSOR.format(name=name, stream=archived.stream))
+    view = f"{name}__" + archived.stream.replace(".", "_")
+
+    queried = millrace(
+        "sql",
+        "--json",
+        "--app",
+        f"{source}:Categories",
+        f"SELECT COUNT(*) AS records, MIN(event_time) AS first, MAX(event_time) AS last\n"
+        f"FROM {view}",
+    )
+
+    assert queried.returncode == 0, queried.stderr
+    [row] = [json.loads(line) for line in queried.stdout.splitlines()]
+    assert row == {
+        "records": len(EVENTS),
+        "first": "2026-01-01T00:00:00.000Z",
+        "last": datetime.fromtimestamp(EVENTS[-1]["event_time"] / 1000, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z"),
+    }

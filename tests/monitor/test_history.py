@@ -3,7 +3,7 @@ given number of points per query and figure, however many batches the span holds
 
 from millrace.config.workspace import Workspace
 from millrace.monitor.history import SERIES, app_history
-from millrace.monitor.metrics_log import MetricsLog
+from millrace.monitor.metrics_log import Batch, MetricsLog
 
 HOUR_MS = 3_600_000
 
@@ -43,3 +43,21 @@ def test_a_long_span_is_folded_into_the_slices_asked_for(
 def test_an_app_without_batches_has_empty_series(workspace: Workspace) -> None:
     history = app_history(workspace.settings, "no_such_app", span_ms=HOUR_MS)
     assert (history.batches, history.series) == (0, {})
+
+
+def test_the_lag_chart_counts_the_records_waiting_in_inputs_not_in_internal_streams() -> None:
+    waiting = {
+        "sources": [
+            {
+                "latest_offsets": {"clicks": {"0": 10, "1": 7}},
+                "end_offsets": {"clicks": {"0": 4, "1": 7}},
+            },
+            {
+                "latest_offsets": {"_millrace.ticks.counter": {"0": 9}},
+                "end_offsets": {"_millrace.ticks.counter": {"0": 2}},
+            },
+        ]
+    }
+    _, lag_records = SERIES["lag_records"]
+
+    assert lag_records(Batch("counter", "counter.q", "r", 3, 0, waiting)) == 6.0

@@ -16,6 +16,8 @@ from typing import ClassVar
 import pytest
 
 from millrace import Input, Processor, ValueState
+from millrace.apps.declarations import Declared
+from millrace.apps.options import RunOptions
 from millrace.apps.state_schema import (
     check_state,
     processor_fingerprint,
@@ -149,6 +151,29 @@ def test_an_app_whose_process_is_gone_is_crashed_unless_it_recorded_its_exit(
     # The registry's files are plain JSON a person can read.
     saved = json.loads((fresh_workspace.app_record("alive")).read_text())
     assert saved["name"] == "alive" and saved["source"] == "/x.sql"
+
+
+def test_a_record_written_by_an_older_millrace_is_read_with_its_options(
+    fresh_workspace: Workspace,
+) -> None:
+    older = {
+        "name": "older",
+        "kind": "sql",
+        "source": "/x.sql",
+        "source_hash": "ab12",
+        "checkpoint": "/c",
+        "log": "/l",
+        "config": {"trigger": "interval:10s", "master": None, "cwd": "/home/me", "force": True},
+        "pid": None,
+        "status": "stopped",
+    }
+    fresh_workspace.app_record("older").parent.mkdir(parents=True)
+    fresh_workspace.app_record("older").write_text(json.dumps(older))
+
+    record = registry.load(fresh_workspace, "older")
+
+    assert record.options == RunOptions(Trigger.parse("interval:10s"), force=True)
+    assert (record.cwd, record.trigger, record.declared) == ("/home/me", "interval:10s", Declared())
 
 
 SQL = """CREATE APPLICATION shop;

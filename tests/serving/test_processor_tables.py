@@ -6,6 +6,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millrace import Input, Processor
+from millrace.apps.processors.batch import run_processor_batch
 from millrace.apps.processors.streaming import start_processor_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
@@ -92,3 +93,52 @@ def test_a_processor_that_declares_an_unknown_lookup_table_does_not_start(
     processor = enricher(stream_name, stream_name, "no_such_table", "nor_this")
     with pytest.raises(ProcessorError, match="serving table 'no_such_table' does not exist"):
         start_processor_app(spark, workspace, processor)
+
+
+def test_a_batch_run_looks_up_serving_tables_as_a_streaming_run_does(
+    spark: SparkSession, workspace: Workspace, redis_url: str
+) -> None:
+    settings = workspace.settings
+    suffix = uuid.uuid4().hex[:8]
+    source, output = f"test.users.{suffix}", f"test.users_enriched.{suffix}"
+    create_stream(settings, source, buckets=2)
+    create_stream(settings, output)
+    lookup = create_table(
+        settings, TableSpec(f"cls_{suffix}", (("dimension_id", "STRING"),), (("topic", "STRING"),))
+    )
+    classified = {f"d{n}": f"topic{n % 3}" for n in range(4)}  # d4 is missing
+    write_rows(
+        redis_url, lookup, {"dimension_id": list(classified), "topic": list(classified.values())}
+    )
+    served = create_table(
+        settings,
+        TableSpec(f"last_{suffix}", (("user", "STRING"),), (("topic", "STRING"), ("n", "BIGINT"))),
+    )
+    start_ms = 1_767_225_600_000
+    events = [
+        {"user": f"u{n % 7}", "dimension_id": f"d{n % 5}", "n": n, "time": start_ms + n}
+        for n in range(100)
+    ]
+    with Publisher(source, settings=settings) as publisher:
+        for event in events:
+            publisher.send(event, key=event["user"])
+    processor = enricher(source, output, lookup.name, served.name)
+
+    run = run_processor_batch(
+        spark, workspace, processor, start_ms=start_ms, end_ms=start_ms + 1000, buckets=4
+    )
+
+    tester = ProcessorTester(
+        processor,
+        tables={lookup.name: {key: {"topic": topic} for key, topic in classified.items()}},
+    )
+    tester.feed(source, events)
+    tester.run_batch()
+    produced = [r.value for r in tail(output, TailStart(from_beginning=True), settings=settings)]
+    assert run.productions == len(produced) + len(events)  # and one table row per event
+    assert sorted(produced, key=lambda v: v["n"]) == sorted(
+        tester.values(output), key=lambda v: v["n"]
+    )
+    assert sum(1 for value in produced if value["topic"] is None) == 20  # d4: None
+    drop_table(settings, lookup.name)
+    drop_table(settings, served.name)

@@ -14,6 +14,7 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, Processor
+from millrace.apps.processors.rows import LETTER_FIELDS
 from millrace.apps.processors.streaming import RunningProcessor, start_processor_app
 from millrace.apps.sql.running import start_sql_app
 from millrace.bus.publisher import Publisher
@@ -293,6 +294,9 @@ def test_values_not_utf8_json_objects_or_without_a_time_go_to_the_dead_letters(
     assert "ts" in letters[3]["error"]
     assert letters[5]["error"] == "value is not valid UTF-8"
     assert running.dead_letters == 4
+    # Whatever its cause, a processor's dead letter has the same fields.
+    assert all(list(letter) == list(LETTER_FIELDS) for letter in letters.values())
+    assert {letter["processor"] for letter in letters.values()} == {processor.name}
 
 
 def test_a_record_dated_before_1970_goes_to_the_dead_letters_rather_than_being_late(
