@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from millrace.errors import MillraceError
 from millrace.processor import Input, ListState, MapState, Processor, ValueState
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _ON_FIRST_USE.get(name)
     if module is None:
         raise AttributeError(f"module 'millrace' has no attribute {name!r}")

@@ -37,6 +37,11 @@ EPOCH_MS_THRESHOLD = 100_000_000_000
 LARGEST_EPOCH_MS = 2**63 // 1000
 """Epoch milliseconds a TIMESTAMP can hold (its microseconds fill 64 bits), either side of 1970."""
 
+JsonObject = dict[str, Any]  # Any: its values are any JSON the user sends; readers narrow them
+"""A JSON object, such as a record's value: its fields hold whatever JSON the user sends."""
+JsonMapping = Mapping[str, Any]  # Any: as in JsonObject, read but not changed
+"""A `JsonObject` as a parameter that only reads it, so that any mapping of JSON will do."""
+
 
 @dataclass(frozen=True)
 class Record:
@@ -54,7 +59,7 @@ class Record:
     key: str | None
     id: str | None
     time_ms: int | None
-    value: dict[str, Any]
+    value: JsonObject
 
 
 class RecordDecodeError(ValueError):
@@ -82,7 +87,7 @@ _new_id_prefix()
 os.register_at_fork(after_in_child=_new_id_prefix)
 
 
-def encode_event(event: Any) -> bytes:
+def encode_event(event: object) -> bytes:
     """The UTF-8 JSON bytes of `event`, which must be a JSON object (a mapping).
 
     Datetimes and dates are written as ISO-8601 strings. Raises `PublishError` for anything
@@ -109,7 +114,7 @@ def encode_event(event: Any) -> bytes:
         ) from None
 
 
-def event_time_ms(event: Mapping[str, Any], time_field: str) -> int | None:
+def event_time_ms(event: Mapping[str, object], time_field: str) -> int | None:
     """The event time of `event` in epoch milliseconds, read from `time_field`.
 
     The field may hold an ISO-8601 string or a datetime (without an offset, UTC), or an
@@ -217,7 +222,7 @@ def format_time_ms(time_ms: int) -> str:
 
 
 def record_time_ms(
-    value: Mapping[str, Any], time_field: str, carried_ms: int | None, arrival_ms: int | None
+    value: Mapping[str, object], time_field: str, carried_ms: int | None, arrival_ms: int | None
 ) -> int | None:
     """A record's event time: its `time_field`, else the time it carries, else its arrival.
 
@@ -245,7 +250,7 @@ def time_header(time_ms: int) -> tuple[str, bytes]:
     return TIME_HEADER, str(time_ms).encode()
 
 
-def decode_value(raw: bytes) -> dict[str, Any]:
+def decode_value(raw: bytes) -> JsonObject:
     """The JSON object a record's value holds; `RecordDecodeError` saying why when it is not one.
 
     Example:
@@ -268,13 +273,13 @@ def decode_value(raw: bytes) -> dict[str, Any]:
     return value
 
 
-def _json_default(value: Any) -> str:
+def _json_default(value: object) -> str:
     if isinstance(value, datetime | date):
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _bad_time(time_field: str, value: Any) -> PublishError:
+def _bad_time(time_field: str, value: object) -> PublishError:
     return PublishError(
         f"event time field {time_field!r} holds {value!r:.60}, which is neither an ISO-8601 "
         "time nor an epoch number",

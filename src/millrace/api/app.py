@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, params
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -77,7 +77,7 @@ def create_app(
         yield
         stop.set()
 
-    guarded = [Depends(require_token)] if token else []
+    guarded: list[params.Depends] = [Depends(require_token)] if token else []
     app = FastAPI(
         title="millrace",
         summary="Streams, apps and their lag; errors carry the CLI's codes and hints.",
@@ -103,7 +103,7 @@ def create_app(
     return app
 
 
-def _guarded_documentation(app: FastAPI, guarded: list) -> None:
+def _guarded_documentation(app: FastAPI, guarded: list[params.Depends]) -> None:
     """`/openapi.json`, `/docs` and `/redoc` behind the token, as FastAPI serves them."""
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=guarded)

@@ -28,12 +28,14 @@ class UnauthorizedError(MillraceError):
 
 def get_workspace(request: Request) -> Workspace:
     """The workspace the service serves."""
-    return request.app.state.workspace
+    workspace: Workspace = request.app.state.workspace
+    return workspace
 
 
 def get_monitor(request: Request) -> Monitor:
     """The service's monitor."""
-    return request.app.state.monitor
+    monitor: Monitor = request.app.state.monitor
+    return monitor
 
 
 def require_token(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -51,7 +52,7 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-ERROR_RESPONSES: dict[int | str, dict] = {
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {  # Any: as FastAPI's responses= takes it
     status: {"model": ErrorResponse, "description": description}
     for status, description in (
         (400, "A parameter is not valid."),

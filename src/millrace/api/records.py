@@ -9,8 +9,6 @@ end, so a look costs the same however long the stream.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel
 
@@ -21,6 +19,7 @@ from millrace.bus.internal import StampedRecord, read_after
 from millrace.bus.streams import dead_letter_stream, describe_stream, validate_stream_name
 from millrace.config.workspace import Workspace
 from millrace.errors import StreamNotFoundError
+from millrace.records import JsonObject
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -34,7 +33,7 @@ class StreamRecord(BaseModel):
     id: str | None
     time: str | None
     arrived: str | None
-    value: dict[str, Any]
+    value: JsonObject
 
 
 class DeadLetter(BaseModel):
@@ -118,9 +117,9 @@ def newest_records(workspace: Workspace, stream: str, count: int) -> list[Stampe
     return found[:count]
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _number(value: Any) -> int | None:
+def _number(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -11,8 +11,6 @@ service needs no Spark and reads only the rows it returns.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, Path, Query, Request
 
 from millrace.api.app_details import require_known_app
@@ -20,7 +18,7 @@ from millrace.api.deps import get_monitor, get_workspace
 from millrace.api.errors import ERROR_RESPONSES
 from millrace.config.workspace import Workspace
 from millrace.monitor.service import Monitor
-from millrace.warehouse.result_tables import read_result_rows, result_tables
+from millrace.warehouse.result_tables import TableRow, read_result_rows, result_tables
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -37,7 +35,7 @@ def result_rows(
         None, ge=1, le=10_000, description="Keep the rows of the latest N windows."
     ),
     workspace: Workspace = Depends(get_workspace),  # noqa: B008
-) -> list[dict[str, Any]]:
+) -> list[TableRow]:
     """Rows of a SQL app's result table; other query parameters filter by column value.
 
     Example:

@@ -8,14 +8,13 @@ row for (never written, or expired), is a 404 with a message.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, Path
 
 from millrace.api.deps import get_workspace
 from millrace.api.errors import ERROR_RESPONSES
 from millrace.config.workspace import Workspace
 from millrace.errors import RowNotFoundError
+from millrace.records import JsonObject
 from millrace.serving.tables import describe_table, get_row
 
 router = APIRouter(responses=ERROR_RESPONSES)
@@ -28,7 +27,7 @@ def lookup(
     table: str = Path(pattern=TABLE_PATTERN, description="The serving table's name."),
     key: str = Path(description="The key: one path segment per key column, in order."),
     workspace: Workspace = Depends(get_workspace),  # noqa: B008
-) -> dict[str, Any]:
+) -> JsonObject:
     """The row of a serving table with the given key.
 
     Example:

@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import Literal, Protocol, Self
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.apps.declarations import Declared
 from millrace.apps.processors.batch import (

@@ -16,13 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.bus.internal import is_internal_stream
 from millrace.bus.streams import dead_letter_stream
-from millrace.engine.metrics import InputProgress, metrics_record
+from millrace.engine.metrics import InputProgress, InputRecord, MetricsRecord, metrics_record
 
 
 def count(number: int, noun: str) -> str:
@@ -118,7 +117,7 @@ class ProgressLines:
                 said = True
         return said
 
-    def _line(self, record: dict[str, Any], written: int) -> str:
+    def _line(self, record: MetricsRecord, written: int) -> str:
         totals = self.totals.setdefault(record["query"], QueryTotals())
         read = sum(
             source["input_rows"]
@@ -154,7 +153,7 @@ class ProgressLines:
         )
 
 
-def _held(stream: str, read: dict[str, Any], record: dict[str, Any]) -> str | None:
+def _held(stream: str, read: InputRecord, record: MetricsRecord) -> str | None:
     """`clicks held back by bucket 3 at 12:00:05`, for an input read from several buckets."""
     buckets = {
         bucket

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.apps.app import App, BatchResult, Streaming
 from millrace.apps.options import RunOptions

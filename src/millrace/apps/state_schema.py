@@ -19,7 +19,6 @@ decide (`--force`).
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from sqlglot import exp
 
@@ -31,7 +30,7 @@ from millrace.processor.processor import Processor
 from millrace.sql.aggregates import is_aggregate
 from millrace.sql.parser import SqlApp, group_key_columns
 
-Fingerprint = dict[str, dict[str, Any]]
+Fingerprint = dict[str, dict[str, object]]
 """What each stateful query of an app keeps, by query name (`table.<name>`, `processor`)."""
 
 
@@ -165,9 +164,9 @@ def recorded_state(workspace: Workspace, app: str) -> Fingerprint:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _type_name(value_type: Any) -> str:
+def _type_name(value_type: object) -> str:
     return getattr(value_type, "__name__", None) or repr(value_type)
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     return json.dumps(value) if value is not None else "nothing"

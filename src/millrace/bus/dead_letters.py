@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from millrace.bus.client_config import kafka_client_config
 from millrace.bus.streams import create_stream, dead_letter_stream
@@ -32,7 +31,7 @@ def dead_letter_id(stream: str, bucket: int, offset: int) -> str:
 
 def dead_letter_value(
     error: str, stream: str, bucket: int, offset: int, original: bytes
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The fields of the dead letter of the record at (`stream`, `bucket`, `offset`).
 
     Example:
@@ -106,7 +105,7 @@ class DeadLetterWriter:
                 hint="check the bus with `millrace status`; the records will be read again",
             )
 
-    def _on_delivery(self, error, _message) -> None:
+    def _on_delivery(self, error: KafkaError | None, _message: Message) -> None:
         if error is not None:
             self._failures.append(error.str())
 

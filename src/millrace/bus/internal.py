@@ -23,7 +23,10 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+# confluent-kafka's admin package imports these without `__all__` or `as`: strict mypy takes
+# them as not exported.
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
 
 from millrace.bus.client_config import kafka_client_config
 from millrace.bus.markers import WATERMARK_HEADER, is_marker, writer_of
@@ -32,7 +35,7 @@ from millrace.bus.streams import admin_client, bus_error, describe_stream, wait_
 from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
 from millrace.errors import StreamNameError
-from millrace.records import Record, RecordDecodeError, decode_value
+from millrace.records import JsonObject, Record, RecordDecodeError, decode_value
 
 METRICS_STREAM = "_millrace.metrics"
 """Where every app's query listener publishes the progress of each micro-batch."""
@@ -140,7 +143,7 @@ class LastRecord(NamedTuple):
     `carried_ms` the event time its `time` header carries (None without one).
     """
 
-    value: dict | None
+    value: JsonObject | None
     arrival_ms: int
     carried_ms: int | None
 
@@ -361,8 +364,9 @@ def latest_markers(
             for stream in sorted(name for name in topics if not name.startswith("_"))
             for bucket in sorted(topics[stream].partitions)
         ]
-        lows = _offsets_of(admin, buckets, OffsetSpec.earliest())
-        ends = _offsets_of(admin, buckets, OffsetSpec.latest())
+        # confluent-kafka leaves OffsetSpec.earliest and .latest unannotated.
+        lows = _offsets_of(admin, buckets, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        ends = _offsets_of(admin, buckets, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     except KafkaException as error:
         raise bus_error("could not read the streams' watermark markers", error, settings) from None
     starts = {
@@ -433,7 +437,7 @@ def _consumer(settings: Settings) -> Consumer:
     )
 
 
-def _stamped(message, time_field: str) -> StampedRecord:
+def _stamped(message: Message, time_field: str) -> StampedRecord:
     timestamp_type, timestamp = message.timestamp()
     append_ms = None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp
     return StampedRecord(decode_message(message, time_field), append_ms)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -97,7 +96,7 @@ class Publisher:
 
     def send(
         self,
-        event: Mapping[str, Any],
+        event: Mapping[str, object],
         *,
         key: str | bytes | None = None,
         record_id: str | None = None,
@@ -230,7 +229,7 @@ class Publisher:
 
 def publish(
     stream: str,
-    event: Mapping[str, Any],
+    event: Mapping[str, object],
     key: str | bytes | None = None,
     *,
     settings: Settings | None = None,

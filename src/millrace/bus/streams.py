@@ -15,7 +15,10 @@ import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import (
+
+# confluent-kafka's admin package imports these without `__all__` or `as`: strict mypy takes
+# them as not exported.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ClusterMetadata,
     ConfigResource,
@@ -143,8 +146,9 @@ def describe_stream(settings: Settings, name: str) -> StreamInfo:
     """Buckets with their start and end offsets, record count and retention of stream `name`."""
     partitions = sorted(_topic(settings, name).partitions)
     admin = admin_client(settings)
-    starts = _offsets(admin, name, partitions, OffsetSpec.earliest())
-    ends = _offsets(admin, name, partitions, OffsetSpec.latest())
+    # confluent-kafka leaves OffsetSpec.earliest and .latest unannotated.
+    starts = _offsets(admin, name, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+    ends = _offsets(admin, name, partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     resource = ConfigResource(ResourceType.TOPIC, name)
     configs = admin.describe_configs([resource], request_timeout=bounded(_TIMEOUT_S))[resource]
     retention_ms = int(configs.result(timeout=bounded(_TIMEOUT_S))["retention.ms"].value)
@@ -160,7 +164,8 @@ def appended_since(settings: Settings, name: str, since_ms: int) -> dict[int, in
     """
     partitions = sorted(_topic(settings, name).partitions)
     admin = admin_client(settings)
-    ends = _offsets(admin, name, partitions, OffsetSpec.latest())
+    # confluent-kafka leaves OffsetSpec.latest unannotated.
+    ends = _offsets(admin, name, partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     # -1 where no record has arrived since; a record arriving after the look at the ends is
     # left for the next look.
     firsts = _offsets(admin, name, partitions, OffsetSpec.for_timestamp(since_ms))

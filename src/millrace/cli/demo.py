@@ -27,9 +27,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from millrace.apps.options import RunOptions
 from millrace.apps.runner import stop_requests
@@ -47,7 +47,7 @@ from millrace.monitor.service import Monitor
 from millrace.ops import registry
 from millrace.ops.lifecycle import deploy, stop
 from millrace.serving.server import start_redis
-from millrace.warehouse.result_tables import read_result_rows
+from millrace.warehouse.result_tables import TableRow, read_result_rows
 
 RANKER = "trending_ranker"
 RANKER_TABLE = "top_events"
@@ -184,7 +184,7 @@ def _watch(
     Raises `KeyboardInterrupt` once the process is asked to stop (SIGTERM), as Ctrl-C does.
     """
     monitor = Monitor(workspace)
-    shown: set[Any] = set()
+    shown: set[datetime] = set()
     last_events, last_time = 0, time.monotonic()
     while seconds is None or time.monotonic() - run.started < seconds:
         if asked_to_stop.wait(5):
@@ -215,7 +215,7 @@ def _watch(
                 say(topic_line(row))
 
 
-def topic_line(row: dict[str, Any]) -> str:
+def topic_line(row: TableRow) -> str:
     """How the demo prints one of the Ranker's rows: a topic and its top events with scores.
 
     Example:
@@ -242,13 +242,15 @@ def _lags(monitor: Monitor, apps: list[str]) -> str:
     return ", ".join(parts)
 
 
-def _new_windows(workspace: Workspace, shown: set[Any]) -> list[tuple[Any, list[dict]]]:
+def _new_windows(
+    workspace: Workspace, shown: set[datetime]
+) -> list[tuple[datetime, list[TableRow]]]:
     """The Ranker's windows not shown yet, oldest first (all of the latest 3 at most)."""
     try:
         rows = read_result_rows(workspace, RANKER, RANKER_TABLE, last=3)
     except SqlError:
         return []  # no window has closed yet, or a commit is being written
-    windows: dict[Any, list[dict]] = {}
+    windows: dict[datetime, list[TableRow]] = {}
     for row in rows:
         windows.setdefault(row["window_start"], []).append(row)
     fresh = [(window, windows[window]) for window in sorted(windows) if window not in shown]

@@ -84,7 +84,7 @@ def ps(as_json: bool) -> None:
         sys.exit(1)
 
 
-def _print_ps(rows: list[dict], as_json: bool) -> None:
+def _print_ps(rows: list[dict[str, object]], as_json: bool) -> None:
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
@@ -255,7 +255,7 @@ def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool
 
 def _ps_row(
     workspace: Workspace, record: AppRecord, monitor: Monitor, problems: list[MillraceError]
-) -> dict:
+) -> dict[str, object]:
     """What `ps` shows of one app. Lags are the monitor's (`millrace.monitor`).
 
     An app whose checkpoint cannot be read shows no last batch; its error joins `problems`.
@@ -281,7 +281,7 @@ def _ps_row(
     }
 
 
-def _lags(monitor: Monitor, app: str) -> dict:
+def _lags(monitor: Monitor, app: str) -> dict[str, object]:
     """The lags and the output watermark of `app`; None where the monitor cannot tell.
 
     Per input, too, the event time each bucket has reached and the bucket holding the input's

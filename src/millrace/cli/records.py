@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -25,6 +25,7 @@ from millrace.bus.reader import tail as tail_records
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.errors import DeliveryError, PublishError
+from millrace.records import JsonObject
 
 _MAX_LINE_ERRORS_SHOWN = 50
 
@@ -286,7 +287,7 @@ class _FailedLines:
             self._stderr.print("more failed lines are counted but not shown", highlight=False)
 
 
-def _event(line: bytes) -> dict:
+def _event(line: bytes) -> JsonObject:
     """The JSON object on `line`; `PublishError` saying why when there is none."""
     try:
         event = json.loads(line)
@@ -302,7 +303,7 @@ def _event(line: bytes) -> dict:
 
 
 def _send(
-    publisher: Publisher, event: dict, key: str | None, record_id: str, failed: _FailedLines
+    publisher: Publisher, event: JsonObject, key: str | None, record_id: str, failed: _FailedLines
 ) -> None:
     """Queue `event`; earlier events the bus did not store are recorded in `failed`."""
     while True:
@@ -350,7 +351,7 @@ def _default_failed_lines(workspace: Workspace, stream: str) -> Path:
     return workspace.failed_lines(stream, stamp)
 
 
-def _key(event: dict, key_field: str) -> str | None:
+def _key(event: Mapping[str, object], key_field: str) -> str | None:
     value = event.get(key_field)
     return None if value is None else str(value)
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
-from typing import Any
 
 
-def json_line(row: Mapping[str, Any]) -> str:
+def json_line(row: Mapping[str, object]) -> str:
     """One row as a line of JSON, times as ISO-8601 UTC with milliseconds.
 
     Example:
@@ -23,7 +22,7 @@ def json_line(row: Mapping[str, Any]) -> str:
     return json.dumps(row, default=_json_default, ensure_ascii=False)
 
 
-def cell(value: Any) -> str:
+def cell(value: object) -> str:
     """One value as a table cell: NULL, JSON for lists and maps, times in UTC.
 
     Example:
@@ -50,7 +49,7 @@ def format_time(moment: datetime) -> str:
     return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _json_default(value: Any) -> str:
+def _json_default(value: object) -> str:
     if isinstance(value, datetime):
         return format_time(value)
     if isinstance(value, date):

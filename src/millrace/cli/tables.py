@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +20,9 @@ from millrace.serving.tables import (
     list_tables,
     parse_column,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 _PROGRESS_EVERY_S = 2.0
 _TYPES = ", ".join(SIMPLE_TYPES)
@@ -147,9 +151,9 @@ def _columns(spec: TableSpec) -> str:
     return f"key {keys}; values {values}{ttl}; written by {spec.feeder or 'apps'}"
 
 
-def _echo_progress(progress: dict | None, seen: int) -> int:
-    if progress and progress["batchId"] != seen:
+def _echo_progress(progress: StreamingQueryProgress | None, seen: int) -> int:
+    if progress and progress.batchId != seen:
         rate = progress.get("processedRowsPerSecond", 0.0)
-        click.echo(f"batch {progress['batchId']}: {progress['numInputRows']} rows ({rate:.0f}/s)")
-        return progress["batchId"]
+        click.echo(f"batch {progress.batchId}: {progress['numInputRows']} rows ({rate:.0f}/s)")
+        return progress.batchId
     return seen

@@ -18,7 +18,6 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError
@@ -56,7 +55,7 @@ class AlertRule:
         return self.app in ("*", app)
 
 
-def parse_alert_rules(entries: Any, config_file: Path, text: str) -> tuple[AlertRule, ...]:
+def parse_alert_rules(entries: object, config_file: Path, text: str) -> tuple[AlertRule, ...]:
     """The rules of the `[[alerts]]` entries read from `config_file` (whose text is `text`).
 
     Raises `ConfigError` naming the file and the line of the entry that is wrong.
@@ -126,7 +125,7 @@ def load_alert_rules(config_file: Path) -> tuple[AlertRule, ...]:
 _HINT = "see the alert rules in docs/monitoring.md"
 
 
-def _duration(value: Any, key: str, where: str) -> int:
+def _duration(value: object, key: str, where: str) -> int:
     if not isinstance(value, str):
         raise ConfigError(
             f"alerts.{key} must be a duration such as '30s' or '5m', got {value!r} ({where})",

@@ -23,6 +23,11 @@ from millrace.config.alerts import parse_alert_rules
 from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError
 
+SettingValue = str | int | float
+"""The value of one setting, of its type: str, int or float."""
+_AttributeValues = dict[str, Any]  # Any: each value has its attribute's type, by `_convert`
+"""Values of `Settings` by attribute name, to make one with `Settings(**values)`."""
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -38,9 +43,10 @@ class Setting:
         return self.key.replace(".", "_")
 
     @property
-    def default(self) -> Any:
+    def default(self) -> SettingValue:
         """The value used when neither the file nor the environment sets it."""
-        return getattr(Settings(), self.attribute)
+        value: SettingValue = getattr(Settings(), self.attribute)
+        return value
 
     @property
     def kind(self) -> type:
@@ -463,7 +469,7 @@ def load_settings(config_file: Path | None, environ: Mapping[str, str] | None = 
         19092
     """
     environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
+    values: _AttributeValues = {}
     if config_file is not None and config_file.exists():
         values.update(_read_file(config_file))
     for setting in SETTINGS:
@@ -475,7 +481,7 @@ def load_settings(config_file: Path | None, environ: Mapping[str, str] | None = 
     if config_file is None:
         return settings
     workspace = config_file.parent
-    files: dict[str, Any] = {
+    files: _AttributeValues = {
         attribute: str(workspace / getattr(settings, attribute))
         for attribute in _FILE_ATTRIBUTES
         if getattr(settings, attribute)
@@ -519,7 +525,7 @@ def _secret(key: str, value: str, file: str) -> str:
     return lines[0] if lines else ""
 
 
-def _read_file(config_file: Path) -> dict[str, Any]:
+def _read_file(config_file: Path) -> _AttributeValues:
     raw = config_file.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -538,7 +544,7 @@ def _read_file(config_file: Path) -> dict[str, Any]:
             hint="fix the line named above; `millrace init --force` writes a fresh commented file",
         ) from None
     by_key = {setting.key: setting for setting in SETTINGS}
-    values: dict[str, Any] = {}
+    values: _AttributeValues = {}
     if "alerts" in document:
         # Checked here, so a wrong rule is reported at once; the monitor reads them again.
         parse_alert_rules(document.pop("alerts"), config_file, text)
@@ -553,8 +559,8 @@ def _read_file(config_file: Path) -> dict[str, Any]:
     return values
 
 
-def _flatten(document: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    items: list[tuple[str, Any]] = []
+def _flatten(document: Mapping[str, object], prefix: str = "") -> list[tuple[str, object]]:
+    items: list[tuple[str, object]] = []
     for name, value in document.items():
         key = f"{prefix}{name}"
         if isinstance(value, Mapping):
@@ -590,7 +596,7 @@ _CHOICES = {
 """The values a setting that names one of a few things may take, in Kafka's spelling."""
 
 
-def _convert(setting: Setting, value: Any, where: str) -> Any:
+def _convert(setting: Setting, value: object, where: str) -> SettingValue:
     choices = _CHOICES.get(setting.key)
     if choices is not None:
         if not isinstance(value, str) or value.strip().upper() not in choices:
@@ -626,13 +632,17 @@ def _convert(setting: Setting, value: Any, where: str) -> Any:
     return converted
 
 
-def _number(kind: type, value: Any) -> int | float | None:
+def _number(kind: type, value: object) -> int | float | None:
     """`value` as a finite `kind` (int or float), or None; a fraction is not an int."""
-    if kind not in (int, float) or isinstance(value, bool):
+    if (
+        kind not in (int, float)
+        or isinstance(value, bool)
+        or not isinstance(value, str | int | float)
+    ):
         return None
     try:
         number = float(value) if kind is float or isinstance(value, float) else int(value)
-    except (TypeError, ValueError):
+    except ValueError:
         return None
     if isinstance(number, float) and not math.isfinite(number):
         return None

@@ -38,7 +38,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, TypeVarTuple
 from urllib.parse import unquote, urlsplit
 
 from millrace.config.settings import Settings
@@ -47,6 +47,10 @@ from millrace.errors import StorageError
 if TYPE_CHECKING:
     from hdfs_native import Client, FileStatus
     from pyarrow import fs as pafs
+
+
+_Arguments = TypeVarTuple("_Arguments")
+_Result = TypeVar("_Result")
 
 
 class FileStat(NamedTuple):
@@ -153,8 +157,7 @@ class RemotePath:
 
     def read_bytes(self) -> bytes:
         """The file's bytes."""
-        data: bytes = self._call(self._store.read, self.path)
-        return data
+        return self._call(self._store.read, self.path)
 
     def read_text(self, encoding: str = "utf-8") -> str:
         """The file's text."""
@@ -197,10 +200,9 @@ class RemotePath:
         return _store_of(self.settings)
 
     def _entry(self) -> _Entry | None:
-        found: _Entry | None = self._call(self._store.entry, self.path)
-        return found
+        return self._call(self._store.entry, self.path)
 
-    def _call(self, method: Callable[..., Any], *arguments: Any) -> Any:
+    def _call(self, method: Callable[[*_Arguments], _Result], *arguments: *_Arguments) -> _Result:
         try:
             return method(*arguments)
         except FileNotFoundError:
@@ -419,7 +421,7 @@ class _S3Store:
     def __init__(self, settings: Settings) -> None:
         from pyarrow import fs as pafs
 
-        options: dict[str, Any] = {
+        options: dict[str, Any] = {  # Any: S3FileSystem's options, each of its own type
             "region": settings.storage_s3_region,
             # A store that does not answer is an error within seconds, not a hang.
             "connect_timeout": 5,
@@ -542,7 +544,9 @@ class _HdfsStore:
             return []  # deleted since
 
     def read(self, path: str) -> bytes:
-        with self.client.read(path) as reader:
+        # Bound before `with`, whose hdfs-native `__enter__` has no annotation to type it.
+        reader = self.client.read(path)
+        with reader:
             return reader.read()
 
     def write(self, path: str, data: bytes) -> None:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from millrace.config.storage import StoragePath, listing
 from millrace.errors import CheckpointCorruptError
+from millrace.records import JsonObject
 
 Offsets = dict[int, int]
 """The offset of each bucket of one stream."""
@@ -80,7 +80,7 @@ def batch_ids(log: StoragePath) -> list[int]:
     return sorted(int(path.name) for path in log.iterdir() if path.name.isdigit())
 
 
-def read_offsets(path: StoragePath) -> tuple[dict[str, Any], list[Any]]:
+def read_offsets(path: StoragePath) -> tuple[JsonObject, list[object]]:
     r"""An `offsets/N` file: its metadata and each source's offsets (None: none yet).
 
     Raises `UnreadableLogError` for a file that is missing or not as Spark writes it.
@@ -92,14 +92,14 @@ def read_offsets(path: StoragePath) -> tuple[dict[str, Any], list[Any]]:
         ({'batchWatermarkMs': 0, 'batchTimestampMs': 1767225600000}, [{'clicks': {'0': 7}}])
     """
     lines = _log_lines(path)
-    offsets = []
+    offsets: list[object] = []
     for number, line in enumerate(lines[2:], start=3):
         known = line not in ("", "-")
         offsets.append(_json(path, line, number, "an input's offsets") if known else None)
     return _header(path, lines), offsets
 
 
-def read_commit(path: StoragePath) -> dict[str, Any]:
+def read_commit(path: StoragePath) -> JsonObject:
     r"""A `commits/N` file's metadata; `UnreadableLogError` for one not as Spark writes it.
 
     Example:
@@ -110,7 +110,7 @@ def read_commit(path: StoragePath) -> dict[str, Any]:
     return _header(path, _log_lines(path))
 
 
-def kafka_offsets(source: Any) -> dict[str, Offsets]:
+def kafka_offsets(source: object) -> dict[str, Offsets]:
     """The offsets per stream and bucket of a Kafka source: an `offsets/N` entry, or its JSON.
 
     A source's offsets are `{"stream": {"bucket": offset}}`, as the log and a query's
@@ -139,7 +139,7 @@ def kafka_offsets(source: Any) -> dict[str, Offsets]:
         return {}  # a bucket or an offset that is not a number
 
 
-def stream_offsets(source: Any, stream: str) -> Offsets | None:
+def stream_offsets(source: object, stream: str) -> Offsets | None:
     """The offsets of `stream` in a Kafka source's offsets (see `kafka_offsets`), if it has them.
 
     Example:
@@ -176,7 +176,7 @@ def last_committed(checkpoint: StoragePath) -> tuple[int, dict[str, Offsets]] | 
     return commits[-1], offsets
 
 
-def newest_metadata(checkpoint: StoragePath) -> dict[str, Any] | None:
+def newest_metadata(checkpoint: StoragePath) -> JsonObject | None:
     """The metadata of the newest `offsets/N` file of the query at `checkpoint`; None if none.
 
     Raises `UnreadableLogError` for a file that is not as Spark writes it.
@@ -209,7 +209,7 @@ def _log_lines(path: StoragePath) -> list[str]:
     return lines
 
 
-def _header(path: StoragePath, lines: list[str]) -> dict[str, Any]:
+def _header(path: StoragePath, lines: list[str]) -> JsonObject:
     if len(lines) < 2:
         raise UnreadableLogError(
             path, "it ends after its version line: the batch's metadata is missing"
@@ -220,7 +220,7 @@ def _header(path: StoragePath, lines: list[str]) -> dict[str, Any]:
     return header
 
 
-def _json(path: StoragePath, line: str, number: int, what: str) -> Any:
+def _json(path: StoragePath, line: str, number: int, what: str) -> object:
     try:
         return json.loads(line)
     except json.JSONDecodeError as error:

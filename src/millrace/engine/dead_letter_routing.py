@@ -25,7 +25,14 @@ from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
+from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.bus.dead_letters import DEAD_LETTER_RETENTION
 from millrace.bus.streams import create_stream, dead_letter_stream, describe_stream
@@ -239,28 +246,27 @@ class _ProgressListener(StreamingQueryListener):
     def __init__(self, router: DeadLetterRouter) -> None:
         self.router = router
 
-    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 - Spark's callback names
         pass
 
-    def onQueryProgress(self, event) -> None:  # noqa: N802
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
         progress = event.progress
         for source in progress.sources:
             ends = stream_offsets(source.endOffset, self.router.stream)
             if ends is None:
                 continue
-            counted = [
-                progress.observedMetrics.get(self.router.observation_of(bucket)) for bucket in ends
-            ]
-            if any(observed is None for observed in counted):
+            observed = progress.observedMetrics
+            names = [self.router.observation_of(bucket) for bucket in ends]
+            if any(name not in observed for name in names):
                 continue
             starts = stream_offsets(source.startOffset, self.router.stream)
-            bad = any(observed["bad"] > 0 for observed in counted)
+            bad = any(observed[name]["bad"] > 0 for name in names)
             self.router._batches.put((bad, starts, ends))
 
-    def onQueryIdle(self, event) -> None:  # noqa: N802
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
         pass
 
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802
         with self.router._ended:
             self.router._ended_runs.add(str(event.runId))
             self.router._ended.notify_all()

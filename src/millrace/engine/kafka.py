@@ -17,7 +17,7 @@ import json
 from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from millrace.bus.client_config import spark_kafka_options
 from millrace.bus.streams import describe_stream

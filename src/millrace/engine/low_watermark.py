@@ -45,7 +45,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -321,7 +321,7 @@ class IdleTicker:
         stream: str,
         *,
         run: str,
-        time_of: Callable[[dict, int, int | None], int | None],
+        time_of: Callable[[Mapping[str, object], int, int | None], int | None],
         idle_timeout_ms: int,
         every_s: float = TICK_EVERY_S,
     ) -> None:

@@ -18,15 +18,22 @@ Each record's id is `metrics:<run id>:<batch id>`, so a reader can drop a second
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    SourceProgress,
+    StreamingQueryListener,
+    StreamingQueryProgress,
+)
 
 from millrace.bus.internal import (
     METRICS_STREAM,
@@ -38,6 +45,7 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.timeouts import bus_timeouts_at_most
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
+from millrace.engine.checkpoint_log import kafka_offsets
 from millrace.engine.low_watermark import BUCKET_METRICS_PREFIX
 from millrace.engine.session import add_listener
 from millrace.errors import MillraceError
@@ -51,6 +59,62 @@ _RETRY_AFTER_S = 30.0
 """After a failure, records are counted as failed, without trying the bus, for this long."""
 WAITING_LOOKUP_TIMEOUT_S = 2.0
 """The longest each wait for the bus of a batch's oldest-waiting lookup lasts."""
+
+
+class SourceRecord(TypedDict):
+    """One source of a metrics record: its rows read and, for Kafka, its offsets per stream.
+
+    The offsets are `{stream: {bucket: offset}}`; a source other than Kafka has `{}`.
+    """
+
+    description: str
+    input_rows: int
+    start_offsets: dict[str, dict[str, int]]
+    end_offsets: dict[str, dict[str, int]]
+    latest_offsets: dict[str, dict[str, int]]
+
+
+class InputRecord(TypedDict):
+    """One input stream of a metrics record: its records dated ahead and its buckets' times.
+
+    `max_event_ms` is the newest event time each bucket gave this batch; `InputProgress` adds
+    `progress_ms` and `held_back_by`.
+    """
+
+    future_dated: int
+    max_event_ms: dict[str, int]
+    progress_ms: NotRequired[dict[str, int]]
+    held_back_by: NotRequired[str | None]
+
+
+class MetricsRecord(TypedDict):
+    """The record `metrics_record` makes of one progress event, as the metrics stream holds it.
+
+    `OldestWaiting` adds `oldest_waiting_arrival_ms`.
+    """
+
+    time: str
+    app: str
+    query: str
+    run_id: str
+    batch_id: int
+    input_rows: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    batch_duration_ms: int
+    durations_ms: dict[str, int]
+    watermark: str | None
+    event_time: dict[str, str]
+    sources: list[SourceRecord]
+    state_rows: int
+    state_memory_bytes: int
+    late_rows: int
+    duplicate_rows: int
+    dead_letters: dict[str, int]
+    dead_letter_rows: int
+    inputs: dict[str, InputRecord]
+    oldest_waiting_arrival_ms: NotRequired[dict[str, int] | None]
+
 
 _listeners: dict[int, MetricsListener] = {}
 _lock = threading.Lock()
@@ -105,10 +169,10 @@ class MetricsListener(StreamingQueryListener):
         self._send_lock = threading.Lock()
         self._retry_at = 0.0
 
-    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 - Spark's callback names
         """Nothing to publish before the first batch."""
 
-    def onQueryProgress(self, event) -> None:  # noqa: N802
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
         """Publish the batch's record, if the query belongs to an app."""
         try:
             record = metrics_record(event.progress, self.apps)
@@ -124,17 +188,17 @@ class MetricsListener(StreamingQueryListener):
                 self._waiting.follow(record)
             self._send(record)
 
-    def onQueryIdle(self, event) -> None:  # noqa: N802
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
         """An idle query ran no batch: nothing to publish."""
 
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802
         """Deliver what is queued, so a stopping app's last batches are not lost."""
         self._waiting.close()
         with self._send_lock:
             if self._publisher is not None:
                 self._flush()
 
-    def _send(self, record: dict[str, Any]) -> None:
+    def _send(self, record: MetricsRecord) -> None:
         with self._send_lock:
             if time.monotonic() < self._retry_at:
                 # Spark's listeners share one event queue: waiting on a bus that just failed,
@@ -197,7 +261,7 @@ class InputProgress:
     def __init__(self) -> None:
         self._progress: dict[tuple[str, str], dict[str, int]] = {}
 
-    def follow(self, record: dict[str, Any]) -> None:
+    def follow(self, record: MetricsRecord) -> None:
         """Add `progress_ms` and `held_back_by` to each input of `record` (`metrics_record`)."""
         for stream, read in record["inputs"].items():
             progress = self._progress.setdefault((record["run_id"], stream), {})
@@ -245,7 +309,7 @@ class OldestWaiting:
         self.timeout_s = timeout_s
         self._watches: dict[str, StreamWatch] = {}
 
-    def follow(self, record: dict[str, Any]) -> None:
+    def follow(self, record: MetricsRecord) -> None:
         """Add `oldest_waiting_arrival_ms` to `record` (`metrics_record`)."""
         waiting = _first_waiting_offsets(record["sources"])
         record["oldest_waiting_arrival_ms"] = self._arrivals(waiting) if waiting else {}
@@ -280,7 +344,7 @@ class OldestWaiting:
         return arrivals
 
 
-def _first_waiting_offsets(sources: list[dict[str, Any]]) -> dict[str, dict[int, int]]:
+def _first_waiting_offsets(sources: list[SourceRecord]) -> dict[str, dict[int, int]]:
     """Per input stream, the offset of the first record each bucket left waiting, if any."""
     waiting: dict[str, dict[int, int]] = {}
     for source in sources:
@@ -295,7 +359,7 @@ def _first_waiting_offsets(sources: list[dict[str, Any]]) -> dict[str, dict[int,
     return waiting
 
 
-def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
+def metrics_record(progress: StreamingQueryProgress, apps: set[str]) -> MetricsRecord | None:
     """The metrics record of one `StreamingQueryProgress`, or None for a query of no app.
 
     A query belongs to the app its name starts with (`<app>.<query>`), the longest such.
@@ -307,7 +371,7 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
     app = max(owners, key=len)
     observed = progress.observedMetrics or {}
     dead_letters: dict[str, int] = {}
-    inputs: dict[str, dict[str, Any]] = {}
+    inputs: dict[str, InputRecord] = {}
     markers = 0
     for metric, row in observed.items():
         if metric.startswith(BUCKET_METRICS_PREFIX + app + "."):
@@ -365,7 +429,7 @@ def metrics_record(progress: Any, apps: set[str]) -> dict[str, Any] | None:
     }
 
 
-def _source(source: Any) -> dict[str, Any]:
+def _source(source: SourceProgress) -> SourceRecord:
     return {
         "description": source.description,
         "input_rows": source.numInputRows,
@@ -376,17 +440,13 @@ def _source(source: Any) -> dict[str, Any]:
 
 
 def _kafka_offsets(text: str | None) -> dict[str, dict[str, int]]:
-    """`{stream: {bucket: offset}}` from a Kafka source's offset JSON; {} for other sources."""
-    try:
-        parsed = json.loads(text) if text else None
-    except (json.JSONDecodeError, TypeError):
-        return {}
-    if not isinstance(parsed, dict):
-        return {}
+    """`{stream: {bucket: offset}}` of a Kafka source's offsets, the buckets as JSON keeps them.
+
+    {} for other sources (`millrace.engine.checkpoint_log.kafka_offsets` reads them).
+    """
     return {
-        stream: {str(bucket): int(offset) for bucket, offset in buckets.items()}
-        for stream, buckets in parsed.items()
-        if isinstance(buckets, dict)
+        stream: {str(bucket): offset for bucket, offset in buckets.items()}
+        for stream, buckets in kafka_offsets(text).items()
     }
 
 

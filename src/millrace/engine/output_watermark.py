@@ -35,8 +35,8 @@ import threading
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 
-from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
+from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.bus.markers import MarkerWriter
 from millrace.bus.streams import require_stream

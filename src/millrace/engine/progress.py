@@ -12,7 +12,14 @@ import threading
 from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
+from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.engine.session import add_listener
 
@@ -65,22 +72,22 @@ def _totals(query: StreamingQuery) -> _Run:
 class _Totals(StreamingQueryListener):
     """Adds up each query run's progress events into `_runs`."""
 
-    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's callback names
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 - Spark's callback names
         # Spark calls this before `start()` returns, so a started query is always in `_runs`.
         with _changed:
             _runs[str(event.runId)] = _Run()
 
-    def onQueryProgress(self, event) -> None:  # noqa: N802
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
         progress = event.progress
         dropped = sum(operator.numRowsDroppedByWatermark for operator in progress.stateOperators)
         with _changed:
             run = _runs.setdefault(str(progress.runId), _Run())
             run.late_rows += dropped
 
-    def onQueryIdle(self, event) -> None:  # noqa: N802
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
         pass
 
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802
         with _changed:
             _runs.setdefault(str(event.runId), _Run()).ended = True
             _changed.notify_all()

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyspark
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from millrace.config.jvm import jars
 from millrace.config.settings import Settings

@@ -22,7 +22,8 @@ from pyspark.sql.streaming.listener import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+    from pyspark.sql.streaming.query import StreamingQuery
 
 
 def start_jvm(conf: SparkConf) -> None:
@@ -95,7 +96,8 @@ def attach_json_listener(spark: SparkSession, listener: StreamingQueryListener) 
     gateway = spark.sparkContext._gateway
     if gateway is None:
         raise RuntimeError("the SparkSession has no JVM gateway")
-    ensure_callback_server_started(gateway)
+    # PySpark's java_gateway module has no annotations.
+    ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
     streaming = gateway.jvm.org.apache.spark.sql.streaming
     listener._jlistenerobj = streaming.PythonStreamingQueryListenerWrapper(
         JsonProgressBridge(listener)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
 from millrace.bus.streams import require_stream
@@ -228,7 +229,12 @@ def _max_future_ms(workspace: Workspace, max_future: str | None) -> int:
 
 
 def _time_of(
-    value: dict, arrival_ms: int, carried_ms: int | None, *, time: str, max_future_ms: int
+    value: Mapping[str, object],
+    arrival_ms: int,
+    carried_ms: int | None,
+    *,
+    time: str,
+    max_future_ms: int,
 ) -> int | None:
     """A record's event time as a streaming read takes it; None where it would dead-letter it."""
     try:

@@ -24,7 +24,7 @@ from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError, EngineError
 
 if TYPE_CHECKING:
-    from pyspark.sql.streaming import DataStreamWriter
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 TriggerKind = Literal["micro-batch", "interval", "available-now", "real-time"]
 _DEFAULT_REAL_TIME = "5m"
@@ -96,4 +96,5 @@ class Trigger:
             return writer.trigger(processingTime=milliseconds)
         # Real-time mode runs in update mode only; a stateless query's rows are the same in it.
         # PySpark 4.2's overloads of trigger() leave out realTime, which its implementation takes.
-        return writer.outputMode("update").trigger(realTime=milliseconds)  # type: ignore[call-overload]
+        real_time: DataStreamWriter = writer.outputMode("update").trigger(realTime=milliseconds)  # type: ignore[call-overload]
+        return real_time

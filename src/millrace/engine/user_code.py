@@ -18,7 +18,8 @@ from pyspark import cloudpickle
 def ship_with_tasks(module: ModuleType) -> None:
     """Send `module`'s code with Spark's tasks, unless the workers can import it themselves."""
     if _is_users_module(module):
-        cloudpickle.register_pickle_by_value(module)
+        # PySpark's copy of cloudpickle has no annotations.
+        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
 
 
 def _is_users_module(module: ModuleType) -> bool:

@@ -21,19 +21,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from millrace.bus.internal import METRICS_STREAM, is_internal_stream, read_after
 from millrace.config.settings import Settings
 from millrace.errors import StreamNotFoundError
 from millrace.monitor.metrics_log import Batch, batch_of
+from millrace.records import JsonObject
 
 CHUNK_RECORDS = 2_000
 """Metrics records read from the bus at a time."""
 DEFAULT_BUCKETS = 120
 
 
-def _lag_records(fields: dict[str, Any]) -> float | None:
+def _lag_records(fields: JsonObject) -> float | None:
     """Records the batch's input streams had beyond what it read, when it was planned.
 
     An app's own internal streams (its ticks and wake-ups) are no input: left out, as from the

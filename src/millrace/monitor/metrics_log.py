@@ -12,11 +12,11 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from millrace.bus.internal import METRICS_STREAM, read_after
 from millrace.config.settings import Settings
 from millrace.errors import StreamNotFoundError
+from millrace.records import JsonObject
 
 DEFAULT_LOOKBACK_MS = 600_000
 
@@ -30,7 +30,7 @@ class Batch:
     run_id: str
     batch_id: int
     time_ms: int
-    fields: dict[str, Any]
+    fields: JsonObject
     """The whole record, as `millrace.engine.metrics.metrics_record` wrote it."""
 
     @property
@@ -102,7 +102,7 @@ class MetricsLog:
         return latest
 
 
-def batch_of(value: dict[str, Any]) -> Batch | None:
+def batch_of(value: JsonObject) -> Batch | None:
     """The batch a metrics record tells of, or None for a record the listener did not write.
 
     Example:
@@ -127,7 +127,7 @@ def batch_of(value: dict[str, Any]) -> Batch | None:
         return None
 
 
-def _epoch_ms(text: Any) -> int | None:
+def _epoch_ms(text: object) -> int | None:
     if not isinstance(text, str) or not text:
         return None
     try:

@@ -6,7 +6,7 @@ when scraped from the statuses the monitor gives.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -42,7 +42,7 @@ class _Snapshot(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         app = ["app"]
-        per_app = {
+        per_app: dict[str, tuple[str, Callable[[AppStatus], float | None]]] = {
             "lag_records": ("Records waiting in the app's inputs.", lambda s: s.lag_records),
             "lag_seconds": (
                 "Seconds behind the newest record, in the input furthest behind.",

@@ -24,7 +24,7 @@ from millrace.config.workspace import Workspace
 from millrace.engine.checkpoint_log import Offsets
 from millrace.errors import StreamNotFoundError
 from millrace.monitor.metrics_log import Batch, MetricsLog
-from millrace.ops.checkpoints import app_checkpoints
+from millrace.ops.checkpoints import QueryCheckpoint, app_checkpoints
 
 RATE_WINDOW_MS = 60_000
 """Input rates are averaged over the batches of the last minute."""
@@ -229,7 +229,7 @@ def _held_ms(watermark: InputWatermark) -> int:
     return watermark.progress_ms.get(watermark.held_back_by, -1)
 
 
-def _last_checkpoint_batch(checkpoints: list) -> int | None:
+def _last_checkpoint_batch(checkpoints: list[QueryCheckpoint]) -> int | None:
     batches = [c.batch_id for c in checkpoints if c.batch_id is not None]
     return max(batches) if batches else None
 

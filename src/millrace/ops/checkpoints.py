@@ -43,7 +43,6 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from millrace.config.storage import StoragePath, listing, move, relative_to
 from millrace.config.workspace import DEAD_LETTER_MARKS, DEAD_LETTER_QUERY_PREFIX, Workspace
@@ -76,12 +75,12 @@ class Batch:
 
     query: str
     batch_id: int
-    offsets: list[Any]
+    offsets: list[object]
     started_ms: int | None
     committed_ms: int | None
     watermark_ms: int | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The batch as JSON-able data."""
         return {
             "query": self.query,

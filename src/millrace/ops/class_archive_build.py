@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
@@ -79,9 +79,11 @@ def _exercise(settings: Settings, scratch: Path) -> None:
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.seen = handle.getValueState("seen", "n LONG")
 
+        # transformWithStateInPandas passes pandas frames; the base class's type also allows
+        # the Row API's rows.
         def handleInputRows(  # type: ignore[override]  # noqa: N802 - Spark's callback names
             self,
-            key: tuple,
+            key: tuple[object, ...],
             rows: Iterator[pd.DataFrame],
             timerValues: TimerValues,  # noqa: N803
         ) -> Iterator[pd.DataFrame]:

@@ -20,13 +20,14 @@ import os
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from millrace.apps.declarations import Declared
 from millrace.apps.options import RunOptions
 from millrace.apps.sources import Kind
 from millrace.config.workspace import Workspace
 from millrace.errors import AppNotFoundError
+from millrace.records import JsonObject
 
 Status = Literal["running", "stopped", "finished", "crashed"]
 
@@ -71,7 +72,7 @@ class AppRecord:
         """The trigger it runs with, as `--trigger` takes it."""
         return str(self.options.trigger)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The record as `app.json` holds it."""
         return {
             "name": self.name,
@@ -91,7 +92,7 @@ class AppRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AppRecord:
+    def from_json(cls, data: JsonObject) -> AppRecord:
         """The record `to_json` wrote, or one that an older millrace wrote (its `config`)."""
         if "config" in data:
             # Before the options had a type of their own: they and the folder, in one dict.
@@ -248,7 +249,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
-def _write_json(path: Path, value: Any) -> None:
+def _write_json(path: Path, value: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".tmp{os.getpid()}")
     temporary.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")

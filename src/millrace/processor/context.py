@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from millrace.errors import ProcessorError
+from millrace.processor.keys import Key
 from millrace.processor.lookups import TABLE_PREFIX, LookupSource, lookup
 from millrace.processor.timers import KeyTimers, TimeDomain, Timer
-from millrace.records import Record
+from millrace.records import JsonObject, Record
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class Production:
     """
 
     stream: str
-    value: dict[str, Any]
-    key: Any
+    value: JsonObject
+    key: object
     time_ms: int | None
     id: str
 
@@ -73,8 +73,8 @@ class Context:
         self,
         *,
         processor: str,
-        key: Any,
-        cause: list[Any],
+        key: Key,
+        cause: Sequence[str | int],
         timers: KeyTimers,
         watermark_ms: int | None,
         processing_time_ms: int,
@@ -138,9 +138,9 @@ class Context:
     def produce(
         self,
         stream: str,
-        value: Mapping[str, Any],
+        value: Mapping[str, object],
         *,
-        key: Any = None,
+        key: object = None,
         time_ms: int | None = None,
     ) -> Production:
         """Produce `value` (a dict) to `stream`, routed by `key`, at event time `time_ms`.
@@ -173,7 +173,7 @@ class Context:
         self.productions.append(production)
         return production
 
-    def lookup(self, table: str, key: Any) -> dict[str, Any] | None:
+    def lookup(self, table: str, key: object) -> JsonObject | None:
         """The row of serving table `table` with key `key` (a dict of its columns), or None.
 
         A missing key gives None, never an error. On Spark the row may be up to the
@@ -182,7 +182,7 @@ class Context:
         """
         return lookup(self._lookups, table, key)
 
-    def produce_to_table(self, table: str, row: Mapping[str, Any]) -> Production:
+    def produce_to_table(self, table: str, row: Mapping[str, object]) -> Production:
         """Upsert `row` (its key and value columns) into serving table `table`.
 
         The runtime writes it with the micro-batch's other productions; the production's
@@ -196,7 +196,7 @@ class Context:
         return self.produce(f"{TABLE_PREFIX}{table}", row)
 
 
-def production_id(processor: str, key: Any, cause: list[Any], index: int) -> str:
+def production_id(processor: str, key: Key, cause: Sequence[str | int], index: int) -> str:
     """The deterministic id of a production: 32 hex digits of a hash of what made it.
 
     Example:

@@ -61,14 +61,18 @@ from typing import Any, Protocol, cast
 
 from millrace.errors import ProcessorError
 from millrace.processor.context import Context, Production
+from millrace.processor.keys import Key
 from millrace.processor.lookups import LookupSource, prefetch
 from millrace.processor.processor import AGGREGATE_STATE, Processor
 from millrace.processor.state import KeyState, bind_key_state
 from millrace.processor.timers import KeyTimers, Timer, has_due_timer
-from millrace.records import Record, before_1970_reason
+from millrace.records import JsonMapping, JsonObject, Record, before_1970_reason
 
 MAX_TIMER_FIRINGS = 10_000
 """The most timers one key may fire in one micro-batch; more means a timer re-arms itself."""
+
+Aggregate = Any  # Any: a monoid's values are whatever its zero, lift and combine make
+"""A monoid processor's value: its `zero`, what `lift` makes of a record, what `combine` gives."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ class DeadLetter:
     """
 
     processor: str
-    key: Any
+    key: Key
     error: str
     record: Record | None = None
     timer: Timer | None = None
@@ -117,7 +121,7 @@ class KeyOutcome:
         {'state': {'count': [1, 0]}}
     """
 
-    state: dict[str, Any] | None
+    state: JsonObject | None
     productions: list[Production] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     duplicates: list[Record] = field(default_factory=list)
@@ -147,7 +151,7 @@ class BatchOutcome:
         ('echoes', {('queries', 0): 1767225600500})
     """
 
-    states: dict[Any, dict[str, Any] | None]
+    states: dict[Key, JsonObject | None]
     productions: list[Production]
     dead_letters: list[DeadLetter]
     late: list[Record]
@@ -157,12 +161,12 @@ class BatchOutcome:
 
 def run_batch(
     processor: Processor,
-    stored: Mapping[Any, Mapping[str, Any]],
+    stored: Mapping[Key, JsonMapping],
     records: Iterable[Record],
     *,
     watermark_ms: int | None,
     processing_time_ms: int,
-    timer_keys: Iterable[Any] | None = None,
+    timer_keys: Iterable[Key] | None = None,
     lookups: LookupSource | None = None,
 ) -> BatchOutcome:
     """Run one micro-batch of `processor` over `records`, given the stored state of its keys.
@@ -190,7 +194,7 @@ def run_batch(
         {'close': ['event_time', 1767225601000]}
     """
     processor_class = type(processor)
-    by_key: dict[Any, list[Record]] = {}
+    by_key: dict[Key, list[Record]] = {}
     late: list[Record] = []
     dead_letters: list[DeadLetter] = []
     max_event_time_ms: dict[tuple[str, int], int] = {}
@@ -234,7 +238,7 @@ def run_batch(
             or _has_expired_ids(key_stored, watermark_ms)
         ):
             by_key[key] = []
-    states: dict[Any, dict[str, Any] | None] = {}
+    states: dict[Key, JsonObject | None] = {}
     productions: list[Production] = []
     duplicates: list[Record] = []
     # The batch's lookup keys in one round trip, before the callbacks look them up.
@@ -262,8 +266,8 @@ def run_batch(
 
 def run_key(
     processor: Processor,
-    key: Any,
-    stored: Mapping[str, Any] | None,
+    key: Key,
+    stored: JsonMapping | None,
     records: Sequence[Record],
     *,
     watermark_ms: int | None,
@@ -313,7 +317,7 @@ def run_key(
     return KeyOutcome(run.stored(), run.productions, run.dead_letters, run.duplicates)
 
 
-def fold(processor: Processor, values: Iterable[dict[str, Any]]) -> Any:
+def fold(processor: Processor, values: Iterable[JsonObject]) -> Aggregate:
     """The monoid pre-aggregate of a key's record values: `combine` over `lift`, from `zero`.
 
     A pure function of the values, so a runtime may compute it any way it likes (vectorised,
@@ -386,8 +390,8 @@ class _KeyRun:
     def __init__(
         self,
         processor: Processor,
-        key: Any,
-        stored: Mapping[str, Any],
+        key: Key,
+        stored: JsonMapping,
         watermark_ms: int | None,
         processing_time_ms: int,
         lookups: LookupSource | None,
@@ -429,7 +433,7 @@ class _KeyRun:
         self,
         call: Callable[[Context], None],
         *,
-        cause: list[Any],
+        cause: Sequence[str | int],
         event_time_ms: int | None,
         record: Record | None = None,
         timer: Timer | None = None,
@@ -523,13 +527,13 @@ class _KeyRun:
             "the watermark or the clock",
         )
 
-    def stored(self) -> dict[str, Any] | None:
+    def stored(self) -> JsonObject | None:
         parts = (("state", self.state.stored()), ("timers", self.timers.stored()))
         stored = {part: value for part, value in (*parts, ("seen", self.seen)) if value}
         return stored or None
 
 
-def _has_expired_ids(stored: Mapping[str, Any] | None, watermark_ms: int | None) -> bool:
+def _has_expired_ids(stored: JsonMapping | None, watermark_ms: int | None) -> bool:
     """True when a key remembers a record id whose event time the watermark has passed."""
     if watermark_ms is None or not stored:
         return False
@@ -539,20 +543,20 @@ def _has_expired_ids(stored: Mapping[str, Any] | None, watermark_ms: int | None)
 class _RecordCallback(Protocol):
     """What a processor of any kind but a monoid defines: its callback for each record."""
 
-    def on_record(self, key: Any, record: dict[str, Any], ctx: Context) -> None: ...
+    def on_record(self, key: Key, record: JsonObject, ctx: Context) -> None: ...
 
 
 class _Monoid(Protocol):
     """What a monoid processor defines (`Processor.kind` tells it by these names)."""
 
-    zero: Any
+    zero: Aggregate
 
-    def lift(self, record: dict[str, Any]) -> Any: ...
+    def lift(self, record: JsonObject) -> Aggregate: ...
 
-    def combine(self, a: Any, b: Any) -> Any: ...
+    def combine(self, a: Aggregate, b: Aggregate) -> Aggregate: ...
 
 
-def _fresh_zero(processor: Processor) -> Any:
+def _fresh_zero(processor: Processor) -> Aggregate:
     """A monoid's `zero` that callers may change: a copy, unless it cannot be changed."""
     zero = cast(_Monoid, processor).zero
     if zero is None or type(zero) in (int, float, str, bool):
@@ -560,7 +564,7 @@ def _fresh_zero(processor: Processor) -> Any:
     return copy.deepcopy(zero)
 
 
-def fold_step(processor: Processor, partial: Any, value: dict[str, Any]) -> Any:
+def fold_step(processor: Processor, partial: Aggregate, value: JsonObject) -> Aggregate:
     """One step of `fold`: `combine(partial, lift(value))`.
 
     Example:
@@ -578,7 +582,7 @@ def fold_step(processor: Processor, partial: Any, value: dict[str, Any]) -> Any:
     return monoid.combine(partial, monoid.lift(value))
 
 
-def _failed_record(processor: Processor, key: Any, record: Record, error: Exception) -> DeadLetter:
+def _failed_record(processor: Processor, key: Key, record: Record, error: Exception) -> DeadLetter:
     if type(processor).on_error != "dlq":
         raise _stop_error(processor, key, [record], None, error) from error
     return DeadLetter(type(processor).name, key, _error_text(error), record=record)
@@ -586,7 +590,7 @@ def _failed_record(processor: Processor, key: Any, record: Record, error: Except
 
 def _stop_error(
     processor: Processor,
-    key: Any,
+    key: Key,
     records: Sequence[Record],
     timer: Timer | None,
     error: Exception,

@@ -40,19 +40,23 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from millrace.errors import ProcessorError
+from millrace.records import JsonObject
 
 TABLE_PREFIX = "table:"
 """The stream name prefix of productions to serving tables: `table:<name>`."""
+
+Tables = Mapping[str, Mapping[Any, Mapping[str, object]]]  # Any: keys of the user's type
+"""Serving tables given in dicts: table -> key -> row."""
 
 
 class LookupSource(Protocol):
     """Where `ctx.lookup` reads serving tables from."""
 
-    def get(self, table: str, key: Any) -> dict[str, Any] | None:
+    def get(self, table: str, key: object) -> JsonObject | None:
         """The row of `table` with key `key`, or None."""
         ...
 
-    def prefetch(self, table: str, keys: Iterable[Any]) -> None:
+    def prefetch(self, table: str, keys: Iterable[object]) -> None:
         """Read the rows of `keys` at once, so that the `get` calls that follow hit a cache."""
         ...
 
@@ -65,10 +69,10 @@ class MemoryTables:
         {'topic': 'cats'}
     """
 
-    def __init__(self, tables: Mapping[str, Mapping[Any, Mapping[str, Any]]]) -> None:
+    def __init__(self, tables: Tables) -> None:
         self.tables = {name: dict(rows) for name, rows in tables.items()}
 
-    def get(self, table: str, key: Any) -> dict[str, Any] | None:
+    def get(self, table: str, key: object) -> JsonObject | None:
         """The row of `table` with key `key`, or None; `ProcessorError` for an unknown table."""
         rows = self.tables.get(table)
         if rows is None:
@@ -76,13 +80,13 @@ class MemoryTables:
         row = rows.get(tuple(key) if isinstance(key, list) else key)
         return None if row is None else dict(row)
 
-    def prefetch(self, table: str, keys: Iterable[Any]) -> None:
+    def prefetch(self, table: str, keys: Iterable[object]) -> None:
         """Nothing to fetch: the rows are in memory."""
         if table not in self.tables:
             raise _unknown(table, sorted(self.tables))
 
 
-def lookup(source: LookupSource | None, table: str, key: Any) -> dict[str, Any] | None:
+def lookup(source: LookupSource | None, table: str, key: object) -> JsonObject | None:
     """The row of serving table `table` with key `key` from `source`, or None.
 
     Example:
@@ -100,7 +104,7 @@ def lookup(source: LookupSource | None, table: str, key: Any) -> dict[str, Any] 
 def prefetch(
     source: LookupSource | None,
     lookups: Mapping[str, str],
-    values: Iterable[Mapping[str, Any]],
+    values: Iterable[Mapping[str, object]],
 ) -> None:
     """Fetch from `source`, per table of `lookups` (table -> record field), the keys `values` hold.
 

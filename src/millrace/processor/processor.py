@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError, ProcessorError, PublishError
+from millrace.processor.keys import Key
 from millrace.processor.state import StateDeclaration, ValueState
-from millrace.records import event_time_ms
+from millrace.records import JsonObject, event_time_ms
 
 if TYPE_CHECKING:
     from millrace.processor.context import Context
@@ -78,7 +79,7 @@ class Input:
     """
 
     stream: str
-    key: str | Callable[[dict[str, Any]], Any]
+    key: str | Callable[[JsonObject], Key]
     time: str = "time"
     lateness: str = "0s"
     max_future: str | None = None
@@ -117,7 +118,7 @@ class Input:
         """The allowed lateness in milliseconds."""
         return parse_duration_ms(self.lateness, what="lateness")
 
-    def key_of(self, record: Mapping[str, Any]) -> Any:
+    def key_of(self, record: Mapping[str, object]) -> Key:
         """The key of `record`, by the column or the function.
 
         Example:
@@ -133,7 +134,7 @@ class Input:
             )
         return record[self.key]
 
-    def time_of(self, record: Mapping[str, Any]) -> int:
+    def time_of(self, record: Mapping[str, object]) -> int:
         """The event time of `record` in epoch milliseconds, read from the time column.
 
         Example:
@@ -192,17 +193,17 @@ class Processor:
     on_error: ClassVar[OnError] = "stop"
     max_records_per_batch: ClassVar[int | None] = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if _is_monoid(cls) and not hasattr(cls, AGGREGATE_STATE):
-            aggregate: ValueState[Any] = ValueState(Any)
+            aggregate: ValueState[Any] = ValueState(Any)  # Any: what combine gives, any JSON
             aggregate.__set_name__(cls, AGGREGATE_STATE)
             setattr(cls, AGGREGATE_STATE, aggregate)
         _check_options(cls)
         if hasattr(cls, "name"):
             cls.validate()
 
-    def on_timer(self, key: Any, timer: Timer, ctx: Context) -> None:
+    def on_timer(self, key: Key, timer: Timer, ctx: Context) -> None:
         """Called for each due timer of `key`; override it in a processor that sets timers."""
         raise ProcessorError(
             f"processor {type(self).__name__} set timer {timer.tag!r} but defines no on_timer",
@@ -248,7 +249,7 @@ class Processor:
     @classmethod
     def kind(cls) -> ProcessorKind:
         """The processor's kind: "monoid", "stateful" (declared state) or "stateless"."""
-        cached = cls.__dict__.get(_KIND_CACHE)
+        cached: ProcessorKind | None = cls.__dict__.get(_KIND_CACHE)
         if cached is not None:
             return cached
         kind: ProcessorKind = (

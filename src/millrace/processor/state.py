@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError, ProcessorError
+from millrace.records import JsonObject
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -42,6 +43,9 @@ _SCALAR_TYPES = (str, int, float, bool)
 _MAP_KEY_TYPES = (str, int, float, bool)
 _KEY_STATE_ATTRIBUTE = "_millrace_key_state"
 _SUPPORTED = "str, int, float, bool, list, dict, None, Any, list[T], dict[str, T] or a union"
+
+_Stored = Any  # Any: a state's stored form, JSON-able data of its kind's shape (module's notes)
+_Live = Any  # Any: a state's decoded form, of its kind's shape (see each `_decode`)
 
 
 class StateDeclaration:
@@ -54,7 +58,7 @@ class StateDeclaration:
 
     kind: ClassVar[str]
 
-    def __init__(self, value: Any, *, ttl: str | None) -> None:
+    def __init__(self, value: object, *, ttl: str | None) -> None:
         self.value_type = value
         self.ttl = ttl
         self.ttl_ms: int | None = None
@@ -65,7 +69,9 @@ class StateDeclaration:
         self.name = name
         self.owner = owner.__name__
 
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+    def __get__(
+        self, instance: object, owner: type | None = None
+    ) -> Any:  # Any: the kind's handle; mypy cannot infer its T from a declared type
         if instance is None:
             return self
         state: KeyState | None = instance.__dict__.get(_KEY_STATE_ATTRIBUTE)
@@ -77,37 +83,37 @@ class StateDeclaration:
             )
         return self._handle(state)
 
-    def __set__(self, instance: Any, value: Any) -> None:
+    def __set__(self, instance: object, value: object) -> None:
         raise ProcessorError(
             f"state {self.owner}.{self.name} cannot be assigned",
             hint=f"write it through its handle: {self._write_example()}",
         )
 
-    def _handle(self, state: KeyState) -> Any:
+    def _handle(self, state: KeyState) -> object:
         raise NotImplementedError
 
     def _write_example(self) -> str:
         raise NotImplementedError
 
-    def _decode(self, stored: Any) -> Any:
+    def _decode(self, stored: _Stored) -> _Live:
         raise NotImplementedError
 
-    def _encode(self, live: Any) -> Any:
+    def _encode(self, live: _Live) -> _Stored:
         raise NotImplementedError
 
-    def _expire(self, live: Any, now_ms: int) -> Any:
+    def _expire(self, live: _Live, now_ms: int) -> _Live:
         raise NotImplementedError
 
-    def _visible(self, live: Any) -> Any:
+    def _visible(self, live: _Live) -> object:
         raise NotImplementedError
 
-    def _is_empty(self, live: Any) -> bool:
+    def _is_empty(self, live: _Live) -> bool:
         return not live
 
-    def _types(self) -> dict[str, Any]:
+    def _types(self) -> dict[str, object]:
         return {"value": self.value_type}
 
-    def _check_value(self, value: Any, role: str = "value") -> None:
+    def _check_value(self, value: object, role: str = "value") -> None:
         declared = self._types()[role]
         if not _matches(value, declared):
             raise ProcessorError(
@@ -162,7 +168,7 @@ class ValueState(StateDeclaration, Generic[T]):
 
     kind = "value"
 
-    def __init__(self, value: type[T] | Any, *, ttl: str | None = None) -> None:
+    def __init__(self, value: type[T] | object, *, ttl: str | None = None) -> None:
         super().__init__(value, ttl=ttl)
 
     def _handle(self, state: KeyState) -> ValueHandle[T]:
@@ -171,19 +177,19 @@ class ValueState(StateDeclaration, Generic[T]):
     def _write_example(self) -> str:
         return f"self.{self.name}.set(value)"
 
-    def _decode(self, stored: Any) -> Any:
+    def _decode(self, stored: _Stored) -> _Live:
         return list(stored) if stored is not None else None
 
-    def _encode(self, live: Any) -> Any:
+    def _encode(self, live: _Live) -> _Stored:
         return live
 
-    def _expire(self, live: Any, now_ms: int) -> Any:
+    def _expire(self, live: _Live, now_ms: int) -> _Live:
         return live if live is not None and self._alive(live[1], now_ms) else None
 
-    def _visible(self, live: Any) -> Any:
+    def _visible(self, live: _Live) -> object:
         return None if live is None else live[0]
 
-    def _is_empty(self, live: Any) -> bool:
+    def _is_empty(self, live: _Live) -> bool:
         return live is None
 
 
@@ -203,7 +209,7 @@ class ListState(StateDeclaration, Generic[T]):
 
     kind = "list"
 
-    def __init__(self, element: type[T] | Any, *, ttl: str | None = None) -> None:
+    def __init__(self, element: type[T] | object, *, ttl: str | None = None) -> None:
         super().__init__(element, ttl=ttl)
 
     def _handle(self, state: KeyState) -> ListHandle[T]:
@@ -212,16 +218,16 @@ class ListState(StateDeclaration, Generic[T]):
     def _write_example(self) -> str:
         return f"self.{self.name}.append(element) or self.{self.name}.set(elements)"
 
-    def _decode(self, stored: Any) -> Any:
+    def _decode(self, stored: _Stored) -> _Live:
         return [list(entry) for entry in stored or ()]
 
-    def _encode(self, live: Any) -> Any:
+    def _encode(self, live: _Live) -> _Stored:
         return live
 
-    def _expire(self, live: Any, now_ms: int) -> Any:
+    def _expire(self, live: _Live, now_ms: int) -> _Live:
         return [entry for entry in live if self._alive(entry[1], now_ms)]
 
-    def _visible(self, live: Any) -> Any:
+    def _visible(self, live: _Live) -> object:
         return [element for element, _ in live]
 
 
@@ -241,11 +247,13 @@ class MapState(StateDeclaration, Generic[K, V]):
 
     kind = "map"
 
-    def __init__(self, *, key: type[K] | Any, value: type[V] | Any, ttl: str | None = None) -> None:
+    def __init__(
+        self, *, key: type[K] | object, value: type[V] | object, ttl: str | None = None
+    ) -> None:
         super().__init__(value, ttl=ttl)
         self.key_type = key
 
-    def _types(self) -> dict[str, Any]:
+    def _types(self) -> dict[str, object]:
         return {"key": self.key_type, "value": self.value_type}
 
     def _handle(self, state: KeyState) -> MapHandle[K, V]:
@@ -254,16 +262,16 @@ class MapState(StateDeclaration, Generic[K, V]):
     def _write_example(self) -> str:
         return f"self.{self.name}[map_key] = value"
 
-    def _decode(self, stored: Any) -> Any:
+    def _decode(self, stored: _Stored) -> _Live:
         return {entry[0]: [entry[1], entry[2]] for entry in stored or ()}
 
-    def _encode(self, live: Any) -> Any:
+    def _encode(self, live: _Live) -> _Stored:
         return [[map_key, value, written] for map_key, (value, written) in live.items()]
 
-    def _expire(self, live: Any, now_ms: int) -> Any:
+    def _expire(self, live: _Live, now_ms: int) -> _Live:
         return {map_key: entry for map_key, entry in live.items() if self._alive(entry[1], now_ms)}
 
-    def _visible(self, live: Any) -> Any:
+    def _visible(self, live: _Live) -> object:
         return {map_key: value for map_key, (value, _) in live.items()}
 
 
@@ -345,7 +353,8 @@ class MapHandle(MutableMapping[K, V]):
         self._state = state
 
     def __getitem__(self, map_key: K) -> V:
-        return self._state.live(self._declaration)[map_key][0]
+        value: V = self._state.live(self._declaration)[map_key][0]
+        return value
 
     def __setitem__(self, map_key: K, value: V) -> None:
         self._declaration._check_value(map_key, "key")
@@ -389,16 +398,16 @@ class KeyState:
     def __init__(
         self,
         declarations: Mapping[str, StateDeclaration],
-        stored: Mapping[str, Any] | None,
+        stored: Mapping[str, _Stored] | None,
         *,
         now_ms: int,
     ) -> None:
         self.declarations = declarations
         self.now_ms = now_ms
         self._stored = dict(stored or {})
-        self._live: dict[str, Any] = {}
+        self._live: dict[str, _Live] = {}
 
-    def live(self, declaration: StateDeclaration) -> Any:
+    def live(self, declaration: StateDeclaration) -> _Live:
         """The decoded, unexpired state of `declaration`, which handles read and change."""
         name = declaration.name
         if name not in self._live:
@@ -407,28 +416,28 @@ class KeyState:
             )
         return self._live[name]
 
-    def replace(self, declaration: StateDeclaration, live: Any) -> None:
+    def replace(self, declaration: StateDeclaration, live: _Live) -> None:
         """Replace the decoded state of `declaration` with `live`."""
         self._live[declaration.name] = live
 
-    def visible(self) -> dict[str, Any]:
+    def visible(self) -> JsonObject:
         """Every declared state's current value, as a callback would read it."""
         return {
             name: declaration._visible(self.live(declaration))
             for name, declaration in self.declarations.items()
         }
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, _Live]:
         """A copy of what callbacks changed so far, for `restore` after a failed callback."""
         return copy.deepcopy(self._live)
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: dict[str, _Live]) -> None:
         """Undo every change made since `snapshot` was taken."""
         self._live = snapshot
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> dict[str, _Stored]:
         """The stored form of this key's state; empty states and expired values are left out."""
-        stored: dict[str, Any] = {}
+        stored: dict[str, _Stored] = {}
         for name, declaration in self.declarations.items():
             if name in self._live or declaration.ttl_ms is not None:
                 live = self.live(declaration)
@@ -454,7 +463,7 @@ def bind_key_state(processor: object, state: KeyState | None) -> None:
     processor.__dict__[_KEY_STATE_ATTRIBUTE] = state
 
 
-def _matches(value: Any, declared: Any) -> bool:
+def _matches(value: object, declared: object) -> bool:
     # Checked on every state write: the common one, a value of exactly the declared scalar
     # type, is answered before `typing` is asked anything.
     if type(value) is declared and declared in _SCALAR_TYPES:
@@ -481,12 +490,12 @@ def _matches(value: Any, declared: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if declared is float:
         return isinstance(value, int | float) and not isinstance(value, bool)
-    if declared in (str, list, dict):
+    if isinstance(declared, type) and declared in (str, list, dict):
         return isinstance(value, declared) and _is_json_value(value)
     return False
 
 
-def _is_json_value(value: Any) -> bool:
+def _is_json_value(value: object) -> bool:
     if value is None or isinstance(value, _SCALAR_TYPES):
         return True
     if isinstance(value, list):
@@ -496,7 +505,7 @@ def _is_json_value(value: Any) -> bool:
     return False
 
 
-def _is_supported(declared: Any, allowed: tuple[type, ...] | None = None) -> bool:
+def _is_supported(declared: object, allowed: tuple[type, ...] | None = None) -> bool:
     if allowed is not None:
         return declared in allowed
     if declared is Any or declared is object or declared is None or declared is type(None):
@@ -512,7 +521,7 @@ def _is_supported(declared: Any, allowed: tuple[type, ...] | None = None) -> boo
     return declared in (*_SCALAR_TYPES, list, dict)
 
 
-def _type_name(declared: Any) -> str:
+def _type_name(declared: object) -> str:
     if isinstance(declared, type) and typing.get_origin(declared) is None:
         return declared.__name__
     return str(declared).replace("typing.", "")

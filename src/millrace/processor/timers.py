@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 TimeDomain = Literal["event_time", "processing_time"]
 """Which clock a timer waits for: the watermark (event time) or the wall clock."""
+
+StoredTimers = Mapping[str, list[Any]]  # Any: each is the JSON pair [domain, time_ms]
+"""A key's timers as stored, `{tag: [domain, time_ms]}`, as they come back from the store."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class KeyTimers:
         {}
     """
 
-    def __init__(self, stored: Mapping[str, list] | None) -> None:
+    def __init__(self, stored: StoredTimers | None) -> None:
         self._timers = {
             tag: Timer(tag, int(time_ms), domain)
             for tag, (domain, time_ms) in (stored or {}).items()
@@ -98,13 +101,13 @@ class KeyTimers:
         """Undo every change made since `snapshot` was taken."""
         self._timers = dict(snapshot)
 
-    def stored(self) -> dict[str, list]:
+    def stored(self) -> dict[str, list[str | int]]:
         """The stored form: `{tag: [domain, time_ms]}`."""
         return {tag: [timer.domain, timer.time_ms] for tag, timer in self._timers.items()}
 
 
 def has_due_timer(
-    stored: Mapping[str, list] | None, *, watermark_ms: int | None, processing_time_ms: int
+    stored: StoredTimers | None, *, watermark_ms: int | None, processing_time_ms: int
 ) -> bool:
     """True when a key's stored timers hold one that is due, without decoding them all.
 

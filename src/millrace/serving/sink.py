@@ -14,15 +14,20 @@ the cache for `max_age_s`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.pandas.functions import pandas_udf
 
 from millrace.errors import TableSpecError
 from millrace.serving.tables import TableSpec, lookup_rows, write_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql._typing import UserDefinedFunctionLike
 
 
 def write_table(rows: DataFrame, spec: TableSpec, url: str) -> int:
@@ -72,7 +77,10 @@ def lookup_column(
     names = [name for name, _ in values]
 
     # PySpark's stubs lack the type-hinted form, pandas_udf(returnType) without functionType.
-    @F.pandas_udf(f"struct<{schema}>")  # type: ignore[call-overload]
+    struct_udf: Callable[[Callable[..., pd.DataFrame]], UserDefinedFunctionLike]
+    struct_udf = pandas_udf(f"struct<{schema}>")  # type: ignore[call-overload]
+
+    @struct_udf
     def look_up(*parts: pd.Series) -> pd.DataFrame:
         if len(parts) == 1:
             wanted = [None if pd.isna(part) else part for part in parts[0].tolist()]

@@ -25,13 +25,15 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from types import TracebackType
+from typing import Literal
 from urllib.parse import urlsplit
 
 import redis
 
 from millrace.config.settings import Settings, without_password
 from millrace.errors import ServingError, TableNotFoundError, TableSpecError
+from millrace.records import JsonObject
 
 SIMPLE_TYPES = ("STRING", "BIGINT", "INT", "DOUBLE", "FLOAT", "BOOLEAN")
 """Column types a table created from the command line may declare (STRING when none)."""
@@ -215,7 +217,7 @@ def count_rows(settings: Settings, name: str) -> int:
         return sum(1 for _ in client.scan_iter(match=f"{_ROW_PREFIX}{name}:*", count=10_000))
 
 
-def get_row(settings: Settings, table: str, key: Any) -> dict[str, Any] | None:
+def get_row(settings: Settings, table: str, key: object) -> JsonObject | None:
     """The row of `table` with key `key` (a value, or a sequence with one per key column).
 
     None when the table holds no such row (never written, or expired). Raises
@@ -224,14 +226,14 @@ def get_row(settings: Settings, table: str, key: Any) -> dict[str, Any] | None:
     return get_rows(settings, table, [key])[0]
 
 
-def get_rows(settings: Settings, table: str, keys: Iterable[Any]) -> list[dict[str, Any] | None]:
+def get_rows(settings: Settings, table: str, keys: Iterable[object]) -> list[JsonObject | None]:
     """The rows of `table` for `keys`, in their order, in one round trip; None where missing."""
     spec = describe_table(settings, table)
     texts = [key_text(spec, key) for key in keys]
     return _fetch(settings.redis, spec.name, texts)
 
 
-def write_rows(url: str, spec: TableSpec, columns: Mapping[str, Sequence[Any]]) -> int:
+def write_rows(url: str, spec: TableSpec, columns: Mapping[str, Sequence[object]]) -> int:
     """Upsert rows given as columns (name -> values, the spec's columns) into the table at `url`.
 
     Rows go to Redis in pipelined batches of SETs, with the table's TTL; rows whose key holds
@@ -279,7 +281,8 @@ def _send(client: redis.Redis, commands: list[bytes]) -> int:
     pool = client.connection_pool
     connection = pool.get_connection()
     try:
-        connection.send_packed_command([b"".join(commands)])
+        # redis-py leaves the methods of its connections unannotated.
+        connection.send_packed_command([b"".join(commands)])  # type: ignore[no-untyped-call]
         failure = None
         for _ in commands:
             # Every reply is read, even after an error, so the connection stays in step.
@@ -290,7 +293,7 @@ def _send(client: redis.Redis, commands: list[bytes]) -> int:
         if failure is not None:
             raise failure
     except BaseException:
-        connection.disconnect()
+        connection.disconnect()  # type: ignore[no-untyped-call]
         raise
     finally:
         pool.release(connection)
@@ -298,8 +301,8 @@ def _send(client: redis.Redis, commands: list[bytes]) -> int:
 
 
 def lookup_rows(
-    url: str, spec: TableSpec, keys: Sequence[Any], *, max_age_s: float
-) -> list[dict[str, Any] | None]:
+    url: str, spec: TableSpec, keys: Sequence[object], *, max_age_s: float
+) -> list[JsonObject | None]:
     """The rows for `keys` through this process's cache; the misses in one round trip (MGET).
 
     A cached row, or a cached miss, is used for `max_age_s` seconds after it was read; 0
@@ -312,7 +315,7 @@ def lookup_rows(
         return [None if text is None else found[text] for text in texts]
     cache = _cache(url, spec.name)
     now = time.monotonic()
-    rows: dict[str, dict[str, Any] | None] = {}
+    rows: dict[str, JsonObject | None] = {}
     misses: list[str] = []
     with cache.lock:
         for text in texts:
@@ -335,7 +338,7 @@ def lookup_rows(
     return [None if text is None else rows[text] for text in texts]
 
 
-def key_text(spec: TableSpec, key: Any) -> str:
+def key_text(spec: TableSpec, key: object) -> str:
     """The text a key is stored under: its value's text, or a JSON array for several columns.
 
     Example:
@@ -357,13 +360,13 @@ def key_text(spec: TableSpec, key: Any) -> str:
     return _key_text_of(parts)
 
 
-def _key_text_of(parts: Sequence[Any]) -> str:
+def _key_text_of(parts: Sequence[object]) -> str:
     if len(parts) == 1:
         return _part_text(parts[0])
     return json.dumps([_part_text(part) for part in parts], separators=(",", ":"))
 
 
-def _part_text(value: Any) -> str:
+def _part_text(value: object) -> str:
     # As Spark's CAST(x AS STRING), so a key written from Spark and one typed on the command
     # line meet: booleans are lowercase, whole doubles keep their `.0`.
     if isinstance(value, bool):
@@ -375,13 +378,13 @@ def _part_text(value: Any) -> str:
     return str(value)
 
 
-def _has_null(key: Any) -> bool:
+def _has_null(key: object) -> bool:
     if isinstance(key, list | tuple):
         return any(part is None for part in key)
     return key is None
 
 
-def _fetch(url: str, table: str, texts: Sequence[str]) -> list[dict[str, Any] | None]:
+def _fetch(url: str, table: str, texts: Sequence[str]) -> list[JsonObject | None]:
     if not texts:
         return []
     prefix = f"{_ROW_PREFIX}{table}:"
@@ -390,7 +393,7 @@ def _fetch(url: str, table: str, texts: Sequence[str]) -> list[dict[str, Any] | 
     return [None if raw is None else json.loads(raw) for raw in found]
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     if isinstance(value, dt.datetime | dt.date):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
@@ -412,7 +415,7 @@ def _describe(spec: TableSpec) -> str:
 @dataclass
 class _Cache:
     lock: threading.Lock = field(default_factory=threading.Lock)
-    entries: dict[str, tuple[float, dict[str, Any] | None]] = field(default_factory=dict)
+    entries: dict[str, tuple[float, JsonObject | None]] = field(default_factory=dict)
 
 
 _clients: dict[str, redis.Redis] = {}
@@ -450,7 +453,9 @@ class _errors:  # noqa: N801 - used as a `with` block, like contextlib's lowerca
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type | None, error: BaseException | None, _: Any) -> Literal[False]:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _: TracebackType | None
+    ) -> Literal[False]:
         if isinstance(error, redis.AuthenticationError):
             user = urlsplit(self.url).username or "default"
             raise ServingError(

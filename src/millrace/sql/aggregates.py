@@ -24,6 +24,7 @@ from sqlglot import exp
 from millrace.errors import SqlError
 
 if TYPE_CHECKING:
+    from pyspark.sql import Row
     from pyspark.sql._typing import UserDefinedFunctionLike
 
 TOPK_FINISH = "millrace_topk"
@@ -163,7 +164,7 @@ def topk_finish() -> UserDefinedFunctionLike:
     return F.udf(_topk, TOPK_TYPE, useArrow=True)
 
 
-def _topk(entries: list | None, k: int) -> list[tuple[str, float]]:
+def _topk(entries: list[Row] | None, k: int) -> list[tuple[str, float]]:
     totals: dict[str, float] = {}
     for entry in entries or ():
         item, weight = entry["item"], entry["weight"]

@@ -645,7 +645,9 @@ def _load_function(function: Function) -> UserDefinedFunctionLike:
             hint=f"define {attribute} in {module.__file__}",
         )
     if isinstance(target, UserDefinedFunction) or hasattr(target, "returnType"):
-        return target  # already a Spark UDF, e.g. a vectorised @pandas_udf
+        # Already a Spark UDF, e.g. a vectorised @pandas_udf.
+        spark_udf: UserDefinedFunctionLike = target
+        return spark_udf
     annotation = inspect.signature(target).return_annotation
     name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", None)
     returns = _PYTHON_TO_SPARK.get(name or "", name if isinstance(annotation, str) else None)

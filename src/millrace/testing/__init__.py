@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from millrace.testing.processor import ProcessorTester
@@ -28,7 +28,7 @@ _ON_FIRST_USE = {
 __all__ = ["ProcessorTester", "SqlAppResult", "SqlAppTester"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _ON_FIRST_USE.get(name)
     if module is None:
         raise AttributeError(f"module 'millrace.testing' has no attribute {name!r}")

@@ -24,18 +24,18 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from millrace.config.durations import parse_duration_ms
 from millrace.config.settings import Settings
 from millrace.errors import ProcessorError
 from millrace.processor.context import Production
 from millrace.processor.execution import BatchOutcome, DeadLetter, run_batch, watermark_after
-from millrace.processor.lookups import TABLE_PREFIX, MemoryTables
+from millrace.processor.keys import Key
+from millrace.processor.lookups import TABLE_PREFIX, MemoryTables, Tables
 from millrace.processor.processor import Processor
 from millrace.processor.state import KeyState, MapState, bind_key_state
 from millrace.processor.timers import KeyTimers, Timer
-from millrace.records import Record, future_dated_reason
+from millrace.records import JsonObject, Record, future_dated_reason
 
 __all__ = ["ProcessorTester"]
 
@@ -85,7 +85,7 @@ class ProcessorTester:
         processor: type[Processor],
         *,
         clock_ms: int = 0,
-        tables: Mapping[str, Mapping[Any, Mapping[str, Any]]] | None = None,
+        tables: Tables | None = None,
     ) -> None:
         """`tables` gives the serving tables `ctx.lookup` reads: table -> key -> row."""
         processor.validate()
@@ -98,7 +98,7 @@ class ProcessorTester:
         self.duplicates: list[Record] = []
         self.dead_letters: list[DeadLetter] = []
         self._instance = processor()
-        self._stored: dict[Any, dict[str, Any]] = {}
+        self._stored: dict[Key, JsonObject] = {}
         self._pending: list[Record] = []
         self._next_offset: dict[tuple[str, int], int] = {}
         self._max_event_time_ms: dict[tuple[str, int], int] = {}
@@ -106,7 +106,7 @@ class ProcessorTester:
     def feed(
         self,
         stream: str,
-        records: Iterable[Mapping[str, Any] | Record],
+        records: Iterable[Mapping[str, object] | Record],
         *,
         bucket: int = 0,
         arrival_ms: int | None = None,
@@ -283,7 +283,7 @@ class ProcessorTester:
         finally:
             self._pending = pending
 
-    def state(self, key: Any) -> dict[str, Any]:
+    def state(self, key: Key) -> JsonObject:
         """Every declared state of `key`, as a callback would read it now.
 
         Values, lists and dicts by state name (a monoid's aggregate under "aggregate"); None
@@ -307,7 +307,7 @@ class ProcessorTester:
         """
         return self._key_state(key).visible()
 
-    def set_state(self, key: Any, **values: Any) -> None:
+    def set_state(self, key: Key, **values: object) -> None:
         """Set states of `key` by name, as a callback would write them.
 
         Values are type-checked and stamped with the clock; a map state is replaced by the
@@ -351,7 +351,7 @@ class ProcessorTester:
         stored = {**self._stored.get(key, {}), "state": state.stored()}
         self._stored[key] = {part: value for part, value in stored.items() if value}
 
-    def timers(self, key: Any) -> list[Timer]:
+    def timers(self, key: Key) -> list[Timer]:
         """The pending timers of `key`, in firing order.
 
         Example:
@@ -371,7 +371,7 @@ class ProcessorTester:
         """
         return KeyTimers(self._stored.get(key, {}).get("timers")).pending()
 
-    def values(self, stream: str) -> list[dict[str, Any]]:
+    def values(self, stream: str) -> list[JsonObject]:
         """The values produced to `stream` so far, in order.
 
         Example:
@@ -390,7 +390,7 @@ class ProcessorTester:
         """
         return [production.value for production in self.productions.get(stream, [])]
 
-    def table_rows(self, table: str) -> list[dict[str, Any]]:
+    def table_rows(self, table: str) -> list[JsonObject]:
         """The rows produced to serving table `table` (`ctx.produce_to_table`), in order.
 
         Example:
@@ -412,7 +412,7 @@ class ProcessorTester:
         """
         return self.values(f"{TABLE_PREFIX}{table}")
 
-    def _key_state(self, key: Any) -> KeyState:
+    def _key_state(self, key: Key) -> KeyState:
         return KeyState(
             self.processor.states(),
             self._stored.get(key, {}).get("state"),

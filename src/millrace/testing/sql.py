@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -24,7 +23,7 @@ from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.records import event_time_ms
+from millrace.records import JsonObject, event_time_ms
 from millrace.sql.parser import SqlApp, load_app, parse_app
 from millrace.warehouse.delta import is_delta_table
 from millrace.warehouse.result_tables import read_result_rows
@@ -45,8 +44,8 @@ class SqlAppResult:
     under a name of its own.
     """
 
-    tables: dict[str, list[dict[str, Any]]]
-    streams: dict[str, list[dict[str, Any]]]
+    tables: dict[str, list[JsonObject]]
+    streams: dict[str, list[JsonObject]]
     dead_letters: dict[str, int]
     late_rows: dict[str, int]
     app: SqlApp
@@ -68,7 +67,7 @@ class SqlAppTester:
 
     def run(
         self,
-        records: Mapping[str, Iterable[Mapping[str, Any]]],
+        records: Mapping[str, Iterable[Mapping[str, object]]],
         *,
         close_windows: bool = True,
         batch_size: int | None = None,
@@ -172,7 +171,7 @@ def _isolated(app: SqlApp, suffix: str) -> tuple[SqlApp, dict[str, str]]:
 
 
 def _closing_ms(
-    app: SqlApp, time_field: str, events: list[Mapping[str, Any]], lateness: str | None
+    app: SqlApp, time_field: str, events: list[Mapping[str, object]], lateness: str | None
 ) -> int:
     """A time past every window of `events` by more than the lateness (epoch ms)."""
     latest = max(event_time_ms(event, time_field) or 0 for event in events)

@@ -19,7 +19,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
@@ -30,7 +29,7 @@ from millrace.errors import SqlError
 from millrace.warehouse.archive import archive_view
 from millrace.warehouse.delta import spark_read
 from millrace.warehouse.layout import archived_streams, view_name
-from millrace.warehouse.result_tables import result_tables
+from millrace.warehouse.result_tables import TableRow, result_tables
 
 _QUERY_START = re.compile(
     r"^\s*(?:\(\s*)*(SELECT|WITH|FROM|VALUES|TABLE|SHOW|DESCRIBE|DESC|EXPLAIN)\b", re.I
@@ -58,7 +57,7 @@ class QueryResult:
     """The columns and rows of a query, and the views it could read."""
 
     columns: list[str]
-    rows: list[dict[str, Any]]
+    rows: list[TableRow]
     views: dict[str, str]
 
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import ARCHIVE_APP, Workspace

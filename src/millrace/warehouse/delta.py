@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     # Only a type here; importing pyarrow.dataset loads pandas, which `millrace ps` must not.
     import pyarrow.dataset as ds
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import DataStreamWriter
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 # How many of the newest commits are read first for a commit's metadata: the one looked for
 # is nearly always among them, and a table's whole history can be thousands of commits.
@@ -69,7 +69,7 @@ class DeltaSnapshot:
         # know only fields.
         return pa.schema(self._table.schema().to_arrow())  # type: ignore[arg-type]
 
-    def file_maxima(self, column: str) -> list[Any]:
+    def file_maxima(self, column: str) -> list[Any]:  # Any: the column's values, of its type
         """Each data file's greatest value of `column`, as the statistics in the log record it.
 
         Files whose statistics leave the column out are left out; Spark records them for the

@@ -22,6 +22,9 @@ from millrace.config.workspace import Workspace
 from millrace.errors import ResultTableNotFoundError, SqlError
 from millrace.warehouse.delta import DeltaSnapshot, is_delta_table, open_delta_table
 
+TableRow = dict[str, Any]  # Any: each value is of its column's type, which the table decides
+"""A row read from a table: its columns' values, by column name."""
+
 _NOTHING = ds.scalar(False)
 _ORDER = ("window_start", "window_end")
 
@@ -33,7 +36,7 @@ def read_result_rows(
     *,
     where: dict[str, str] | None = None,
     last: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[TableRow]:
     """Rows of result table `app.table` whose columns equal `where`, from its `last` windows.
 
     Rows come ordered by window (start, then end); `last` keeps every matching row of a
@@ -132,7 +135,7 @@ def _matches(schema: pa.Schema, where: dict[str, str], name: str) -> ds.Expressi
     return condition
 
 
-def _equals(field: pa.Field, value: str) -> ds.Expression:
+def _equals(field: pa.Field[pa.DataType], value: str) -> ds.Expression:
     """Column `field` equals the text `value` read as a value of the column's type."""
     kind = field.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
@@ -167,7 +170,7 @@ def _instant(value: str) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """`value` as plain Python: times as UTC datetimes (Delta stores UTC instants)."""
     if isinstance(value, datetime):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

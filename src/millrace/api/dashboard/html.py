@@ -12,7 +12,6 @@ import json
 from datetime import datetime
 from html import escape as _escape_html
 from importlib import resources
-from typing import Any
 
 from fastapi.responses import HTMLResponse
 
@@ -21,7 +20,7 @@ REFRESH_S = 5
 """How often a page fetches itself again."""
 
 
-def escape(value: Any) -> str:
+def escape(value: object) -> str:
     """`value` as text safe inside HTML, quotes included.
 
     Example:
@@ -106,7 +105,7 @@ def number(value: float | int | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def value_text(value: Any) -> str:
+def value_text(value: object) -> str:
     """A result or record value as compact text: times in ISO-8601, lists and maps as JSON.
 
     Example:

@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
@@ -73,7 +72,7 @@ from millrace.errors import ProcessorError
 from millrace.processor.execution import run_batch
 from millrace.processor.lookups import LookupSource
 from millrace.processor.processor import Input, Processor
-from millrace.records import RecordDecodeError
+from millrace.records import JsonMapping, RecordDecodeError
 from millrace.warehouse.archive import RecordSource, read_archive, read_records
 
 
@@ -264,7 +263,7 @@ def _bucket_function(
     return run_bucket
 
 
-def _require_no_clock(name: str, key: Any, key_stored: Mapping[str, Any]) -> None:
+def _require_no_clock(name: str, key: object, key_stored: JsonMapping) -> None:
     """A batch run replays stored event times: a timer waiting for the wall clock stops it."""
     for tag, (domain, _) in key_stored.get("timers", {}).items():
         if domain == "processing_time":

@@ -37,17 +37,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TypeVar, overload
 
 from millrace.errors import ProcessorError
+from millrace.processor.keys import Key
+from millrace.records import JsonMapping
 
 DEFAULT_BUCKETS = 64
 """Hash buckets a processor's keys are spread over; each is one group of Spark's operator."""
 
 _encode_str = json.encoder.encode_basestring_ascii
+_Default = TypeVar("_Default")
 
 
-class BucketStore(Mapping[Any, Mapping[str, Any]]):
+class BucketStore(Mapping[Key, JsonMapping]):
     """One bucket's keys and their stored state, decoded key by key on first use.
 
     Example:
@@ -65,10 +68,14 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
                 self._timers[key_text] = int(event_ms)
             if clock_ms:
                 self._clock[key_text] = int(clock_ms)
-        self._decoded: dict[str, Mapping[str, Any]] = {}
-        self._key_texts: dict[Any, str] = {}
+        self._decoded: dict[str, JsonMapping] = {}
+        self._key_texts: dict[Key, str] = {}
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    @overload
+    def get(self, key: Key) -> JsonMapping | None: ...
+    @overload
+    def get(self, key: Key, default: JsonMapping | _Default) -> JsonMapping | _Default: ...
+    def get(self, key: Key, default: object = None) -> object:
         """The stored state of `key`, decoded, or `default` when the key has none."""
         key_text = self._key_texts.get(key)
         if key_text is None:
@@ -81,13 +88,13 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
             decoded = self._decoded[key_text] = json.loads(text)
         return decoded
 
-    def __getitem__(self, key: Any) -> Mapping[str, Any]:
+    def __getitem__(self, key: Key) -> JsonMapping:
         found = self.get(key)
         if found is None:
             raise KeyError(key)
         return found
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Key]:
         return (key_of_text(key_text) for key_text in self._texts)
 
     def __len__(self) -> int:
@@ -95,7 +102,7 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
 
     def due_keys(
         self, watermark_ms: int | None, *, processing_time_ms: int | None = None
-    ) -> list[Any]:
+    ) -> list[Key]:
         """The keys with a due timer: of event time (or an id expiry) by `watermark_ms`.
 
         With `processing_time_ms`, also the keys with a processing-time timer at or before it.
@@ -121,7 +128,7 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
         """The earliest processing-time timer of any key, or None."""
         return min(self._clock.values(), default=None)
 
-    def update(self, states: Mapping[Any, Mapping[str, Any] | None], *, processor: str) -> None:
+    def update(self, states: Mapping[Key, JsonMapping | None], *, processor: str) -> None:
         """Replace the stored state of each key in `states`; None removes the key."""
         for key, key_stored in states.items():
             # A key that JSON cannot hold was looked up by its repr, but is not stored.
@@ -156,7 +163,7 @@ class BucketStore(Mapping[Any, Mapping[str, Any]]):
         return "\n".join(map("\t".join, self._texts.items())), "\n".join(waits)
 
 
-def canonical_key(key: Any) -> Any:
+def canonical_key(key: object) -> object:
     """`key` as JSON-able data in which keys Python finds equal (1, 1.0, True) are the same.
 
     Example:
@@ -172,7 +179,7 @@ def canonical_key(key: Any) -> Any:
     return key
 
 
-def canonical_text(key: Any) -> str:
+def canonical_text(key: object) -> str:
     """The canonical JSON text of `key`; keys that JSON cannot hold get their repr.
 
     Example:
@@ -190,7 +197,7 @@ def canonical_text(key: Any) -> str:
         return json.dumps(canonical_key(key), default=repr)
 
 
-def key_of_text(text: str) -> Any:
+def key_of_text(text: str) -> Key:
     """The key of its canonical JSON text: a list is read back as a tuple.
 
     Example:
@@ -200,7 +207,7 @@ def key_of_text(text: str) -> Any:
     return _key_from_json(json.loads(text))
 
 
-def _key_from_json(key: Any) -> Any:
+def _key_from_json(key: object) -> object:
     # A key is hashable, so a list in stored JSON was a tuple.
     return tuple(_key_from_json(part) for part in key) if isinstance(key, list) else key
 
@@ -218,7 +225,7 @@ def _lines(text: str | None) -> dict[str, str]:
     return dict(line.split("\t", 1) for line in text.split("\n"))
 
 
-def _text_of(data: Any, processor: str) -> str:
+def _text_of(data: object, processor: str) -> str:
     """`data` (a key or a key's stored state) as JSON; a `ProcessorError` when JSON cannot."""
     try:
         return _encode_str(data) if type(data) is str else json.dumps(canonical_key(data))

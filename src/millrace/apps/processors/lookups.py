@@ -8,10 +8,10 @@ exist. The core itself reads no Redis: it gets its source passed in.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from millrace.config.settings import Settings
 from millrace.errors import ProcessorError, ServingError
+from millrace.records import JsonObject
 from millrace.serving.tables import TableSpec, describe_table, lookup_rows
 
 
@@ -27,11 +27,11 @@ class ServingLookups:
         self.max_age_s = max_age_s
         self._specs: dict[str, TableSpec] = {}
 
-    def get(self, table: str, key: Any) -> dict[str, Any] | None:
+    def get(self, table: str, key: object) -> JsonObject | None:
         """The row of `table` with key `key`, or None."""
         return lookup_rows(self.url, self._spec(table), [key], max_age_s=self.max_age_s)[0]
 
-    def prefetch(self, table: str, keys: Iterable[Any]) -> None:
+    def prefetch(self, table: str, keys: Iterable[object]) -> None:
         """Read the rows of `keys` not in the cache, in one MGET."""
         lookup_rows(self.url, self._spec(table), list(keys), max_age_s=self.max_age_s)
 
@@ -41,7 +41,7 @@ class ServingLookups:
             spec = self._specs[table] = _described(self.url, table)
         return spec
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {"url": self.url, "max_age_s": self.max_age_s, "_specs": {}}
 
 

@@ -11,9 +11,8 @@ hands the buckets' timer reports to the driver, and counts the rows of each kind
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.apps.processors.errors import require_processor_stream, worker_error_text
@@ -131,7 +130,7 @@ def _int_or_none(text: str | None) -> int | None:
 
 
 def _write_table_productions(
-    name: str, workspace: Workspace, batch: DataFrame, counts: list[Any]
+    name: str, workspace: Workspace, batch: DataFrame, counts: list[Row]
 ) -> set[str]:
     """Upsert the productions to serving tables (`table:<name>`); their stream names."""
     tables = {

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, NamedTuple
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.pandas.functions import pandas_udf
 
 from millrace.apps.processors.bucket_store import canonical_key, canonical_text
 from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
@@ -37,8 +38,12 @@ from millrace.engine.event_time import carried_millis, future_dated_reason
 from millrace.engine.headers import record_id_column
 from millrace.engine.low_watermark import MARKER_MS, WRITTEN, marker_columns
 from millrace.processor.execution import BatchOutcome, DeadLetter
+from millrace.processor.keys import Key
 from millrace.processor.processor import Input
 from millrace.records import Record, RecordDecodeError, decode_value, placeable_time_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql._typing import UserDefinedFunctionLike
 
 OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING, time STRING"
 """The Spark schema of the operator's output rows, in the order of `OutputRow`'s fields."""
@@ -101,7 +106,7 @@ class OutputRow(NamedTuple):
     time: str | None = None
 
 
-def bucket_of(key: Any, buckets: int) -> int:
+def bucket_of(key: object, buckets: int) -> int:
     """The hash bucket of `key`: the same for keys Python finds equal, on every machine.
 
     Example:
@@ -131,7 +136,12 @@ def input_max_future_ms(workspace: Workspace, source: Input) -> int:
 
 
 def event_time_of(
-    value: dict, arrival_ms: int, carried_ms: int | None, *, source: Input, max_future_ms: int
+    value: Mapping[str, object],
+    arrival_ms: int,
+    carried_ms: int | None,
+    *,
+    source: Input,
+    max_future_ms: int,
 ) -> int | None:
     """A record's event time as the runtime takes it; None where it dead-letters the record.
 
@@ -198,7 +208,7 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
     )
 
 
-def _time_in(source: Input, record: dict, carried_ms: int | None) -> int:
+def _time_in(source: Input, record: Mapping[str, object], carried_ms: int | None) -> int:
     """A record's event time: its Input's time field, else the time its `time` header carries.
 
     Raises `ProcessorError` when the field holds no time, or is missing and nothing is carried.
@@ -208,11 +218,11 @@ def _time_in(source: Input, record: dict, carried_ms: int | None) -> int:
     return source.time_of(record)
 
 
-def _placement(source: Input, buckets: int) -> Callable[..., Any]:
+def _placement(source: Input, buckets: int) -> UserDefinedFunctionLike:
     """A vectorised UDF: each raw value's key bucket and event time (null when unreadable)."""
 
     def place(
-        value: bytes | None, carried_ms: int | None, known: dict[Any, int]
+        value: bytes | None, carried_ms: int | None, known: dict[Key, int]
     ) -> tuple[int, int | None]:
         try:
             record = json.loads(value) if value is not None else None
@@ -229,12 +239,19 @@ def _placement(source: Input, buckets: int) -> Callable[..., Any]:
             return 0, None
 
     # PySpark's stubs lack the type-hinted form, pandas_udf(returnType) without functionType.
-    @F.pandas_udf("bucket INT, time_ms LONG")  # type: ignore[call-overload]
+    struct_udf: Callable[[Callable[..., pd.DataFrame]], UserDefinedFunctionLike]
+    struct_udf = pandas_udf("bucket INT, time_ms LONG")  # type: ignore[call-overload]
+
+    @struct_udf
     def placement(values: pd.Series, carried: pd.Series) -> pd.DataFrame:
         # The buckets of the keys seen in this Arrow batch: a key's bucket is hashed once.
-        known: dict[Any, int] = {}
-        # A LONG column with nulls arrives as floats; Int64 turns it back into ints and NA.
-        carried_ms = [None if ms is pd.NA else ms for ms in carried.astype("Int64").tolist()]
+        known: dict[Key, int] = {}
+        # A LONG column with nulls arrives as floats; Int64 turns it back into ints and NA
+        # (which pandas-stubs leave out of the type of an Int64 column's tolist()).
+        carried_ms = [
+            None if ms is pd.NA else ms  # type: ignore[comparison-overlap]
+            for ms in carried.astype("Int64").tolist()
+        ]
         return pd.DataFrame(
             [place(value, ms, known) for value, ms in zip(values, carried_ms, strict=True)],
             columns=["bucket", "time_ms"],
@@ -253,9 +270,10 @@ def input_rows(frame: pd.DataFrame) -> Iterator[InputRow]:
         >>> next(input_rows(frame)).record_offset
         41
     """
-    # A LONG column with nulls arrives as floats; Int64 turns it back into ints and NA.
+    # A LONG column with nulls arrives as floats; Int64 turns it back into ints and NA
+    # (which pandas-stubs leave out of the type of an Int64 column's tolist()).
     times = [
-        None if time_ms is pd.NA else time_ms
+        None if time_ms is pd.NA else time_ms  # type: ignore[comparison-overlap]
         for time_ms in frame["time_ms"].astype("Int64").tolist()
     ]
     columns = (frame[name].tolist() for name in InputRow._fields[:-1])
@@ -385,7 +403,7 @@ LETTER_FIELDS = (
 apply are null (a timer's letter has no record, a record's letter no timer)."""
 
 
-def _letter_fields(name: str, key: Any, found: dict[str, Any]) -> dict[str, Any]:
+def _letter_fields(name: str, key: object, found: dict[str, object]) -> dict[str, object]:
     """A processor's dead letter: `found` (the error and what it is about) in every field."""
     return {field: None for field in LETTER_FIELDS} | {"processor": name, "key": key} | found
 
@@ -415,11 +433,11 @@ def _processor_letter(name: str, letter: DeadLetter) -> OutputRow:
     )
 
 
-def _canonical_text(key: Any) -> str:
+def _canonical_text(key: object) -> str:
     return json.dumps(canonical_key(key), separators=(",", ":"), default=repr)
 
 
-def _routing_key(key: Any) -> str | None:
+def _routing_key(key: object) -> str | None:
     if key is None or isinstance(key, str):
         return key
     return _canonical_text(key)

@@ -55,7 +55,7 @@ import pandas as pd
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -189,7 +189,7 @@ class RunningProcessor:
             f"{count(self.dead_letters, 'dead letter')}"
         ]
 
-    def _surfacing(self, wait: Callable[[], Any]) -> None:
+    def _surfacing(self, wait: Callable[[], object]) -> None:
         try:
             wait()
         except StreamingQueryException as error:
@@ -491,7 +491,7 @@ class _BucketRunner(StatefulProcessor):
     # frames; the base class's type also allows the Row API's rows.
     def handleInputRows(  # type: ignore[override]  # noqa: N802 - Spark's callback names
         self,
-        key: Any,
+        key: Any,  # Any: as StatefulProcessor declares it; Spark passes (bucket,)
         rows: Iterator[pd.DataFrame],
         timerValues: TimerValues,  # noqa: N803
     ) -> Iterator[pd.DataFrame]:
@@ -511,7 +511,7 @@ class _BucketRunner(StatefulProcessor):
 
     def handleExpiredTimer(  # noqa: N802
         self,
-        key: Any,
+        key: Any,  # Any: as StatefulProcessor declares it; Spark passes (bucket,)
         timerValues: TimerValues,  # noqa: N803
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[pd.DataFrame]:

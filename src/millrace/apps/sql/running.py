@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.apps.progress_lines import QueryTotals, RoutedInput
 from millrace.apps.sql.result_tables import ResultTableWriter
@@ -86,7 +86,7 @@ class RunningApp:
             self._surfacing(query.awaitTermination)
         self._finish()
 
-    def _surfacing(self, wait: Callable[[], Any]) -> None:
+    def _surfacing(self, wait: Callable[[], object]) -> None:
         try:
             wait()
         except StreamingQueryException as error:
