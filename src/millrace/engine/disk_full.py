@@ -43,12 +43,14 @@ def disk_full_error(failure: Exception, workspace: Workspace, app: str) -> DiskF
         ("result table folder", workspace.app_tables(app)),
         ("workspace", workspace.root),
     ]
+    # One folder per disk, the most specific: comparing the free bytes of folders on one disk
+    # would name whichever was looked at while another writer freed or took some room.
+    by_disk: dict[int, tuple[str, Path]] = {}
+    for what, folder in folders:
+        if isinstance(folder, Path) and folder.is_dir():
+            by_disk.setdefault(folder.stat().st_dev, (what, folder))
     free, what, folder = min(
-        (
-            (_free_bytes(folder), what, folder)
-            for what, folder in folders
-            if isinstance(folder, Path) and folder.is_dir()
-        ),
+        ((_free_bytes(folder), what, folder) for what, folder in by_disk.values()),
         key=lambda found: found[0],
     )
     return DiskFullError(
