@@ -1,5 +1,6 @@
 """Spark's write-ahead log read as files: the batches a query's log holds, each batch's
-metadata and per-source offsets, and files that are not as Spark writes them."""
+metadata and per-source offsets, each source's starting offsets, and files that are not as
+Spark writes them."""
 
 import json
 from pathlib import Path
@@ -9,10 +10,14 @@ import pytest
 from millrace.engine.checkpoint_log import (
     UnreadableLogError,
     batch_ids,
+    initial_offsets_file,
+    initial_offsets_files,
     kafka_offsets,
     query_folders,
     read_commit,
+    read_initial_offsets,
     read_offsets,
+    write_initial_offsets,
 )
 
 METADATA = {"batchWatermarkMs": 5, "batchTimestampMs": 1_000, "conf": {}}
@@ -66,3 +71,33 @@ def test_a_file_not_as_spark_writes_it_is_named_with_what_is_wrong(
     assert raised.value.code == "checkpoint-corrupt"
     with pytest.raises(UnreadableLogError, match="cannot be read"):
         read_commit(tmp_path / "missing")
+
+
+def test_a_sources_starting_offsets_are_read_and_written_as_spark_keeps_them(
+    tmp_path: Path,
+) -> None:
+    written = initial_offsets_file(tmp_path / "table.t", "1")
+    write_initial_offsets(written, {"clicks": {1: 12, 0: 10}})
+    assert written.read_bytes() == b'\0v1\n{"clicks": {"0": 10, "1": 12}}'
+    assert initial_offsets_files(tmp_path / "table.t") == {"1": written}
+    assert read_initial_offsets(written) == {"clicks": {0: 10, 1: 12}}
+    assert initial_offsets_files(tmp_path / "nothing") == {}
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"\0\xff", "it cannot be read as text"),
+        (b'\0{"clicks":{"0":1}}', "its first line is"),
+        (b'\0v1\n{"clicks"', "line 2 is not a source's starting offsets as JSON"),
+        (b'\0v1\n{"clicks":{"0":"x"}}', "line 2 is not offsets per stream and bucket"),
+    ],
+)
+def test_starting_offsets_not_as_spark_writes_them_are_named_with_what_is_wrong(
+    tmp_path: Path, content: bytes, reason: str
+) -> None:
+    path = tmp_path / "0"
+    path.write_bytes(content)
+    with pytest.raises(UnreadableLogError) as raised:
+        read_initial_offsets(path)
+    assert raised.value.path == path and raised.value.reason.startswith(reason)

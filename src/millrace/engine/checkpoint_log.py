@@ -2,7 +2,8 @@
 
 Every streaming query keeps a checkpoint folder whose log is two folders of files named by
 batch id: `offsets/N`, written before batch N runs, and `commits/N`, written once its output
-is committed. An `offsets/N` file is the log's version (`v1`), the batch's metadata as a
+is committed; beside them, each Kafka source keeps the offsets it started from in
+`sources/<i>/0`. An `offsets/N` file is the log's version (`v1`), the batch's metadata as a
 JSON object (its watermark, start time and conf), then one line per source: its end offsets
 as JSON (for Kafka, `{"stream": {"bucket": offset}}`), or `-` for a source without any yet.
 A `commits/N` file is the version, then the commit's metadata. The operator's view
@@ -149,6 +150,58 @@ def stream_offsets(source: object, stream: str) -> Offsets | None:
         True
     """
     return kafka_offsets(source).get(stream)
+
+
+def initial_offsets_files(checkpoint: StoragePath) -> dict[str, StoragePath]:
+    """The `sources/<i>/0` file of each source `<i>` of the query at `checkpoint`.
+
+    Each holds the offsets the source started from (see `read_initial_offsets`).
+    """
+    return {path.parent.name: path for path in listing(checkpoint / "sources", "*/0")}
+
+
+def initial_offsets_file(checkpoint: StoragePath, source: str) -> StoragePath:
+    """The `sources/<source>/0` file of the query at `checkpoint`, there or not."""
+    return checkpoint / "sources" / source / "0"
+
+
+def read_initial_offsets(path: StoragePath) -> dict[str, Offsets]:
+    r"""A Kafka source's starting offsets (a `sources/<i>/0` file), per stream and bucket.
+
+    Raises `UnreadableLogError` for a file that is not as Spark writes it.
+
+    Example:
+        >>> _ = (tmp_path / "0").write_bytes(b'\0v1\n{"clicks":{"0":7}}')
+        >>> read_initial_offsets(tmp_path / "0")
+        {'clicks': {0: 7}}
+    """
+    try:
+        text = path.read_bytes().lstrip(b"\0").decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UnreadableLogError(path, f"it cannot be read as text ({error})") from None
+    version, _, offsets = text.partition("\n")
+    if not _VERSION_LINE.match(version):
+        raise UnreadableLogError(path, f"its first line is {version[:40]!r}, not a version")
+    parsed = _json(path, offsets, 2, "a source's starting offsets")
+    if not isinstance(parsed, dict) or set(kafka_offsets(parsed)) != set(parsed):
+        raise UnreadableLogError(path, "line 2 is not offsets per stream and bucket")
+    return kafka_offsets(parsed)
+
+
+def write_initial_offsets(path: StoragePath, offsets: dict[str, Offsets]) -> None:
+    r"""Write a Kafka source's starting offsets to `path` (a `sources/<i>/0` file) as Spark does.
+
+    Example:
+        >>> write_initial_offsets(tmp_path / "sources" / "0" / "0", {"clicks": {1: 3, 0: 7}})
+        >>> (tmp_path / "sources" / "0" / "0").read_bytes()
+        b'\x00v1\n{"clicks": {"0": 7, "1": 3}}'
+    """
+    text = json.dumps(
+        {stream: {str(b): o for b, o in sorted(by.items())} for stream, by in offsets.items()}
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Spark's Kafka source writes a zero byte first, then its version and the offsets.
+    path.write_bytes(b"\0v1\n" + text.encode())
 
 
 def last_committed(checkpoint: StoragePath) -> tuple[int, dict[str, Offsets]] | None:

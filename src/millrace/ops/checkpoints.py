@@ -50,10 +50,14 @@ from millrace.engine.checkpoint_log import (
     Offsets,
     UnreadableLogError,
     batch_ids,
+    initial_offsets_file,
+    initial_offsets_files,
     last_committed,
     query_folders,
     read_commit,
+    read_initial_offsets,
     read_offsets,
+    write_initial_offsets,
 )
 from millrace.errors import CheckpointCorruptError, CheckpointMissingError, LifecycleError
 from millrace.ops.registry import now_iso
@@ -488,19 +492,9 @@ def seed_start(
     """
     seeded: dict[str, dict[str, dict[int, int]]] = {}
     for query in listing(old):
-        for source in listing(query / "sources", "*/0"):
-            _, old_offsets = _read_initial_offsets(source)
-            offsets = {stream: offsets_of(stream) for stream in old_offsets}
-            target = new / query.name / "sources" / source.parent.name / "0"
-            text = json.dumps(
-                {
-                    stream: {str(b): o for b, o in sorted(by.items())}
-                    for stream, by in offsets.items()
-                }
-            )
-            # Spark's Kafka source writes a zero byte first, then its version and the offsets.
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(b"\0v1\n" + text.encode())
+        for source, path in initial_offsets_files(query).items():
+            offsets = {stream: offsets_of(stream) for stream in _initial_offsets(path)}
+            write_initial_offsets(initial_offsets_file(new / query.name, source), offsets)
             seeded.setdefault(query.name, {}).update(offsets)
         prefix = DEAD_LETTER_QUERY_PREFIX
         if query.name.startswith(prefix) and (query / DEAD_LETTER_MARKS).is_file():
@@ -511,15 +505,13 @@ def seed_start(
     return seeded
 
 
-def _read_initial_offsets(path: StoragePath) -> tuple[str, dict[str, dict[int, int]]]:
+def _initial_offsets(path: StoragePath) -> dict[str, dict[int, int]]:
     try:
-        text = path.read_bytes().lstrip(b"\0").decode()
-        version, _, offsets = text.partition("\n")
-        parsed = json.loads(offsets)
-        return version, {s: {int(b): o for b, o in by.items()} for s, by in parsed.items()}
-    except (ValueError, AttributeError, TypeError) as error:
+        return read_initial_offsets(path)
+    except UnreadableLogError as error:
         raise CheckpointCorruptError(
-            f"checkpoint file {path} (a query's starting offsets) cannot be read: {error}",
+            f"checkpoint file {error.path} (a query's starting offsets) cannot be read: "
+            f"{error.reason}",
             hint="`millrace restart APP --fresh` without --from starts from the earliest "
             "records, without reading it",
         ) from None

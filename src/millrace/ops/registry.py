@@ -161,7 +161,7 @@ def list_apps(workspace: Workspace) -> list[AppRecord]:
 
 
 def record_exit(workspace: Workspace, name: str, code: int) -> None:
-    """Called by a deployed app's process as it ends (`runtime.deployed`): its exit code."""
+    """Called by a deployed app's process as it ends (`ops.deployed`): its exit code."""
     _write_json(workspace.app_exit(name), {"code": code, "at": now_iso()})
 
 

@@ -3,7 +3,7 @@
 For the paper's slice-and-dice use on small data: one Spark SQL query over views of
 
 - each archived stream, as `warehouse__<stream>`: the records as people read them, with
-  `value` as text for `get_json_object` and `from_json` (see `engine.archive.archive_view`);
+  `value` as text for `get_json_object` and `from_json` (see `warehouse.archive.archive_view`);
 - each SQL app result table, as `<app>__<table>`, as the app keeps it now;
 - the `views` the caller adds, such as an app's inputs decoded from their archives
   (`millrace.apps.app.App.input_views`, for `millrace sql --app`).
