@@ -11,7 +11,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace.api.app import background_service
@@ -23,6 +22,7 @@ from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.sql.parser import parse_app
 from tests.apps.processor_apps import QUERIES, window_counter
+from tests.plain_producer import plain_producer
 from tests.ports import free_port
 
 TOKEN = "s3cret-dashboard"
@@ -99,6 +99,6 @@ def _generate(workspace: Workspace, stream: str, stop: threading.Event) -> None:
 
 def _publish_raw(workspace: Workspace, stream: str, value: bytes) -> None:
     """Bytes no reader can decode, as a broken client would publish them."""
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     producer.produce(stream, value, key=QUERIES[0].encode())
     assert producer.flush(10) == 0

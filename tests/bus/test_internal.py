@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import time
 
-from confluent_kafka import Producer
-
 from millrace.bus.internal import StreamWatch
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+from tests.plain_producer import plain_producer
 
 
 def _send(workspace: Workspace, stream: str, times: list[int], bucket: int) -> None:
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for time_ms in times:
         producer.produce(stream, json.dumps({"time": time_ms}), partition=bucket)
     producer.flush()
@@ -46,7 +45,7 @@ def test_a_stream_watch_gives_the_event_time_a_record_carries_in_its_time_header
     workspace: Workspace, stream_name: str
 ) -> None:
     create_stream(workspace.settings, stream_name, buckets=1)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     producer.produce(stream_name, b'{"n": 1}', partition=0, headers=[("time", b"1767225600000")])
     producer.produce(stream_name, b'{"n": 2}', partition=0)
     producer.flush()
@@ -70,7 +69,7 @@ def test_a_stream_watch_tells_when_the_bus_stored_the_record_at_an_offset(
     def delivered(error, message) -> None:
         stored[(message.partition(), message.offset())] = message.timestamp()[1]
 
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for bucket in (0, 1, 0):
         producer.produce(stream_name, b'{"n": 1}', partition=bucket, on_delivery=delivered)
         producer.flush()

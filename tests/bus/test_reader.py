@@ -1,13 +1,12 @@
 import dataclasses
 import json
 
-from confluent_kafka import Producer
-
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import Reader, TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.settings import Settings
 from millrace.records import before_1970_reason
+from tests.plain_producer import plain_producer
 
 
 def _publish_numbers(settings: Settings, stream: str, count: int) -> dict[str, int]:
@@ -69,7 +68,7 @@ def test_undecodable_records_go_to_the_dead_letter_stream_and_are_counted(
     stream_name: str,
 ) -> None:
     create_stream(settings, stream_name)
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer = plain_producer(settings)
     for raw in (b'{"n": 1}', b"{broken", b'"just a string"', b'{"n": 2}', b"\xff\xfe"):
         producer.produce(stream_name, raw, key=b"k")
     producer.flush()
@@ -97,7 +96,7 @@ def test_undecodable_records_go_to_the_dead_letter_stream_and_are_counted(
 
 def test_an_empty_id_header_is_no_id(settings: Settings, stream_name: str) -> None:
     create_stream(settings, stream_name)
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer = plain_producer(settings)
     for n in (1, 2):
         producer.produce(stream_name, b'{"n": %d}' % n, headers=[("id", b"")])
     producer.flush()
@@ -111,7 +110,7 @@ def test_a_record_is_dated_by_its_time_field_else_its_time_header_else_its_arriv
     settings: Settings, stream_name: str
 ) -> None:
     create_stream(settings, stream_name)
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer = plain_producer(settings)
     carried = [("time", b"1767225600000")]  # 2026-01-01T00:00:00Z, as millrace's writers carry it
     producer.produce(stream_name, b'{"n": 1, "time": "2026-01-01T00:05:00Z"}', headers=carried)
     producer.produce(stream_name, b'{"n": 2}', headers=carried)
@@ -145,7 +144,7 @@ def test_a_reader_dead_letters_a_record_dated_before_1970_or_too_far_ahead_as_sp
     settings: Settings, stream_name: str
 ) -> None:
     create_stream(settings, stream_name)
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer = plain_producer(settings)
     for time in ("2026-01-01T00:00:00Z", "1969-07-20T20:17:40Z", "2100-01-01T00:00:00Z"):
         producer.produce(stream_name, json.dumps({"time": time}).encode())
     producer.flush()

@@ -4,10 +4,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from subprocess import CompletedProcess
 
-from confluent_kafka import Producer
-
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+from tests.plain_producer import plain_producer
 
 
 def test_run_prints_a_line_per_micro_batch_that_accounts_for_every_record_read(
@@ -32,7 +31,7 @@ def test_run_prints_a_line_per_micro_batch_that_accounts_for_every_record_read(
     bucket_1 = [
         ({"n": n, "t": (start - timedelta(seconds=30 - n)).isoformat()}, f"b{n}") for n in range(6)
     ]
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for bucket, records in enumerate((bucket_0, bucket_1)):
         for value, record_id in records:
             text = value if isinstance(value, str) else json.dumps(value)

@@ -21,6 +21,7 @@ from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.streams import StreamInput, read_stream
 from millrace.ops.checkpoints import rollback
+from tests.plain_producer import plain_producer
 
 SCHEMA = "event STRING"
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -50,7 +51,7 @@ def skewed_backlog(buckets: int, seconds: int) -> dict[int, list[int]]:
 
 def publish_to_buckets(workspace: Workspace, stream: str, times: dict[int, list[int]]) -> int:
     """Publish events with these times, each to its bucket, in order; how many."""
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     failures = []
 
     def delivered(error, _message) -> None:
@@ -149,7 +150,7 @@ def test_a_record_from_a_wrong_clock_is_a_dead_letter_and_costs_no_other_record(
 ) -> None:
     create_stream(workspace.settings, stream_name, buckets=1)
     good = {0: [START_MS + 10 * n for n in range(2000)]}
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for n, time_ms in enumerate(good[0]):
         producer.produce(stream_name, json.dumps({"time": time_ms, "event": f"g{n}"}))
         if n == 999:
@@ -300,7 +301,7 @@ def test_the_last_window_of_a_quiet_input_closes_within_the_idle_timeout_and_lat
         spark, workspace, "quiet", stream_name, idle_timeout="3 seconds"
     )
     running_queries.extend(running)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     _warm_up(producer, stream_name, running[:2])
     sent = []
     for n in range(12):
@@ -334,7 +335,7 @@ def test_records_dated_days_ago_published_to_a_live_app_lose_nothing_across_a_pa
         spark, workspace, "replay", stream_name, idle_timeout="2 seconds"
     )
     running_queries.extend(running)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     sent = 0
     for burst in range(2):
         for n in range(10):

@@ -6,7 +6,6 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, Processor
@@ -22,6 +21,7 @@ from millrace.monitor.history import SERIES
 from millrace.monitor.metrics_log import MetricsLog, batch_of
 from millrace.monitor.status import app_status
 from millrace.sql.parser import parse_app
+from tests.plain_producer import plain_producer
 from tests.ports import free_port
 
 START_MS = 1_767_225_600_000
@@ -125,7 +125,7 @@ def test_a_processor_app_publishes_its_dead_letters_per_batch(
         def on_record(self, key, record, ctx):
             ctx.produce(target, record)
 
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers, "log_level": 0})
+    producer = plain_producer(workspace.settings, log_level=0)
     sent: list[tuple[bytes, str | None]] = [(b"not json", None), (b"[1]", None)]
     sent += [(json.dumps({"query": "q", "ts": START_MS + n}).encode(), f"e{n}") for n in range(8)]
     # Copies of three records already sent, with the same ids, as a re-run batch writes them.
@@ -163,7 +163,7 @@ def test_each_batch_says_which_bucket_holds_an_inputs_watermark_back_and_what_ca
     app_name, source, target = f"held_{suffix}", f"h.in.{suffix}", f"h.out.{suffix}"
     create_stream(workspace.settings, source, buckets=2)
     create_stream(workspace.settings, target, buckets=1)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     # Bucket 1 is ten minutes behind bucket 0; bucket 0 has one record from a wrong clock.
     for n in range(20):
         for bucket, behind_ms in ((0, 0), (1, 600_000)):
@@ -208,7 +208,7 @@ def test_each_batch_says_when_the_oldest_record_it_left_waiting_arrived(
         arrived[(message.partition(), message.offset())] = message.timestamp()[1]
 
     # 15 records per bucket, bucket 1's a second after bucket 0's.
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for bucket in (0, 1):
         for n in range(15):
             event = {"time": START_MS + n, "event": f"e{n}", "score": 9}

@@ -13,7 +13,6 @@ import time
 import uuid
 from collections import Counter, defaultdict
 
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, MapState, Processor
@@ -25,6 +24,7 @@ from millrace.config.workspace import Workspace
 from millrace.errors import ResultTableNotFoundError
 from millrace.sql.parser import parse_app
 from millrace.warehouse.result_tables import read_result_rows
+from tests.plain_producer import plain_producer
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 WINDOW_MS = 10_000
@@ -84,7 +84,7 @@ def window_counter(source: str, output: str) -> type[Processor]:
 
 
 def publish(workspace: Workspace, stream: str, events: list[dict]) -> None:
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for n, event in enumerate(events):
         producer.produce(stream, json.dumps(event), partition=n % 4)
     producer.flush()

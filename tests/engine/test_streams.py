@@ -6,7 +6,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.streaming import StreamingQuery
@@ -18,6 +17,7 @@ from millrace.config.workspace import Workspace
 from millrace.engine.streams import read_batch, read_stream
 from millrace.engine.writes import write_batch, write_stream
 from millrace.errors import SchemaError, StreamNotFoundError
+from tests.plain_producer import plain_producer
 
 SCHEMA = "event STRING, category STRING, score DOUBLE"
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -373,7 +373,7 @@ def test_each_kind_of_bad_record_gets_its_reason_and_fields_left_out_are_fine(
             "value is not valid JSON",
         ),
     ]
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for value, _ in records:
         producer.produce(stream_name, value)
     producer.flush()
@@ -420,7 +420,7 @@ def test_an_event_time_is_read_from_epoch_milliseconds_seconds_iso_text_or_the_a
         "ISO-8601 spaced otherwise": '"time" :"2026-01-01T00:00:06.000Z"',
         "milliseconds as text spaced otherwise": f'"time"\t: "{start_ms + 7}"',
     }
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     sent_ms = int(datetime.now(UTC).timestamp() * 1000)
     for event, fields in records.items():
         producer.produce(stream_name, json.dumps({"event": event, **fields}))
@@ -453,7 +453,7 @@ def test_a_value_that_is_not_utf8_is_a_dead_letter_and_an_empty_id_header_is_no_
 ) -> None:
     create_stream(workspace.settings, stream_name)
     start_ms = int(START.timestamp() * 1000)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     producer.produce(stream_name, b'{"time": %d, "event": "caf\xe9"}' % start_ms)
     producer.produce(
         stream_name, b'{"time": %d, "event": "no id"}' % start_ms, headers=[("id", b"")]
@@ -477,7 +477,7 @@ def test_a_record_dated_before_1970_is_a_dead_letter_not_a_late_record_in_every_
 ) -> None:
     create_stream(workspace.settings, stream_name, buckets=1)
     start_ms = int(START.timestamp() * 1000)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for time in (start_ms, -1, "1969-07-20T20:17:40Z"):
         producer.produce(stream_name, json.dumps({"time": time, "event": str(time)}))
     producer.flush()

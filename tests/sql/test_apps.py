@@ -4,7 +4,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace.apps.sql.running import start_sql_app
@@ -16,6 +15,7 @@ from millrace.records import Record
 from millrace.sql.parser import load_app, parse_app
 from millrace.testing import SqlAppTester
 from millrace.warehouse.result_tables import read_result_rows
+from tests.plain_producer import plain_producer
 from tests.sql.file_sources import run_from_files
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "top_events.sql"
@@ -125,7 +125,7 @@ def test_records_are_dated_by_their_time_field_else_their_time_header_and_output
         ({"kind": "a", "n": 3}, t0 + 3000),
         ({"kind": "z", "n": 0, "time": t0 + 60_000}, None),  # closes the windows before it
     ]
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for value, carried in records:
         headers = [] if carried is None else [("time", str(carried).encode())]
         producer.produce(source, json.dumps(value).encode(), headers=headers)

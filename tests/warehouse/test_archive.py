@@ -1,7 +1,6 @@
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace.bus.publisher import Publisher
@@ -16,6 +15,7 @@ from millrace.warehouse.archive import (
     start_archive,
 )
 from millrace.warehouse.layout import archived_streams
+from tests.plain_producer import plain_producer
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DAY_MS = 86_400_000
@@ -77,7 +77,7 @@ def test_a_batch_read_of_the_archive_gives_the_records_and_dead_letters_of_the_b
 ) -> None:
     create_stream(workspace.settings, stream_name, buckets=2)
     _publish(workspace, stream_name, 300)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for value in (b"{not json", b"[1, 2]", b'{"time": "soon", "n": 1}', b'{"n": "many"}'):
         producer.produce(stream_name, value, partition=1)
     producer.flush()

@@ -3,7 +3,6 @@ over the same records and of ProcessorTester; records outside the range are left
 
 import json
 
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace.apps.processors.batch import run_processor_batch
@@ -24,6 +23,7 @@ from tests.apps.processor_apps import (
     window_counter,
     window_counts,
 )
+from tests.plain_producer import plain_producer
 
 
 def test_a_batch_run_gives_the_productions_of_the_streaming_run_and_the_tester(
@@ -96,7 +96,7 @@ def test_a_batch_run_sends_a_record_dated_before_1970_to_the_dead_letters(
     output = f"{stream_name}.echo"
     create_stream(workspace.settings, stream_name, buckets=1)
     create_stream(workspace.settings, output, buckets=1)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for event in ({"query": "cats", "ts": T0}, {"query": "moon", "ts": -1}):
         producer.produce(stream_name, json.dumps(event).encode())
     producer.flush()

@@ -10,7 +10,6 @@ import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, Processor
@@ -37,6 +36,7 @@ from tests.apps.processor_apps import (
     window_counter,
     window_counts,
 )
+from tests.plain_producer import plain_producer
 
 BATCH_RECORDS = 100
 
@@ -265,7 +265,7 @@ def test_values_not_utf8_json_objects_or_without_a_time_go_to_the_dead_letters(
     create_stream(workspace.settings, stream_name, buckets=1)
     create_stream(workspace.settings, output, buckets=1)
     processor = failing_echo(stream_name, output, "dlq")
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     raw = [
         json.dumps({"query": "cats", "ts": T0}).encode(),
         b"not json",
@@ -305,7 +305,7 @@ def test_a_record_dated_before_1970_goes_to_the_dead_letters_rather_than_being_l
     output = f"{stream_name}.echo"
     create_stream(workspace.settings, stream_name, buckets=1)
     create_stream(workspace.settings, output, buckets=1)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for event in ({"query": "cats", "ts": T0}, {"query": "moon", "ts": -1}):
         producer.produce(stream_name, json.dumps(event).encode())
     producer.flush()
@@ -327,7 +327,7 @@ def test_records_with_an_empty_id_header_are_known_by_their_place_not_dropped_as
     output = f"{stream_name}.echo"
     create_stream(workspace.settings, stream_name, buckets=1)
     create_stream(workspace.settings, output, buckets=1)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for query in ("cats", "cats", "dogs"):
         event = json.dumps({"query": query, "ts": T0}).encode()
         producer.produce(stream_name, event, headers=[("id", b"")])
@@ -382,7 +382,7 @@ def test_a_record_without_its_time_field_is_dated_by_the_time_it_carries_in_its_
     output = f"{stream_name}.echo"
     create_stream(workspace.settings, stream_name, buckets=1)
     create_stream(workspace.settings, output, buckets=1)
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     sent = [
         ({"query": "cats"}, T0 + 5),  # as another app's production arrives
         ({"query": "dogs", "ts": T0 + 9}, T0 + 1),  # the field wins over the header

@@ -14,7 +14,6 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, MapState, Processor, ValueState
@@ -26,6 +25,7 @@ from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.records import Record
 from millrace.testing import ProcessorTester
+from tests.plain_producer import plain_producer
 
 T0 = 1_767_225_600_000
 WINDOW_MS = 10_000
@@ -126,7 +126,7 @@ def run(spark: SparkSession, workspace: Workspace) -> Run:
 
 
 def publish(workspace: Workspace, stream: str, events: list[dict]) -> None:
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     for event in events:
         producer.produce(stream, json.dumps(event), key=event["user"])
     producer.flush()

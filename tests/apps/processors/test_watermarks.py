@@ -12,7 +12,6 @@ import time
 import uuid
 from collections import Counter
 
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from millrace import Input, MapState, Processor
@@ -20,6 +19,7 @@ from millrace.apps.processors.streaming import start_processor_app
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
+from tests.plain_producer import plain_producer
 
 T0 = 1_767_225_600_000
 WINDOW_MS = 10_000
@@ -48,7 +48,7 @@ def ten_second_counter(stream: str, output: str, **input_options: str) -> type[P
 
 def publish(workspace: Workspace, stream: str, records: list[tuple[int, dict]]) -> None:
     """Each (bucket, event) to its bucket of `stream`, in order."""
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     failures = []
     for bucket, event in records:
         producer.produce(
@@ -144,7 +144,7 @@ def test_the_last_timer_of_a_quiet_input_fires_within_the_idle_timeout_and_laten
 ) -> None:
     output = streams(workspace, stream_name, buckets=2)
     processor = ten_second_counter(stream_name, output, lateness="2s", idle_timeout="3s")
-    producer = Producer({"bootstrap.servers": workspace.settings.bootstrap_servers})
+    producer = plain_producer(workspace.settings)
     running = start_processor_app(spark, workspace, processor)
     try:
         # A first record, and the app's first micro-batch, before the clock starts.
