@@ -254,12 +254,17 @@ def _live_window_counts(
 
 
 def _warm_up(producer: Producer, stream: str, queries: list[StreamingQuery]) -> None:
-    """One record now, read by `queries`: their first micro-batch, and its planning, is done."""
+    """One record now, read by `queries`: their first micro-batch, and its planning, is done.
+
+    It waits for the offsets the queries read, not `processAllAvailable`, which returns once a
+    micro-batch finds nothing new: with an idle ticker's tick every second, that is only when
+    a micro-batch takes less than a second (seen waiting over 100 s on a busy machine).
+    """
     first = {"time": int(time.time() * 1000), "event": "first"}
     producer.produce(stream, json.dumps(first), partition=0)
     producer.flush()
     for query in queries:
-        query.processAllAvailable()
+        _wait_for(lambda query=query: _read_to(query, stream).get(0) == 1, 120, query=query)
 
 
 def _read_to(query: StreamingQuery, stream: str) -> dict[int, int]:
