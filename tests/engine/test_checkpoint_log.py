@@ -3,6 +3,7 @@ metadata and per-source offsets, each source's starting offsets, and files that 
 Spark writes them."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,23 +51,27 @@ def test_a_querys_batches_metadata_and_offsets_per_source(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    ("content", "reason"),
+    ("read", "content", "reason"),
     [
-        (b"", "it is empty"),
-        (b"\xff\xfe", "it is not text (byte 0 is 0xff)"),
-        (b"{}", "its first line is '{}', not Spark's log version (such as v1)"),
-        (b"v1", "it ends after its version line: the batch's metadata is missing"),
-        (b"v1\n[]", "line 2 is not the batch's metadata (a JSON object)"),
-        (b'v1\n{}\n{"clicks"', "line 3 is not an input's offsets as JSON"),
+        (read_offsets, b"", "it is empty"),
+        (read_offsets, b"\xff\xfe", "it is not text (byte 0 is 0xff)"),
+        (read_offsets, b"{}", "its first line is '{}', not Spark's log version (such as v1)"),
+        (read_offsets, b"v1", "it ends after its version line: the batch's metadata is missing"),
+        (read_offsets, b"v1\n[]", "line 2 is not the batch's metadata (a JSON object)"),
+        (read_offsets, b'v1\n{}\n{"clicks"', "line 3 is not an input's offsets as JSON"),
+        (read_initial_offsets, b"\0\xff", "it cannot be read as text"),
+        (read_initial_offsets, b'\0{"clicks":{"0":1}}', "its first line is"),
+        (read_initial_offsets, b'\0v1\n{"c"', "line 2 is not a source's starting offsets as"),
+        (read_initial_offsets, b'\0v1\n{"c":{"0":"x"}}', "line 2 is not offsets per stream"),
     ],
 )
 def test_a_file_not_as_spark_writes_it_is_named_with_what_is_wrong(
-    tmp_path: Path, content: bytes, reason: str
+    tmp_path: Path, read: Callable[[Path], object], content: bytes, reason: str
 ) -> None:
     path = tmp_path / "3"
     path.write_bytes(content)
     with pytest.raises(UnreadableLogError) as raised:
-        read_offsets(path)
+        read(path)
     assert raised.value.path == path and raised.value.reason.startswith(reason)
     assert raised.value.code == "checkpoint-corrupt"
     with pytest.raises(UnreadableLogError, match="cannot be read"):
@@ -82,22 +87,3 @@ def test_a_sources_starting_offsets_are_read_and_written_as_spark_keeps_them(
     assert initial_offsets_files(tmp_path / "table.t") == {"1": written}
     assert read_initial_offsets(written) == {"clicks": {0: 10, 1: 12}}
     assert initial_offsets_files(tmp_path / "nothing") == {}
-
-
-@pytest.mark.parametrize(
-    ("content", "reason"),
-    [
-        (b"\0\xff", "it cannot be read as text"),
-        (b'\0{"clicks":{"0":1}}', "its first line is"),
-        (b'\0v1\n{"clicks"', "line 2 is not a source's starting offsets as JSON"),
-        (b'\0v1\n{"clicks":{"0":"x"}}', "line 2 is not offsets per stream and bucket"),
-    ],
-)
-def test_starting_offsets_not_as_spark_writes_them_are_named_with_what_is_wrong(
-    tmp_path: Path, content: bytes, reason: str
-) -> None:
-    path = tmp_path / "0"
-    path.write_bytes(content)
-    with pytest.raises(UnreadableLogError) as raised:
-        read_initial_offsets(path)
-    assert raised.value.path == path and raised.value.reason.startswith(reason)
