@@ -264,7 +264,7 @@ def _warm_up(producer: Producer, stream: str, queries: list[StreamingQuery]) -> 
     producer.produce(stream, json.dumps(first), partition=0)
     producer.flush()
     for query in queries:
-        _wait_for(lambda query=query: _read_to(query, stream).get(0) == 1, 120, query=query)
+        _wait_for(lambda q=query: _read_to(q, stream).get(0) == 1, timeout_s=120, query=query)
 
 
 def _read_to(query: StreamingQuery, stream: str) -> dict[int, int]:

@@ -26,7 +26,13 @@ from millrace.apps.state_schema import (
 )
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
-from millrace.errors import AlreadyDeployedError, ConfigError, LifecycleError, StateSchemaError
+from millrace.errors import (
+    AlreadyDeployedError,
+    CheckpointCorruptError,
+    ConfigError,
+    LifecycleError,
+    StateSchemaError,
+)
 from millrace.ops import checkpoints, lifecycle, registry
 from millrace.ops.registry import AppRecord
 from millrace.sql.parser import parse_app
@@ -259,6 +265,19 @@ def test_a_fresh_start_is_seeded_with_the_offsets_of_the_streams_the_old_checkpo
         "0": 10,
         "1": 12,
     }
+
+
+def test_a_fresh_start_from_an_old_checkpoint_whose_starting_offsets_are_unreadable_says_so(
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "old"
+    (old / "table.t" / "sources" / "0").mkdir(parents=True)
+    (old / "table.t" / "sources" / "0" / "0").write_bytes(b'\0v1\n{"clicks"')
+    with pytest.raises(CheckpointCorruptError) as raised:
+        checkpoints.seed_start(old, tmp_path / "new", lambda stream: {0: 10})
+    assert str(old / "table.t" / "sources" / "0" / "0") in raised.value.message
+    assert "(a query's starting offsets) cannot be read: line 2 is not" in raised.value.message
+    assert "--fresh" in (raised.value.hint or "")
 
 
 def test_stream_offsets_at_the_start_the_end_and_a_time(

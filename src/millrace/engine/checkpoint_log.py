@@ -175,14 +175,10 @@ def read_initial_offsets(path: StoragePath) -> dict[str, Offsets]:
         >>> read_initial_offsets(tmp_path / "0")
         {'clicks': {0: 7}}
     """
-    try:
-        text = path.read_bytes().lstrip(b"\0").decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UnreadableLogError(path, f"it cannot be read as text ({error})") from None
-    version, _, offsets = text.partition("\n")
-    if not _VERSION_LINE.match(version):
-        raise UnreadableLogError(path, f"its first line is {version[:40]!r}, not a version")
-    parsed = _json(path, offsets, 2, "a source's starting offsets")
+    lines = _log_lines(path, after_zero_bytes=True)
+    if len(lines) < 2:
+        raise UnreadableLogError(path, "it ends after its version line: the offsets are missing")
+    parsed = _json(path, lines[1], 2, "a source's starting offsets")
     if not isinstance(parsed, dict) or set(kafka_offsets(parsed)) != set(parsed):
         raise UnreadableLogError(path, "line 2 is not offsets per stream and bucket")
     return kafka_offsets(parsed)
@@ -241,11 +237,18 @@ def newest_metadata(checkpoint: StoragePath) -> JsonObject | None:
     return header
 
 
-def _log_lines(path: StoragePath) -> list[str]:
+def _log_lines(path: StoragePath, *, after_zero_bytes: bool = False) -> list[str]:
+    """The lines of a log file, from its version line on.
+
+    `after_zero_bytes` skips the zero bytes a Kafka source writes before the version line of
+    its starting offsets.
+    """
     try:
         data = path.read_bytes()
     except OSError as error:
         raise UnreadableLogError(path, f"it cannot be read ({error.strerror})") from None
+    if after_zero_bytes:
+        data = data.lstrip(b"\0")
     if not data.strip():
         raise UnreadableLogError(path, "it is empty")
     try:
