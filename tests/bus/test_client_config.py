@@ -20,6 +20,7 @@ from millrace.bus.streams import admin_client
 from millrace.config.settings import Settings, load_settings
 from millrace.config.workspace import Workspace
 from millrace.errors import ConfigError
+from millrace.ops.checkpoints import app_checkpoints
 from tests.secured_workspace import SecuredWorkspace
 
 
@@ -168,9 +169,11 @@ def test_publish_tail_a_sql_app_and_a_processor_all_log_in_to_a_sasl_ssl_broker(
     assert config.stat().st_mode & 0o777 == 0o600
 
 
-def test_a_wrong_password_is_a_clear_error_within_seconds(
+def test_a_wrong_password_is_named_as_the_refusal_it_is_and_an_app_run_stops_before_spark(
     secured_bus: SecuredWorkspace, tmp_path: Path
 ) -> None:
+    """Each command says the login was refused, not that the bus timed out; an app run says so
+    from its look at the bus, before Spark starts a query whose Kafka source would wait."""
     wrong = secured_bus.workspace.root / "wrong-password"
     wrong.write_text("not-the-password\n")
     app = tmp_path / "refused.sql"
@@ -179,24 +182,22 @@ def test_a_wrong_password_is_a_clear_error_within_seconds(
         "CREATE INPUT TABLE t (ts TIMESTAMP, n INT) FROM STREAM('secure.any') TIME ts;\n"
         "INSERT INTO STREAM('secure.other') SELECT n FROM t;\n"
     )
-    # An app run looks at the bus before it starts Spark, so it answers as fast as the rest.
-    for command, limit_s in (
-        (["stream", "list"], 10),
-        (["publish", "secure.any", "-"], 10),
-        (["tail", "secure.any"], 10),
-        (["run", str(app), "--available-now"], 10),
+    for command in (
+        ["stream", "list"],
+        ["publish", "secure.any", "-"],
+        ["tail", "secure.any"],
+        ["run", str(app), "--available-now"],
     ):
-        started = time.monotonic()
         refused = secured_bus.millrace(
             *command, stdin="{}", environment={"MILLRACE_KAFKA_PASSWORD_FILE": str(wrong)}
         )
-        assert time.monotonic() - started < limit_s, command
         assert refused.returncode == 1, refused.stdout
         [error] = [line for line in refused.stderr.splitlines() if line.startswith("error[")]
         assert error.startswith("error[bus]: ") and "Authentication failed" in error
         assert "user 'millrace' (SCRAM-SHA-512)" in refused.stderr
         assert "Traceback" not in refused.stderr
         assert "not-the-password" not in refused.stderr
+    assert app_checkpoints(secured_bus.workspace, "refused") == []
 
 
 def test_a_changed_password_keeps_the_apps_checkpoint(
