@@ -130,6 +130,25 @@ def process_group(group: int) -> list[int]:
     return members
 
 
+def group_cpu_seconds(group: int) -> dict[int, float]:
+    """CPU seconds (user and system) of each live process of process group `group`."""
+    found = {}
+    for pid in process_group(group):
+        try:
+            found[pid] = cpu_seconds(pid)
+        except OSError:
+            continue  # ended since it was listed
+    return found
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two `group_cpu_seconds` readings.
+
+    A process that ended meanwhile is left out; one that began meanwhile counts whole.
+    """
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
 def _stat_fields(pid: int) -> list[str]:
     """The fields of /proc/<pid>/stat after the command's name: state, ppid, pgrp, ..."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

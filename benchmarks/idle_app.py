@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _harness import cli, cpu_seconds, isolated_workspace, process_group, write_results
+from _harness import cli, cpu_spent, group_cpu_seconds, isolated_workspace, write_results
 
 SIDES = {"ticking": "2 seconds", "no_ticks": "1000 days"}
 STREAM = "idle.events"
@@ -93,24 +93,12 @@ def _idle_share(app: str, source: Path, idle_s: float) -> float:
         group = registry.load(workspace, app).pid
         if group is None:
             raise SystemExit(f"app {app} has no process")
-        before = _group_cpu_s(group)
+        before = group_cpu_seconds(group)
         time.sleep(idle_s)
-        after = _group_cpu_s(group)
+        after = group_cpu_seconds(group)
     finally:
         cli("stop", app)
-    # A process that ended during the quiet seconds is left out, one that began counts whole.
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items()) / idle_s
-
-
-def _group_cpu_s(group: int) -> dict[int, float]:
-    """CPU seconds (user and system) of each live process of process group `group`."""
-    found = {}
-    for pid in process_group(group):
-        try:
-            found[pid] = cpu_seconds(pid)
-        except OSError:
-            continue  # ended since it was listed
-    return found
+    return cpu_spent(before, after) / idle_s
 
 
 if __name__ == "__main__":

@@ -25,9 +25,10 @@ file, when the figures come from several runs, listed with their commands under 
   the run's `rate`;
 - restart times (`median_restart_s`, with each round's `restart_s`), driver starts
   (`median_session_s`, `median_first_work_s`, `median_jvm_cpu_s`), idle costs
-  (`median_core_share`, the share of one core, with each round's `core_share`) and runs of
-  the test suite (`busy_share` of the cores, with `wall_s`, `passed` and the CPU seconds busy
-  and idle);
+  (`median_core_share`, the share of one core, with each round's `core_share`), a pipeline's
+  costs (`cores_used`, `rss_mib`, `batches_per_minute` of each app and of the machine) and
+  runs of the test suite (`busy_share` of the cores, with `wall_s`, `passed` and the CPU
+  seconds busy and idle);
 - for the tables that none of these show, the ratios the benchmark computed (keys
   containing `ratio`), with their `median_wall_s`.
 
@@ -578,6 +579,15 @@ _KINDS = (
             ),
             _Column("each round", "core_share", _rounds(2), ratio=False, numeric=False),
         ),
+    ),
+    _Kind(
+        _children_with("cores_used"),
+        (
+            _Column("cores used (1.00 is one core)", "cores_used", _share, ratio=False),
+            _Column("resident MiB", "rss_mib", _whole, ratio=False),
+            _Column("micro-batches per minute", "batches_per_minute", _whole, ratio=False),
+        ),
+        side_header="what",
     ),
     _Kind(
         _suite_groups,

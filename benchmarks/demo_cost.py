@@ -1,0 +1,120 @@
+"""What the demo pipeline costs at its default rate: the machine's CPU, each app's, memory, batches.
+
+Run it with `.venv/bin/python benchmarks/demo_cost.py [--warm-up-s W] [--measure-s M]` after
+`make setup`, on a machine doing nothing else. It starts a workspace of its own and runs
+`millrace demo` in it (four deployed apps, 200 events a second). After W seconds, once the
+apps have started and their first windows have closed, it measures for M seconds:
+
+- the cores the whole machine kept busy, from /proc/stat (everything: the apps, the broker,
+  Redis, the generator and this script; 1.00 is one core);
+- for each app, and all four together, the cores its process group used (its driver, Spark
+  JVM and Python workers, from /proc/<pid>/stat), their resident memory at the end, and the
+  micro-batches its queries started per minute (`millrace history --json`).
+
+It reads the apps through `millrace ps --json` and `millrace history --json` only, so that the
+same command measures any version of millrace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _harness import cpu_spent, group_cpu_seconds, isolated_workspace, process_group, write_results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--warm-up-s", type=float, default=180.0, help="Seconds before measuring.")
+    parser.add_argument("--measure-s", type=float, default=120.0, help="Seconds measured.")
+    arguments = parser.parse_args()
+    with isolated_workspace() as home:
+        log = (home / "demo.log").open("w")
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "millrace.cli.main", "demo"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            time.sleep(arguments.warm_up_s)
+            if demo.poll() is not None:
+                printed = (home / "demo.log").read_text()[-2000:]
+                raise SystemExit(f"the demo ended early; its last lines:\n{printed}")
+            groups = {row["app"]: row["pid"] for row in _json_lines("ps") if row.get("pid")}
+            batches_before = {app: _batches(app) for app in groups}
+            cpu_before = {app: group_cpu_seconds(pid) for app, pid in groups.items()}
+            busy_before, total_before = _machine_ticks()
+            time.sleep(arguments.measure_s)
+            busy_after, total_after = _machine_ticks()
+            cpu_after = {app: group_cpu_seconds(pid) for app, pid in groups.items()}
+            batches_after = {app: _batches(app) for app in groups}
+            memory = {app: _group_rss_mib(pid) for app, pid in groups.items()}
+        finally:
+            # Ctrl-C, as a user stops the demo: it stops the generator and the four apps.
+            os.killpg(demo.pid, signal.SIGINT)
+            demo.wait(timeout=120)
+            log.close()
+    minutes = arguments.measure_s / 60
+    sides: dict[str, dict[str, float]] = {
+        app: {
+            "cores_used": cpu_spent(cpu_before[app], cpu_after[app]) / arguments.measure_s,
+            "rss_mib": memory[app],
+            "batches_per_minute": (batches_after[app] - batches_before[app]) / minutes,
+        }
+        for app in sorted(groups)
+    }
+    sides["all apps"] = {
+        figure: sum(app[figure] for app in sides.values())
+        for figure in ("cores_used", "rss_mib", "batches_per_minute")
+    }
+    busy_share = (busy_after - busy_before) / (total_after - total_before)
+    sides["whole machine"] = {"cores_used": busy_share * (os.cpu_count() or 1)}
+    write_results(
+        "demo-cost",
+        {"warm_up_s": arguments.warm_up_s, "measure_s": arguments.measure_s, "demo": sides},
+    )
+
+
+def _json_lines(*arguments: str) -> list[dict]:
+    """The JSON objects a millrace command prints, one a line."""
+    printed = subprocess.run(
+        [sys.executable, "-m", "millrace.cli.main", *arguments, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [json.loads(line) for line in printed.splitlines() if line.strip()]
+
+
+def _batches(app: str) -> int:
+    """The micro-batches the queries of `app` have started so far."""
+    return len(_json_lines("history", app))
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """Busy and total clock ticks of all cores so far, from /proc/stat's `cpu` line."""
+    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _group_rss_mib(group: int) -> float:
+    """Resident memory of the processes of process group `group`, in MiB."""
+    pages = 0
+    for pid in process_group(group):
+        try:
+            pages += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        except OSError:
+            continue
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+
+
+if __name__ == "__main__":
+    main()
