@@ -149,6 +149,14 @@ def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """Busy and idle CPU seconds of all cores since boot, from the `cpu` line of /proc/stat."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:8]]
+    user, nice, system, idle, iowait, irq, softirq = fields
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / tick, (idle + iowait) / tick
+
+
 def _stat_fields(pid: int) -> list[str]:
     """The fields of /proc/<pid>/stat after the command's name: state, ppid, pgrp, ..."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

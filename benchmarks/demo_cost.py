@@ -26,7 +26,14 @@ import sys
 import time
 from pathlib import Path
 
-from _harness import cpu_spent, group_cpu_seconds, isolated_workspace, process_group, write_results
+from _harness import (
+    cpu_spent,
+    group_cpu_seconds,
+    isolated_workspace,
+    machine_cpu_seconds,
+    process_group,
+    write_results,
+)
 
 
 def main() -> None:
@@ -50,9 +57,9 @@ def main() -> None:
             groups = {row["app"]: row["pid"] for row in _json_lines("ps") if row.get("pid")}
             batches_before = {app: _batches(app) for app in groups}
             cpu_before = {app: group_cpu_seconds(pid) for app, pid in groups.items()}
-            busy_before, total_before = _machine_ticks()
+            busy_before, idle_before = machine_cpu_seconds()
             time.sleep(arguments.measure_s)
-            busy_after, total_after = _machine_ticks()
+            busy_after, idle_after = machine_cpu_seconds()
             cpu_after = {app: group_cpu_seconds(pid) for app, pid in groups.items()}
             batches_after = {app: _batches(app) for app in groups}
             memory = {app: _group_rss_mib(pid) for app, pid in groups.items()}
@@ -74,7 +81,8 @@ def main() -> None:
         figure: sum(app[figure] for app in sides.values())
         for figure in ("cores_used", "rss_mib", "batches_per_minute")
     }
-    busy_share = (busy_after - busy_before) / (total_after - total_before)
+    busy = busy_after - busy_before
+    busy_share = busy / (busy + idle_after - idle_before)
     sides["whole machine"] = {"cores_used": busy_share * (os.cpu_count() or 1)}
     write_results(
         "demo-cost",
@@ -96,13 +104,6 @@ def _json_lines(*arguments: str) -> list[dict]:
 def _batches(app: str) -> int:
     """The micro-batches the queries of `app` have started so far."""
     return len(_json_lines("history", app))
-
-
-def _machine_ticks() -> tuple[int, int]:
-    """Busy and total clock ticks of all cores so far, from /proc/stat's `cpu` line."""
-    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle and iowait
-    return sum(fields) - idle, sum(fields)
 
 
 def _group_rss_mib(group: int) -> float:

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from _harness import write_results
+from _harness import machine_cpu_seconds, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 _SAMPLE_S = 1.0
@@ -77,18 +77,10 @@ def _run_suite(workers: int) -> dict[str, float | bool]:
 def _sample(done: threading.Event, samples: list[tuple[float, float]]) -> None:
     """Append the machine's busy and idle CPU seconds so far, every second until `done`."""
     while True:
-        samples.append(_cpu_times())
+        samples.append(machine_cpu_seconds())
         if done.wait(_SAMPLE_S):
-            samples.append(_cpu_times())
+            samples.append(machine_cpu_seconds())
             return
-
-
-def _cpu_times() -> tuple[float, float]:
-    """Busy and idle CPU seconds of all cores since boot, from the `cpu` line of /proc/stat."""
-    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:8]]
-    user, nice, system, idle, iowait, irq, softirq = fields
-    tick = os.sysconf("SC_CLK_TCK")
-    return (user + nice + system + irq + softirq) / tick, (idle + iowait) / tick
 
 
 if __name__ == "__main__":
