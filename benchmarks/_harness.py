@@ -63,15 +63,32 @@ def processing_seconds(query) -> float:
     return sum(progress["durationMs"]["triggerExecution"] for progress in batches) / 1000
 
 
-def cli(*arguments: str, stdin: str | None = None) -> None:
-    """Run a millrace command as a user would, failing the benchmark if it fails."""
+def cli(
+    *arguments: str, stdin: str | None = None, environment: dict[str, str] | None = None
+) -> None:
+    """Run a millrace command as a user would, failing the benchmark if it fails.
+
+    `environment` adds variables to the command's environment, such as a MILLRACE_* setting.
+    """
     subprocess.run(
         [sys.executable, "-m", "millrace.cli.main", *arguments],
         input=stdin,
         text=True,
         check=True,
         stdout=subprocess.DEVNULL,
+        env=None if environment is None else {**os.environ, **environment},
     )
+
+
+def cli_json(*arguments: str) -> list[dict]:
+    """The JSON objects a millrace command prints with `--json`, one a line."""
+    printed = subprocess.run(
+        [sys.executable, "-m", "millrace.cli.main", *arguments, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [json.loads(line) for line in printed.splitlines() if line.strip()]
 
 
 def write_results(name: str, results: dict[str, object]) -> Path:

@@ -18,7 +18,6 @@ same command measures any version of millrace.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 from _harness import (
+    cli_json,
     cpu_spent,
     group_cpu_seconds,
     isolated_workspace,
@@ -54,7 +54,7 @@ def main() -> None:
             if demo.poll() is not None:
                 printed = (home / "demo.log").read_text()[-2000:]
                 raise SystemExit(f"the demo ended early; its last lines:\n{printed}")
-            groups = {row["app"]: row["pid"] for row in _json_lines("ps") if row.get("pid")}
+            groups = {row["app"]: row["pid"] for row in cli_json("ps") if row.get("pid")}
             batches_before = {app: _batches(app) for app in groups}
             cpu_before = {app: group_cpu_seconds(pid) for app, pid in groups.items()}
             busy_before, idle_before = machine_cpu_seconds()
@@ -90,20 +90,9 @@ def main() -> None:
     )
 
 
-def _json_lines(*arguments: str) -> list[dict]:
-    """The JSON objects a millrace command prints, one a line."""
-    printed = subprocess.run(
-        [sys.executable, "-m", "millrace.cli.main", *arguments, "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [json.loads(line) for line in printed.splitlines() if line.strip()]
-
-
 def _batches(app: str) -> int:
     """The micro-batches the queries of `app` have started so far."""
-    return len(_json_lines("history", app))
+    return len(cli_json("history", app))
 
 
 def _group_rss_mib(group: int) -> float:

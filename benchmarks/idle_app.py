@@ -2,18 +2,23 @@
 
 Run it with `.venv/bin/python benchmarks/idle_app.py [--rounds N] [--idle-s S]` after
 `make setup`. It starts a broker of its own and a stream of two buckets. Each round deploys
-the same app twice, one side after the other, and publishes one record for it to read:
+an app three times, one side after the other, and publishes one record for it to read. The
+app counts its input in 10-second windows (`LATENESS '5 seconds'`, `IDLE TIMEOUT '2
+seconds'`, mode `final`, exactly-once) into a result table:
 
-- `ticking`: `IDLE TIMEOUT '2 seconds'`: once the record is read and 2 s old, the idle ticker
-  ticks the buckets about once a second, and each tick is a micro-batch;
-- `no_ticks`: `IDLE TIMEOUT '1000 days'`: the same app and plan, whose ticker never ticks,
-  so that no micro-batch runs while the input is quiet (Spark still asks each source for
-  new offsets every `spark.sql.streaming.pollingDelay`, 10 ms).
+- `quiet`: the app as it is: once its window closed and the record's id is forgotten, nothing
+  is due, its ticker stops ticking, and Spark asks its sources for new offsets every
+  `spark.poll_delay` (500 ms by default);
+- `spark_polling`: the same with `spark.poll_delay` at Spark's own default, 10 ms;
+- `ticks_on` (the baseline): the same app also copying its input to a stream, which keeps
+  its ticker ticking (its readers wait on its watermark markers): a micro-batch about every
+  second, as every app with an idle timeout ran before.
 
-Once the app has read the record, and the idle timeout has passed, the benchmark reads the CPU
-time of the app's process group (the driver's Python process, its Spark JVM and Python
-workers) from /proc, before and after S quiet seconds. It reports each side's share of one
-core and the ratio of the two.
+Once the app has written the record's window, and the record's id had time to be forgotten,
+the benchmark reads the CPU time of the app's process group (the driver's Python process, its
+Spark JVM and Python workers) from /proc, before and after S quiet seconds, and counts the
+micro-batches the app ran meanwhile (`millrace history --json`). It reports each side's share
+of one core and micro-batches per minute.
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from _harness import cli, cpu_spent, group_cpu_seconds, isolated_workspace, write_results
+from _harness import cli, cli_json, cpu_spent, group_cpu_seconds, isolated_workspace, write_results
 
-SIDES = {"ticking": "2 seconds", "no_ticks": "1000 days"}
+SIDES = ("quiet", "spark_polling", "ticks_on")
 STREAM = "idle.events"
-SETTLE_S = 8.0
-"""Seconds after the record is read before measuring: the idle timeout of `ticking`, and more."""
+COPY_STREAM = "idle.copy"
+SETTLE_S = 15.0
+"""Seconds after the window is written before measuring: the record's id forgotten, and more."""
 
 
 def main() -> None:
@@ -39,43 +45,55 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=60.0, help="Quiet seconds measured.")
     arguments = parser.parse_args()
     shares: dict[str, list[float]] = {side: [] for side in SIDES}
+    batches: dict[str, list[float]] = {side: [] for side in SIDES}
     with isolated_workspace(), tempfile.TemporaryDirectory(prefix="millrace-idle-") as scratch:
         cli("stream", "create", STREAM, "--buckets", "2")
+        cli("stream", "create", COPY_STREAM, "--buckets", "2")
         for number in range(arguments.rounds):
-            for side, idle_timeout in SIDES.items():
+            for side in SIDES:
                 app = f"idle_{side}_{number}"
                 source = Path(scratch) / f"{app}.sql"
-                source.write_text(_app_sql(app, idle_timeout))
-                shares[side].append(_idle_share(app, source, arguments.idle_s))
+                source.write_text(_app_sql(app, copies=side == "ticks_on"))
+                environment = (
+                    {"MILLRACE_SPARK_POLL_DELAY": "10ms"} if side == "spark_polling" else {}
+                )
+                share, per_minute = _idle_cost(app, source, arguments.idle_s, environment)
+                shares[side].append(share)
+                batches[side].append(per_minute)
     results: dict[str, object] = {"rounds": arguments.rounds, "idle_s": arguments.idle_s}
     for side in SIDES:
         results[side] = {
             "core_share": shares[side],
             "median_core_share": statistics.median(shares[side]),
+            "batches_per_minute": batches[side],
+            "median_batches_per_minute": statistics.median(batches[side]),
         }
-    ticking = statistics.median(shares["ticking"])
-    results["ratio_ticking_to_no_ticks"] = ticking / statistics.median(shares["no_ticks"])
     write_results("idle-app", results)
 
 
-def _app_sql(app: str, idle_timeout: str) -> str:
+def _app_sql(app: str, *, copies: bool) -> str:
+    copy = f"INSERT INTO STREAM('{COPY_STREAM}') SELECT * FROM events;" if copies else ""
     return f"""
         CREATE APPLICATION {app};
         CREATE INPUT TABLE events (ts TIMESTAMP, category STRING)
-          FROM STREAM('{STREAM}') TIME ts LATENESS '1 hour' IDLE TIMEOUT '{idle_timeout}';
-        CREATE TABLE per_category WITH (mode = 'updates') AS
-        SELECT category, COUNT(*) AS n FROM events [1 minute] GROUP BY category;
+          FROM STREAM('{STREAM}') TIME ts LATENESS '5 seconds' IDLE TIMEOUT '2 seconds';
+        CREATE TABLE per_category AS
+        SELECT category, COUNT(*) AS n FROM events [10 seconds] GROUP BY category;
+        {copy}
         """
 
 
-def _idle_share(app: str, source: Path, idle_s: float) -> float:
-    """Deploy `app`, let it read one record and go quiet: its processes' share of one core."""
+def _idle_cost(
+    app: str, source: Path, idle_s: float, environment: dict[str, str]
+) -> tuple[float, float]:
+    """Deploy `app`, let it read one record and go quiet: its processes' share of one core
+    and the micro-batches it ran a minute, over `idle_s` seconds."""
     from millrace.config.workspace import Workspace
     from millrace.ops import registry
     from millrace.warehouse.result_tables import ResultTableNotFoundError, read_result_rows
 
     workspace = Workspace.locate()
-    cli("deploy", str(source))
+    cli("deploy", str(source), environment=environment)
     try:
         record = json.dumps({"ts": int(time.time() * 1000), "category": "quiet"})
         cli("publish", STREAM, "-", "--time-field", "ts", stdin=record + "\n")
@@ -87,18 +105,20 @@ def _idle_share(app: str, source: Path, idle_s: float) -> float:
             except ResultTableNotFoundError:
                 pass
             if time.monotonic() > deadline:
-                raise SystemExit(f"app {app} read nothing within 180 s")
+                raise SystemExit(f"app {app} closed no window within 180 s")
             time.sleep(1)
         time.sleep(SETTLE_S)
         group = registry.load(workspace, app).pid
         if group is None:
             raise SystemExit(f"app {app} has no process")
+        batches_before = len(cli_json("history", app))
         before = group_cpu_seconds(group)
         time.sleep(idle_s)
         after = group_cpu_seconds(group)
+        batches_after = len(cli_json("history", app))
     finally:
         cli("stop", app)
-    return cpu_spent(before, after) / idle_s
+    return cpu_spent(before, after) / idle_s, (batches_after - batches_before) * 60 / idle_s
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ _BASELINES = (
     "redis_get",
     "no_archive",
     "no_ticks",
+    "ticks_on",
 )
 _UNITS = ("events", "records", "rows")
 
@@ -516,6 +517,10 @@ def _share(value: float) -> str:
     return f"{value:.2f}"
 
 
+def _thousandths(value: float) -> str:
+    return f"{value:.3f}"
+
+
 def _rounds(digits: int) -> Callable[[list[float]], str]:
     return lambda values: ", ".join(f"{value:.{digits}f}" for value in values)
 
@@ -575,9 +580,17 @@ _KINDS = (
         _children_with("median_core_share"),
         (
             _Column(
-                "median share of one core while the input is quiet", "median_core_share", _share
+                "median share of one core while the input is quiet",
+                "median_core_share",
+                _thousandths,
             ),
-            _Column("each round", "core_share", _rounds(2), ratio=False, numeric=False),
+            _Column("each round", "core_share", _rounds(3), ratio=False, numeric=False),
+            _Column(
+                "median micro-batches per minute",
+                "median_batches_per_minute",
+                _whole,
+                ratio=False,
+            ),
         ),
     ),
     _Kind(

@@ -190,6 +190,13 @@ SETTINGS: tuple[Setting, ...] = (
         "-XX:TieredStopAtLevel=1: a faster start, at some cost in peak throughput.",
     ),
     Setting(
+        "spark.poll_delay",
+        "MILLRACE_SPARK_POLL_DELAY",
+        "How long a streaming query whose inputs had nothing new waits before it asks them "
+        "again (a duration such as 500ms): what a quiet app costs against how soon it sees "
+        "the first record after a quiet spell.",
+    ),
+    Setting(
         "events.time_field",
         "MILLRACE_TIME_FIELD",
         "Field of a published event that holds its event time (ISO-8601, or epoch ms or s). "
@@ -298,6 +305,7 @@ class Settings:
     spark_shuffle_partitions: int = 0
     spark_driver_memory: str = "2g"
     spark_driver_java_options: str = ""
+    spark_poll_delay: str = "500ms"
     events_time_field: str = "time"
     events_max_future: str = "5m"
     events_idle_timeout: str = "1m"
@@ -355,6 +363,11 @@ class Settings:
     def max_future_ms(self) -> int:
         """`events.max_future` in milliseconds."""
         return parse_duration_ms(self.events_max_future, what="events.max_future")
+
+    @property
+    def poll_delay_ms(self) -> int:
+        """`spark.poll_delay` in milliseconds."""
+        return parse_duration_ms(self.spark_poll_delay, what="spark.poll_delay")
 
     @property
     def idle_timeout_ms(self) -> int:
@@ -586,7 +599,7 @@ def _suggest(key: str, by_key: Mapping[str, Setting]) -> str:
     return f"{guess}known keys: {known}"
 
 
-_DURATION_KEYS = ("events.max_future", "events.idle_timeout")
+_DURATION_KEYS = ("spark.poll_delay", "events.max_future", "events.idle_timeout")
 
 
 _CHOICES = {

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_stream
 from millrace.bus.markers import WATERMARK_HEADER, WRITER_HEADER
@@ -310,6 +311,9 @@ class IdleTicker:
     `run` is the run whose ticks the queries read (`Ticks.run`). `time_of` reads a record's
     event time from its value, its arrival time and the time its `time` header carries (epoch
     ms, or None when it has none that counts).
+    A tick costs the app a micro-batch, so the ticker ticks only while one can matter: while
+    a query reading the stream holds state (a window to close, ids to forget), or always when
+    `publishes_markers` (the app's readers wait on its watermark, whatever its own state).
     The ticker runs on a thread of its own until `close`.
     """
 
@@ -323,6 +327,7 @@ class IdleTicker:
         run: str,
         time_of: Callable[[Mapping[str, object], int, int | None], int | None],
         idle_timeout_ms: int,
+        publishes_markers: bool = True,
         every_s: float = TICK_EVERY_S,
     ) -> None:
         self.spark = spark
@@ -331,6 +336,7 @@ class IdleTicker:
         self.stream = stream
         self.run = run
         self.idle_timeout_ms = idle_timeout_ms
+        self.publishes_markers = publishes_markers
         self.ticked: dict[int, int] = {}
         """The last tick published for each bucket (epoch ms)."""
         self._time_of = time_of
@@ -364,8 +370,11 @@ class IdleTicker:
 
     def tick(self, now_ms: int) -> dict[int, int]:
         """Publish the ticks due at `now_ms`; the ticks published, by bucket."""
-        read = self._read_offsets()
-        if read is None:
+        progresses = self._progresses()
+        if progresses is None:
+            return {}
+        read = self._read_offsets(progresses)
+        if not read or not (self.publishes_markers or _holds_state(progresses)):
             return {}
         ends = self._watch.end_offsets()
         lasts = self._last_records(ends)
@@ -392,35 +401,39 @@ class IdleTicker:
             self._publish(ticks)
         return ticks
 
-    def _read_offsets(self) -> dict[int, int] | None:
-        """Per bucket, the least offset the app's queries reading the stream have read to.
+    def _progresses(self) -> list[StreamingQueryProgress] | None:
+        """The last progress of each of the app's queries that reads the stream.
 
         None while one of the app's queries has not reported a micro-batch (it may read the
         stream from anywhere), and while one of them has not yet read this ticker's last
         tick: ticks go no faster than the queries take them.
         """
-        read: dict[int, int] = {}
+        progresses = []
         for query in self.spark.streams.active:
             if not (query.name or "").startswith(f"{self.app}."):
                 continue
-            progress = spark_internals.last_progress_json(query)
-            if progress is None:
+            text = spark_internals.last_progress_json(query)
+            if text is None:
                 return None
-            sources = json.loads(progress).get("sources", [])
-            offsets = [
-                stream_offsets(source.get("endOffset"), self.stream) or {} for source in sources
-            ]
-            if not any(offsets):
+            progress = StreamingQueryProgress.fromJson(json.loads(text))
+            ends = [source.endOffset for source in progress.sources]
+            if not any(stream_offsets(end, self.stream) for end in ends):
                 continue
             ticks_read = [
-                (stream_offsets(source.get("endOffset"), tick_stream(self.app)) or {}).get(0, 0)
-                for source in sources
+                (stream_offsets(end, tick_stream(self.app)) or {}).get(0, 0) for end in ends
             ]
             if self._ticks_end is not None and max(ticks_read) < self._ticks_end:
                 return None
-            for bucket, offset in (pair for found in offsets for pair in found.items()):
+            progresses.append(progress)
+        return progresses
+
+    def _read_offsets(self, progresses: list[StreamingQueryProgress]) -> dict[int, int]:
+        """Per bucket, the least offset the queries of `progresses` have read the stream to."""
+        read: dict[int, int] = {}
+        for source in (source for progress in progresses for source in progress.sources):
+            for bucket, offset in (stream_offsets(source.endOffset, self.stream) or {}).items():
                 read[bucket] = min(read.get(bucket, offset), offset)
-        return read or None
+        return read
 
     def _last_records(self, ends: dict[int, int]) -> dict[int, tuple[int, int]]:
         """Per bucket, its last record that has an event time: (event time, arrival time).
@@ -475,6 +488,16 @@ class IdleTicker:
         _log.debug(
             "ticked %s: %s", self.stream, {b: format_time_ms(t) for b, t in sorted(ticks.items())}
         )
+
+
+def _holds_state(progresses: list[StreamingQueryProgress]) -> bool:
+    """Whether a query of `progresses` keeps rows in a state store.
+
+    A watermark move may close a window or evict state there; with none, it changes nothing.
+    """
+    return any(
+        operator.numRowsTotal > 0 for progress in progresses for operator in progress.stateOperators
+    )
 
 
 def _now_ms() -> int:

@@ -243,6 +243,9 @@ def spark_config(settings: Settings) -> dict[str, str]:
         # result tables are small, and 50 tasks cost seconds on every write.
         "spark.databricks.delta.snapshotPartitions": str(partitions),
         "spark.sql.session.timeZone": "UTC",
+        # A query whose sources had nothing new asks them all again after this long: at
+        # Spark's 10 ms a quiet app kept a third of a core busy asking (benchmarks/idle_app.py).
+        "spark.sql.streaming.pollingDelay": f"{settings.poll_delay_ms}ms",
         _PROVIDER_CLASS: _ROCKSDB_PROVIDER,
         # A commit then writes the batch's changes to a changelog file, instead of flushing
         # RocksDB and copying a snapshot of its files every batch; snapshots are made in the

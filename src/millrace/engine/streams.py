@@ -124,6 +124,7 @@ def read_stream(
     deduplicate: bool = True,
     max_future: str | None = None,
     idle_timeout: str | None = None,
+    publishes_markers: bool = True,
 ) -> StreamInput:
     """Decode `stream` into a streaming DataFrame, and start routing its dead letters.
 
@@ -142,7 +143,8 @@ def read_stream(
     largest event time minus `lateness`. With `idle_timeout` too (for a query that runs on,
     not one that stops at the end of its input), a bucket read to its end whose last record
     came that long ago stops holding the watermark back: the StreamInput's `ticker` moves it
-    on with the wall clock until `close`.
+    on with the wall clock until `close`, while a query reading the DataFrame holds state, or
+    always when `publishes_markers` (the app writes streams, whose readers its watermark moves).
 
     With `lateness` and `deduplicate` (the default, for exactly-once), a record whose id an
     earlier record had is dropped, within the watermark horizon, and so is a record whose event
@@ -217,6 +219,7 @@ def read_stream(
                 run=ticks.run,
                 time_of=functools.partial(_time_of, time=time, max_future_ms=max_future_ms),
                 idle_timeout_ms=idle_timeout_ms,
+                publishes_markers=publishes_markers,
             )
         started.pop_all()
     return StreamInput(stream, records, router, ticker=ticker)

@@ -141,6 +141,9 @@ def compile_app(
                             if idle_ticks
                             else None
                         ),
+                        # Its readers wait on the markers of the streams it writes.
+                        publishes_markers=bool(app.inserts)
+                        or any(table.emit is not None for table in app.tables),
                     )
                 else:
                     inputs[source.name] = read_batch(
