@@ -8,7 +8,7 @@ seconds'`, mode `final`, exactly-once) into a result table:
 
 - `quiet`: the app as it is: once its window closed and the record's id is forgotten, nothing
   is due, its ticker stops ticking, and Spark asks its sources for new offsets every
-  `spark.poll_delay` (500 ms by default);
+  `spark.poll_delay` (1 s by default);
 - `spark_polling`: the same with `spark.poll_delay` at Spark's own default, 10 ms;
 - `ticks_on` (the baseline): the same app also copying its input to a stream, which keeps
   its ticker ticking (its readers wait on its watermark markers): a micro-batch about every

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from millrace.bus.internal import is_internal_stream
 from millrace.bus.streams import dead_letter_stream
 from millrace.engine.metrics import InputProgress, InputRecord, MetricsRecord, metrics_record
+from millrace.engine.spark_internals import last_progress_json
 
 
 def count(number: int, noun: str) -> str:
@@ -89,10 +90,17 @@ class ProgressLines:
         self.totals: dict[str, QueryTotals] = {}
         """Each query's totals over the batches printed, by query name."""
         self._printed: dict[str, int] = {}
+        self._last_seen: dict[str, str] = {}
         self._inputs = InputProgress()
 
     def new_batches(self, query: StreamingQuery) -> list[str]:
         """The lines of `query`'s micro-batches finished since the last call, oldest first."""
+        # The recent progress is 100 reports built through Py4J, and while the input is quiet
+        # Spark adds a report only every 10 seconds: look at it only when the last one changed.
+        last = last_progress_json(query)
+        if last is None or self._last_seen.get(query.name) == last:
+            return []
+        self._last_seen[query.name] = last
         lines = []
         for progress in query.recentProgress:
             if progress.batchId <= self._printed.get(query.name, -1):

@@ -193,7 +193,7 @@ SETTINGS: tuple[Setting, ...] = (
         "spark.poll_delay",
         "MILLRACE_SPARK_POLL_DELAY",
         "How long a streaming query whose inputs had nothing new waits before it asks them "
-        "again (a duration such as 500ms): what a quiet app costs against how soon it sees "
+        "again (a duration such as 500ms): what a quiet app costs, against how soon it sees "
         "the first record after a quiet spell.",
     ),
     Setting(
@@ -305,7 +305,7 @@ class Settings:
     spark_shuffle_partitions: int = 0
     spark_driver_memory: str = "2g"
     spark_driver_java_options: str = ""
-    spark_poll_delay: str = "500ms"
+    spark_poll_delay: str = "1s"
     events_time_field: str = "time"
     events_max_future: str = "5m"
     events_idle_timeout: str = "1m"
