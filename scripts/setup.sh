@@ -53,9 +53,12 @@ if [[ "$(cat "$python_stamp" 2>/dev/null)" != "$python_inputs" ]]; then
 fi
 
 jars_stamp="$jars_dir/.millrace-jars"
-jars_inputs=$(cat jvm/pom.xml jvm/*/pom.xml jvm/settings.xml | sha256sum | cut -d' ' -f1)
+# The poms, and the sources of millrace's own Spark extension (jvm/spark-extensions), which
+# Maven compiles.
+jars_inputs=$(find jvm -name pom.xml -o -name settings.xml -o -path '*/src/*' -type f \
+    | LC_ALL=C sort | xargs cat | sha256sum | cut -d' ' -f1)
 if [[ "$(cat "$jars_stamp" 2>/dev/null)" != "$jars_inputs" ]]; then
-    say "resolving the JVM artifacts (Kafka broker, Spark's Kafka connector, Delta, the tests' HDFS) with Maven"
+    say "resolving the JVM artifacts (Kafka broker, Spark's Kafka connector, Delta, the tests' HDFS) and building millrace's Spark extension with Maven"
     rm -rf "$jars_dir"
     mvn --batch-mode --quiet --settings jvm/settings.xml --file jvm/pom.xml package \
         "-Djars.output=$PWD/$jars_dir" || fail "Maven could not resolve the JVM artifacts (see its output above)"

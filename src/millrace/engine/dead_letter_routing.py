@@ -41,7 +41,7 @@ from millrace.config.workspace import Workspace
 from millrace.engine import kafka, spark_internals
 from millrace.engine.checkpoint_log import Offsets, last_committed, stream_offsets
 from millrace.engine.kafka import StartingOffsets
-from millrace.engine.low_watermark import bucket_metrics_name
+from millrace.engine.low_watermark import input_metrics_name
 from millrace.engine.session import add_listener, remove_listener
 from millrace.records import ID_HEADER
 
@@ -88,9 +88,10 @@ class DeadLetterRouter:
         add_listener(spark, self._listener)
         threading.Thread(target=self._work, name=f"dead-letters-{stream}", daemon=True).start()
 
-    def observation_of(self, bucket: int) -> str:
-        """The name of the observed metrics, with a `bad` field, of the records of `bucket`."""
-        return bucket_metrics_name(self.app, self.stream, bucket)
+    @property
+    def observation(self) -> str:
+        """The name of the observed metrics, with a `bad` field, of the input's records."""
+        return input_metrics_name(self.app, self.stream)
 
     @property
     def routed(self) -> int:
@@ -256,11 +257,10 @@ class _ProgressListener(StreamingQueryListener):
             if ends is None:
                 continue
             observed = progress.observedMetrics
-            names = [self.router.observation_of(bucket) for bucket in ends]
-            if any(name not in observed for name in names):
+            if self.router.observation not in observed:
                 continue
             starts = stream_offsets(source.startOffset, self.router.stream)
-            bad = any(observed[name]["bad"] > 0 for name in names)
+            bad = observed[self.router.observation]["bad"] > 0
             self.router._batches.put((bad, starts, ends))
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802

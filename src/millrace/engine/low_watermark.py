@@ -1,18 +1,24 @@
-"""An input's low watermark: one Spark watermark per bucket, and idle buckets ticked forward.
+"""An input's low watermark: the least over its buckets, and idle buckets ticked forward.
 
-Spark's watermark for one watermark operator is the largest event time it has seen minus the
-delay. A stream read by one Kafka source therefore gets the largest event time over all its
-buckets: a bucket read ahead of the others (a skewed backlog read in capped micro-batches, a
-producer whose clock runs ahead) moves the watermark past the other buckets' records, which
-are then dropped as late. MillWheel's low watermark (section 5.4 of its paper) is instead the
-oldest work not yet done.
+Spark's watermark operator keeps the largest event time of all the rows it sees, minus the
+delay. A stream read by one Kafka source would therefore get the largest event time over all
+its buckets: a bucket read ahead of the others (a skewed backlog read in capped micro-batches,
+a producer whose clock runs ahead) would move the watermark past the other buckets' records,
+which would then be dropped as late. MillWheel's low watermark (section 5.4 of its paper) is
+instead the oldest work not yet done.
 
-millrace gets that from Spark itself: `read_buckets` reads each bucket of a stream with a Kafka
-source of its own, `bucket_watermarked` puts a watermark operator on each, and the union of
-the buckets goes on to the app. With several watermark operators Spark keeps each one's value
-and takes the least of them (`spark.sql.streaming.multipleWatermarkPolicy=min`, its default),
-so an input's watermark is the least over its buckets of each bucket's largest event time
-minus the lateness.
+millrace reads every bucket of an input with one Kafka source (`read_input`) and puts one
+watermark operator on it (`low_watermarked`), planned by millrace's Spark extension
+(`jvm/spark-extensions`, `LowWatermarkExec`) as Spark's operator whose statistics keep each
+bucket's largest event time and report the least: so an input's watermark is the least over
+its buckets of each bucket's largest event time minus the lateness, and none until every
+bucket has been read. Spark's watermark tracking, its checkpoint and its stateful operators
+take it as any watermark; an app of several inputs gets the least of theirs
+(`spark.sql.streaming.multipleWatermarkPolicy=min`, Spark's default). The extension keeps
+the buckets' progress in the driver for a run of a query: a query restarted from its
+checkpoint starts from the watermark the checkpoint holds and moves it on again once every
+bucket has been read or ticked. A bucket added to the stream while a query runs is read,
+and holds no watermark back.
 
 A bucket that has nothing left to read would hold that least value back for ever, and a
 quiet input would close no window. `IdleTicker` follows the app's queries from the driver:
@@ -22,8 +28,8 @@ tick stream (`tick_stream`): the bucket's progress as the wall clock carries it 
 bucket's last record, at that record's delay between event time and arrival time (so a
 stream of records dated days ago is ticked days ago). A bucket that never had a record is
 ticked with the most advanced of the other buckets. The app reads its tick stream as one more
-Kafka source, and `bucket_watermarked` feeds each tick to its bucket's watermark operator
-before dropping it, so no query ever sees a tick as a record. A tick is valid only for the
+Kafka source, and `low_watermarked` feeds each tick to its bucket's progress before
+dropping it, so no query ever sees a tick as a record. A tick is valid only for the
 offsets it was computed from; the ticker waits while any of the app's queries has not yet
 reported where it is, and ticks no bucket that one of them has not read to its end. For the
 same reason a run of the app takes only its own ticks (`Ticks.run`): a query restarted from
@@ -31,8 +37,8 @@ its checkpoint, or rolled back to an earlier batch, re-reads the ticks of the ru
 which were computed from offsets it may not have read again yet.
 
 A stream a millrace app writes carries that app's watermark markers
-(`millrace.engine.output_watermark`): `bucket_watermarked` feeds a marker's promise to its
-bucket's watermark operator, and the records the app wrote nothing, since their order within
+(`millrace.engine.output_watermark`): `low_watermarked` feeds a marker's promise to its
+bucket's progress, and the records the app wrote nothing, since their order within
 one of the writer's micro-batches says nothing of its progress. The ticker leaves such
 buckets alone: the writer's markers bring its own idle advance.
 """
@@ -41,7 +47,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 import uuid
@@ -68,6 +73,10 @@ TICK_EVERY_S = 1.0
 _TICK = "_millrace_tick"
 _TIME = "_millrace_time"
 _DELAY_KEY = "spark.watermarkDelayMs"
+# The metadata key by which millrace's Spark extension finds the bucket column of a watermark
+# (dev.millrace.spark.LowWatermark.BucketsKey).
+_BUCKETS_KEY = "millrace.buckets"
+_BUCKET_OF_WATERMARK = "_millrace_watermark_bucket"
 _TICK_SCHEMA = "app STRING, stream STRING, run STRING, bucket INT, time_ms LONG"
 _TICK_RETENTION_MS = 86_400_000
 _log = logging.getLogger(__name__)
@@ -83,53 +92,47 @@ def tick_stream(app: str) -> str:
     return f"_millrace.ticks.{app.lower()}"
 
 
-def bucket_metrics_name(app: str, stream: str, bucket: int) -> str:
-    """The name of the observed metrics of one bucket of an input: `bad`, `future`, `max_ms`.
+def input_metrics_name(app: str, stream: str) -> str:
+    """The name of the observed metrics of input `stream` of app `app`.
 
-    `bad` counts the bucket's records of a micro-batch that go to the dead-letter stream,
-    `future` those of them dated too far ahead, and `max_ms` is the largest event time read
-    from the bucket in the micro-batch (null when none): the bucket's progress, from which
+    Its fields: `bad` counts the records of a micro-batch that go to the dead-letter stream,
+    `future` those of them dated too far ahead, `markers` the watermark markers read, and
+    `max_ms` maps each bucket (its number as text) to the largest event time read from it in
+    the micro-batch (null when none): the bucket's progress, from which
     `millrace.engine.metrics` tells which bucket holds the input's watermark back.
 
     Example:
-        >>> bucket_metrics_name("demo", "clicks", 3)
-        'millrace.input.demo.clicks.3'
+        >>> input_metrics_name("demo", "clicks")
+        'millrace.input.demo.clicks'
     """
-    return f"{BUCKET_METRICS_PREFIX}{app}.{stream}.{bucket}"
+    return f"{INPUT_METRICS_PREFIX}{app}.{stream}"
 
 
-BUCKET_METRICS_PREFIX = "millrace.input."
-"""What the names of `bucket_metrics_name` start with."""
+INPUT_METRICS_PREFIX = "millrace.input."
+"""What the names of `input_metrics_name` start with."""
 
 
-def read_buckets(
+def read_input(
     spark: SparkSession,
     workspace: Workspace,
     stream: str,
     *,
     starting_offsets: StartingOffsets = "earliest",
     max_records_per_batch: int | None = None,
-) -> list[DataFrame]:
-    """Each bucket of `stream` as a streaming DataFrame of Kafka records, by bucket number.
+) -> DataFrame:
+    """Every bucket of `stream` as one streaming DataFrame of Kafka records (one source).
 
-    `max_records_per_batch` is shared evenly among the buckets (rounded up): what each
-    micro-batch reads at most from each one.
+    `max_records_per_batch` caps what each micro-batch reads over all the buckets; Spark
+    shares it among them by what each has waiting.
     """
-    buckets = require_stream(workspace.settings, stream)
-    per_bucket = None
-    if max_records_per_batch is not None:
-        per_bucket = max(1, math.ceil(max_records_per_batch / buckets))
-    return [
-        kafka.read_stream(
-            spark,
-            workspace.settings,
-            stream,
-            bucket=bucket,
-            starting_offsets=starting_offsets,
-            max_records_per_batch=per_bucket,
-        )
-        for bucket in range(buckets)
-    ]
+    require_stream(workspace.settings, stream)
+    return kafka.read_stream(
+        spark,
+        workspace.settings,
+        stream,
+        starting_offsets=starting_offsets,
+        max_records_per_batch=max_records_per_batch,
+    )
 
 
 def read_control_stream(
@@ -184,7 +187,7 @@ def read_ticks(spark: SparkSession, workspace: Workspace, app: str, stream: str)
 
 
 def marker_columns(value: Column, headers: Column) -> list[Column]:
-    """The columns `bucket_watermarked` tells markers and app-written records by.
+    """The columns `low_watermarked` tells markers and app-written records by.
 
     `MARKER_MS` is a watermark marker's promise (`millrace.bus.markers`), NULL for a record;
     `WRITTEN` whether a millrace app wrote the record or marker. `value` and `headers` are
@@ -198,31 +201,37 @@ def marker_columns(value: Column, headers: Column) -> list[Column]:
     ]
 
 
-def observed_bucket(
+def observed_input(
     records: DataFrame,
     app: str,
     stream: str,
-    bucket: int,
     *,
+    buckets: int,
     bad: Column,
     future: Column,
     time_ms: Column,
 ) -> DataFrame:
-    """One bucket's `records`, observed under `bucket_metrics_name`: what each micro-batch read.
+    """An input's `records`, observed under `input_metrics_name`: what each micro-batch read.
 
     `bad` says which rows go to the dead-letter stream, `future` which of those are dated
     too far ahead, `time_ms` a record's event time (epoch ms). The rows have the
-    `marker_columns`: a marker moves the bucket's progress to its promise, a record no
-    millrace app wrote to its event time (`max_ms`).
+    `marker_columns` and `record_bucket`: a marker moves its bucket's progress to its
+    promise, a record no millrace app wrote to its event time (`max_ms`, per bucket).
     """
     progress_ms = F.when(F.col(MARKER_MS).isNotNull(), F.col(MARKER_MS)).when(
         ~F.col(WRITTEN), time_ms
     )
+    bucket = F.col(BUCKET)
+    # Keyed by text: Spark writes a map of other keys to the progress's JSON as a list.
+    largest = F.map_from_arrays(
+        F.array(*[F.lit(str(b)) for b in range(buckets)]),
+        F.array(*[F.max(F.when(bucket == b, progress_ms)) for b in range(buckets)]),
+    )
     return records.observe(
-        bucket_metrics_name(app, stream, bucket),
+        input_metrics_name(app, stream),
         F.count_if(bad).alias("bad"),
         F.count_if(future).alias("future"),
-        F.max(progress_ms).alias("max_ms"),
+        largest.alias("max_ms"),
         F.count(MARKER_MS).alias("markers"),
     )
 
@@ -231,22 +240,27 @@ MARKER_MS = "_millrace_marker_ms"
 """The column of `marker_columns` holding a marker's watermark (epoch ms)."""
 WRITTEN = "_millrace_written"
 """The column of `marker_columns` saying whether a millrace app wrote the row."""
+BUCKET = "record_bucket"
+"""The column holding a record's bucket, by which `low_watermarked` keeps each one's progress."""
 
 
-def bucket_watermarked(
+def low_watermarked(
     records: DataFrame,
     *,
     time: str,
     lateness_ms: int,
+    buckets: int,
     ticks: Ticks | None = None,
-    bucket: int | None = None,
 ) -> DataFrame:
-    """One bucket's `records` under a watermark of their own, moved on by the bucket's ticks.
+    """An input's `records` under its low watermark, moved on by the input's ticks.
 
-    `time` is the TIMESTAMP column the watermark follows. `ticks` (from `read_ticks`) feed the
-    watermark operator the times of bucket `bucket`'s ticks, and are dropped after it.
+    `time` is the TIMESTAMP column the watermark follows, `buckets` the input's bucket count
+    (the `BUCKET` column says each record's). The watermark is the least over the buckets of
+    each one's largest event time, minus `lateness_ms`, and none until every bucket has been
+    read or ticked (millrace's Spark extension, `LowWatermarkExec`). `ticks` (from
+    `read_ticks`) feed each tick's time to its bucket, and are dropped after it.
 
-    When `records` has the `marker_columns`, its markers feed the operator their promise and
+    When `records` has the `marker_columns`, its markers feed their bucket their promise and
     are dropped after it, and the records an app wrote feed it nothing: their writer's
     markers tell the bucket's progress, so their own times, which a micro-batch of the writer
     leaves in any order, move no watermark. Such records still keep their times, and are
@@ -254,9 +268,9 @@ def bucket_watermarked(
     """
     delay = f"{lateness_ms} milliseconds"
     marked = MARKER_MS in records.columns
-    if ticks is None and not marked:
-        return records.withWatermark(time, delay)
-    staged = records.withColumn(_TICK, F.lit(None).cast("boolean"))
+    staged = records.withColumn(_TICK, F.lit(None).cast("boolean")).withColumn(
+        _BUCKET_OF_WATERMARK, F.col(BUCKET)
+    )
     if marked:
         staged = staged.withColumn(_TIME, F.col(time)).withColumn(
             time,
@@ -265,23 +279,28 @@ def bucket_watermarked(
             .cast("timestamp"),
         )
     if ticks is not None:
-        as_records = ticks.frame.where(F.col("bucket") == F.lit(bucket)).select(
+        as_records = ticks.frame.select(
             *[
                 (
                     F.timestamp_millis("time_ms").alias(name)
                     if name == time
                     else F.lit(True).alias(name)
                     if name == _TICK
+                    else F.col("bucket").cast(kind).alias(name)
+                    if name == _BUCKET_OF_WATERMARK
                     else F.lit(None).cast(kind).alias(name)
                 )
                 for name, kind in staged.dtypes
             ]
         )
         staged = staged.unionByName(as_records)
-    # The filter names the event-time column, so that Spark keeps it above the watermark
-    # operator rather than pushing it below, where the ticks would never reach the operator.
+    staged = staged.withMetadata(_BUCKET_OF_WATERMARK, {_BUCKETS_KEY: buckets})
+    # One condition naming the event-time column and the bucket: Spark keeps it above the
+    # watermark operator rather than pushing it below, where the ticks would never reach the
+    # operator, and keeps the bucket column below it, where the operator reads it.
     kept = F.col(_TICK).isNull() & (F.col(MARKER_MS).isNull() if marked else F.lit(True))
-    watermarked = staged.withWatermark(time, delay).where(kept | F.col(time).isNull()).drop(_TICK)
+    kept = (kept & (F.col(_BUCKET_OF_WATERMARK) >= 0)) | F.col(time).isNull()
+    watermarked = staged.withWatermark(time, delay).where(kept).drop(_TICK, _BUCKET_OF_WATERMARK)
     if not marked:
         return watermarked
     # The records get their own times back, marked as the watermark's column (Spark finds it
@@ -295,14 +314,6 @@ def bucket_watermarked(
             if name not in (MARKER_MS, WRITTEN)
         ]
     )
-
-
-def union_buckets(frames: list[DataFrame]) -> DataFrame:
-    """The buckets' DataFrames as one, each keeping its watermark operator."""
-    union = frames[0]
-    for frame in frames[1:]:
-        union = union.unionByName(frame)
-    return union
 
 
 class IdleTicker:

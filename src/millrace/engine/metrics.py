@@ -46,7 +46,7 @@ from millrace.bus.timeouts import bus_timeouts_at_most
 from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.engine.checkpoint_log import kafka_offsets
-from millrace.engine.low_watermark import BUCKET_METRICS_PREFIX
+from millrace.engine.low_watermark import INPUT_METRICS_PREFIX
 from millrace.engine.session import add_listener
 from millrace.errors import MillraceError
 from millrace.records import format_time_ms
@@ -374,16 +374,15 @@ def metrics_record(progress: StreamingQueryProgress, apps: set[str]) -> MetricsR
     inputs: dict[str, InputRecord] = {}
     markers = 0
     for metric, row in observed.items():
-        if metric.startswith(BUCKET_METRICS_PREFIX + app + "."):
-            # `<app>.<stream>.<bucket>`: each bucket of a stream counts its own.
-            place = metric.removeprefix(BUCKET_METRICS_PREFIX + app + ".")
-            stream, bucket = place.rsplit(".", 1)
+        if metric.startswith(INPUT_METRICS_PREFIX + app + "."):
+            stream = metric.removeprefix(INPUT_METRICS_PREFIX + app + ".")
             dead_letters[stream] = dead_letters.get(stream, 0) + int(row["bad"])
             read = inputs.setdefault(stream, {"future_dated": 0, "max_event_ms": {}})
             read["future_dated"] += int(row["future"])
             markers += int(row["markers"])
-            if row["max_ms"] is not None:
-                read["max_event_ms"][bucket] = int(row["max_ms"])
+            for bucket, time_ms in (row["max_ms"] or {}).items():
+                if time_ms is not None:
+                    read["max_event_ms"][str(bucket)] = int(time_ms)
     late_rows = sum(operator.numRowsDroppedByWatermark for operator in progress.stateOperators)
     # A SQL app's copies are dropped by Spark's deduplication operator, a processor's by its
     # execution core (the `duplicate` rows of its output).

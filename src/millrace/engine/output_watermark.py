@@ -18,7 +18,7 @@ are held back by its pending event-time timers, since a timer fires when the wat
 passes it and produces at the timer's time.
 
 A reader of the stream takes the markers as the bucket's progress instead of the records'
-own times (`millrace.engine.low_watermark.bucket_watermarked`), so it needs no lateness for
+own times (`millrace.engine.low_watermark.low_watermarked`), so it needs no lateness for
 the order in which one of the writer's micro-batches leaves its records. When the source of a
 chain goes quiet, its idle ticks move the first app's watermark on; its markers move the next
 app's, and so on down the chain.

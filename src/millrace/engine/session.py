@@ -38,6 +38,7 @@ _MEMORY_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedSta
 STATE_STORES = {"memory": _MEMORY_PROVIDER, "rocksdb": _ROCKSDB_PROVIDER}
 """The state stores a query can keep its state in, by the name apps give them."""
 _PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
+_MILLRACE_EXTENSIONS = "dev.millrace.spark.MillraceExtensions"
 _STATE_STORE_SWITCH = threading.Lock()
 _ROCKSDB_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 _LISTENERS: dict[int, list[StreamingQueryListener]] = {}
@@ -251,7 +252,8 @@ def spark_config(settings: Settings) -> dict[str, str]:
         # RocksDB and copying a snapshot of its files every batch; snapshots are made in the
         # background. It halved the commit of each state store in benchmarks/batch_costs.py.
         _ROCKSDB_CHANGELOG: "true",
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        # millrace's own (jvm/spark-extensions): an input's low watermark over its buckets.
+        "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{_MILLRACE_EXTENSIONS}",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",

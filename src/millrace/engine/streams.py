@@ -48,12 +48,11 @@ from millrace.engine.low_watermark import (
     MARKER_MS,
     WRITTEN,
     IdleTicker,
-    bucket_watermarked,
+    low_watermarked,
     marker_columns,
-    observed_bucket,
-    read_buckets,
+    observed_input,
+    read_input,
     read_ticks,
-    union_buckets,
 )
 from millrace.errors import PublishError, SchemaError
 from millrace.records import placeable_time_ms, record_time_ms
@@ -153,10 +152,10 @@ def read_stream(
     horizon, and nothing is dropped.
     A record without an id header gets its place as id: `<stream>:<bucket>:<offset>`.
     """
-    require_stream(workspace.settings, stream)
+    buckets = require_stream(workspace.settings, stream)
     fields = _value_fields(schema, time)
     max_future_ms = _max_future_ms(workspace, max_future)
-    buckets = read_buckets(
+    raw = read_input(
         spark,
         workspace,
         stream,
@@ -189,24 +188,20 @@ def read_stream(
         # The tick source is part of the plan whether or not a ticker runs, so that a
         # checkpoint holds the same sources in a run to the end of input as in a live run.
         ticks = None if lateness_ms is None else read_ticks(spark, workspace, app, stream)
-        branches = []
-        for bucket, raw in enumerate(buckets):
-            decoded = observed_bucket(
-                _decode(raw, fields, time, stream, max_future_ms),
-                app,
-                stream,
-                bucket,
-                bad=F.col("_bad"),
-                future=F.col("_time_read").isNotNull() & F.col("_event_time").isNull(),
-                time_ms=F.unix_millis("_event_time"),
+        decoded = observed_input(
+            _decode(raw, fields, time, stream, max_future_ms),
+            app,
+            stream,
+            buckets=buckets,
+            bad=F.col("_bad"),
+            future=F.col("_time_read").isNotNull() & F.col("_event_time").isNull(),
+            time_ms=F.unix_millis("_event_time"),
+        )
+        records = _good_records(decoded, fields, time, markers=lateness_ms is not None)
+        if lateness_ms is not None:
+            records = low_watermarked(
+                records, time=time, lateness_ms=lateness_ms, buckets=buckets, ticks=ticks
             )
-            good = _good_records(decoded, fields, time, markers=lateness_ms is not None)
-            if lateness_ms is not None:
-                good = bucket_watermarked(
-                    good, time=time, lateness_ms=lateness_ms, ticks=ticks, bucket=bucket
-                )
-            branches.append(good)
-        records = union_buckets(branches)
         if lateness_ms is not None and deduplicate:
             records = drop_duplicate_records(records)
         ticker = None
@@ -454,7 +449,7 @@ def _good_records(
     """The records of `decoded` that are not bad: declared fields, event time, metadata.
 
     With `markers`, the watermark markers too, with the `marker_columns`, for
-    `bucket_watermarked`; without, they are left out, as from every reader.
+    `low_watermarked`; without, they are left out, as from every reader.
     """
     good = decoded.where(~F.col("_bad"))
     columns: list[Column | str] = [

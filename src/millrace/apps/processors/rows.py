@@ -169,7 +169,7 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
     no watermark), and its `fault` says why: the bucket runner makes it a dead letter. A
     record dated before 1970 keeps no time either, and the execution core, reading it again,
     makes it a dead letter. The rows have the `marker_columns` too: the watermark markers
-    among them are for `bucket_watermarked`, and no reader's records.
+    among them are for `low_watermarked`, and no reader's records.
     """
     placement = _placement(source, buckets)(F.col("value"), carried_millis(F.col("headers")))
     # Spark's watermark starts at 1970 and never goes back: an earlier time would be late.

@@ -94,6 +94,7 @@ from millrace.apps.processors.rows import (
 )
 from millrace.apps.processors.wakeups import ProcessorClock, clock_stream, read_wakeups
 from millrace.apps.progress_lines import QueryTotals, count
+from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import create_dead_letter_stream
@@ -101,11 +102,10 @@ from millrace.engine.delivery import AtMostOnce, run_without_writing
 from millrace.engine.disk_full import disk_full_error
 from millrace.engine.low_watermark import (
     IdleTicker,
-    bucket_watermarked,
-    observed_bucket,
-    read_buckets,
+    low_watermarked,
+    observed_input,
+    read_input,
     read_ticks,
-    union_buckets,
 )
 from millrace.engine.metrics import observe_outputs
 from millrace.engine.output_watermark import OutputWatermark
@@ -382,38 +382,33 @@ def _read_input(
 ) -> tuple[DataFrame, IdleTicker | None]:
     """One input's Kafka records, placed in their key's bucket, under the input's low watermark.
 
-    Each bucket of the stream has a watermark of its own, and Spark takes the least (see
+    The watermark is the least over the stream's buckets of each one's progress (see
     `millrace.engine.low_watermark`), as `execution.watermark_after` computes it. The
     event-time column is then dropped, so that Spark does not drop late records itself: the
     execution core sets them aside and counts them. With `idle_ticks`, idle buckets are
     ticked on by the returned `IdleTicker` until it is closed.
     """
     max_future_ms = input_max_future_ms(workspace, source)
+    stream_buckets = require_stream(workspace.settings, source.stream)
     # Read in every run, so that a checkpoint holds the same sources whether a ticker runs.
     ticks = read_ticks(spark, workspace, processor.name, source.stream)
-    branches = [
-        bucket_watermarked(
-            observed_bucket(
-                placed_rows(raw, source, buckets, max_future_ms),
-                processor.name,
-                source.stream,
-                bucket,
-                # The execution core counts the dead letters, in the query's outputs.
-                bad=F.lit(False),
-                future=F.col("fault").isNotNull(),
-                time_ms=F.col("time_ms"),
-            ),
-            time="event_time",
-            lateness_ms=source.lateness_ms,
-            ticks=ticks,
-            bucket=bucket,
-        )
-        for bucket, raw in enumerate(
-            read_buckets(
-                spark, workspace, source.stream, max_records_per_batch=max_records_per_batch
-            )
-        )
-    ]
+    raw = read_input(spark, workspace, source.stream, max_records_per_batch=max_records_per_batch)
+    records = low_watermarked(
+        observed_input(
+            placed_rows(raw, source, buckets, max_future_ms),
+            processor.name,
+            source.stream,
+            buckets=stream_buckets,
+            # The execution core counts the dead letters, in the query's outputs.
+            bad=F.lit(False),
+            future=F.col("fault").isNotNull(),
+            time_ms=F.col("time_ms"),
+        ),
+        time="event_time",
+        lateness_ms=source.lateness_ms,
+        buckets=stream_buckets,
+        ticks=ticks,
+    )
     ticker = None
     if idle_ticks:
         idle_timeout = source.idle_timeout or workspace.settings.events_idle_timeout
@@ -426,7 +421,7 @@ def _read_input(
             time_of=functools.partial(event_time_of, source=source, max_future_ms=max_future_ms),
             idle_timeout_ms=parse_duration_ms(idle_timeout, what="idle_timeout"),
         )
-    return union_buckets(branches).drop("event_time"), ticker
+    return records.drop("event_time"), ticker
 
 
 def _wakeup_rows(
