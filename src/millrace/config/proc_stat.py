@@ -2,9 +2,10 @@
 
 `process_stat` is millrace's one reader of `/proc/<pid>/stat`: the registry asks it whether
 an app's process still runs and when it started, `local_processes` whether a server is a
-zombie. `tree_cpu_seconds` adds up the CPU time a process and its descendants used, as an
-app's driver measures itself (`millrace.ops.driver_cpu`): its Python process, the Spark JVM
-that PySpark starts as its child, and the Python workers that JVM forks.
+zombie. `process_tree` reads a process and its descendants, and `cpu_used_between` the CPU
+time such a tree used from one reading to the next, as an app's driver measures itself
+(`millrace.ops.driver_cpu`): its Python process, the Spark JVM that PySpark starts as its
+child, and the Python workers that JVM forks.
 """
 
 from __future__ import annotations
@@ -61,18 +62,11 @@ def process_stat(pid: int) -> ProcessStat | None:
     )
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """The CPU seconds (user and system) that process `pid` and its descendants used so far.
-
-    Counted: each process of the tree now, zombies included, for its own time; and, in each
-    one's children's time, the processes of the tree that ended and were waited for (so
-    each ended process once, by the parent that reaped it). Not counted: a descendant that
-    left the tree before it ended (a daemon that detached, an orphan adopted by init), and a
-    process that ended between the look at it and the look at its parent (that reading is
-    short of it, the next is not). 0.0 when `pid` is gone.
+def process_tree(pid: int) -> list[ProcessStat]:
+    """Process `pid` and its descendants now, `pid` first; [] when it is gone.
 
     Example:
-        >>> tree_cpu_seconds(os.getpid()) >= process_stat(os.getpid()).cpu_s
+        >>> [stat.pid for stat in process_tree(os.getpid())][:1] == [os.getpid()]
         True
     """
     children: dict[int, list[ProcessStat]] = {}
@@ -87,11 +81,49 @@ def tree_cpu_seconds(pid: int) -> float:
         if stat.pid == pid:
             root = stat
         children.setdefault(stat.ppid, []).append(stat)
-    if root is None:
-        return 0.0
-    total, waiting = 0.0, [root]
+    tree, waiting = [], [root] if root is not None else []
     while waiting:
         stat = waiting.pop()
-        total += stat.cpu_s + stat.children_cpu_s
+        tree.append(stat)
         waiting.extend(children.get(stat.pid, []))
-    return total
+    return tree
+
+
+def cpu_used_between(before: list[ProcessStat], after: list[ProcessStat]) -> float:
+    """The CPU seconds (user and system) a process tree used from one reading to a later one.
+
+    `before` and `after` are `process_tree` readings of one tree; `[]` for `before` counts
+    all that the tree used so far. A process in both readings counts its own time since, and
+    its children's that ended and that it waited for. One new in `after` counts whole (it
+    started since). One gone since counts up to `before`, and whole when its parent waited
+    for it: its parent's children's time then holds all of it, and the part `before` had is
+    taken off, so nothing is counted twice.
+
+    Not counted: the time since `before` of a process that ended under a parent that does
+    not wait for it (PySpark's worker daemon ignores SIGCHLD, and the kernel then reaps its
+    workers adding little or none of their time to its own), of one that left the tree (a
+    daemon that detached), and of one that began and ended between the readings unwaited for.
+
+    Example:
+        >>> tree = process_tree(os.getpid())
+        >>> cpu_used_between(tree, tree), cpu_used_between([], tree) >= tree[0].cpu_s
+        (0.0, True)
+    """
+    was = {(stat.pid, stat.start_ticks): stat for stat in before}
+    now = {(stat.pid, stat.start_ticks) for stat in after}
+    gone_per_parent: dict[int, float] = {}
+    for key, stat in was.items():
+        if key not in now:
+            gone_per_parent[stat.ppid] = (
+                gone_per_parent.get(stat.ppid, 0.0) + stat.cpu_s + stat.children_cpu_s
+            )
+    used = 0.0
+    for stat in after:
+        earlier = was.get((stat.pid, stat.start_ticks))
+        if earlier is None:
+            used += stat.cpu_s + stat.children_cpu_s
+            continue
+        grown = stat.children_cpu_s - earlier.children_cpu_s
+        counted_before = min(grown, gone_per_parent.get(stat.pid, 0.0))
+        used += stat.cpu_s - earlier.cpu_s + grown - counted_before
+    return used

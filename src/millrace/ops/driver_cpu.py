@@ -1,12 +1,13 @@
 """What an app's driver costs: the CPU seconds it used in the last minute, as it records them.
 
 An app's driver (`millrace run` in a terminal, or the process `deploy` starts) runs
-`recording` for as long as it lives: every `SAMPLE_EVERY_S` seconds a thread reads the CPU
-time of the driver's process tree (`millrace.config.proc_stat.tree_cpu_seconds`: its Python
-process, the Spark JVM PySpark starts, the Python workers Spark forks) and writes the CPU
-used over the last minute to `<workspace>/apps/<app>/driver_cpu.json`. For a driver younger
-than a minute it is the CPU since the first sample, taken as the driver starts, so the
-Python interpreter's own start (a second or two) is left out. `last_minute` reads it for
+`recording` for as long as it lives: every `SAMPLE_EVERY_S` seconds a thread reads the
+driver's process tree (`millrace.config.proc_stat`: its Python process, the Spark JVM
+PySpark starts, the Python workers Spark forks), adds the CPU time it used since the last
+sample (`cpu_used_between`, which says what is counted), and writes the CPU used over the
+last minute to `<workspace>/apps/<app>/driver_cpu.json`. For a driver younger than a minute
+it is the CPU since the first sample, taken as the driver starts, so the Python
+interpreter's own start (a second or two) is left out. `last_minute` reads it for
 `ps`, `top`, `/metrics` and the dashboard (`millrace.monitor.status`).
 
 The file goes when the driver ends; a driver killed leaves it, and a reading older than
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from millrace.config.proc_stat import tree_cpu_seconds
+from millrace.config.proc_stat import cpu_used_between, process_tree
 from millrace.config.workspace import Workspace
 
 SAMPLE_EVERY_S = 5.0
@@ -117,18 +118,18 @@ def last_minute(workspace: Workspace, app: str, *, now_ms: int | None = None) ->
 def _record(path: Path, every_s: float, stop: threading.Event) -> None:
     """Sample this process tree's CPU until `stop`; write the last minute's after each sample."""
     pid = os.getpid()
-    # (monotonic seconds, CPU seconds): the oldest is the figure's start, a minute ago or less.
-    samples = deque([(time.monotonic(), tree_cpu_seconds(pid))])
+    # (monotonic start, CPU seconds) of each interval between two samples, the last minute's.
+    intervals: deque[tuple[float, float]] = deque()
+    then, tree = time.monotonic(), process_tree(pid)
     while not stop.wait(every_s):
-        now, cpu_s = time.monotonic(), tree_cpu_seconds(pid)
-        samples.append((now, cpu_s))
-        while len(samples) > 1 and samples[1][0] <= now - WINDOW_S:
-            samples.popleft()
-        started, cpu_then = samples[0]
+        now, later = time.monotonic(), process_tree(pid)
+        intervals.append((then, cpu_used_between(tree, later)))
+        then, tree = now, later
+        while len(intervals) > 1 and intervals[0][0] < now - WINDOW_S:
+            intervals.popleft()
         reading = {
-            # A process that ends between two looks may be missed by one: never below 0.
-            "cpu_s": round(max(0.0, cpu_s - cpu_then), 3),
-            "span_s": round(now - started, 3),
+            "cpu_s": round(sum(cpu_s for _, cpu_s in intervals), 3),
+            "span_s": round(now - intervals[0][0], 3),
             "at_ms": int(time.time() * 1000),
             "every_s": every_s,
             "pid": pid,
