@@ -35,7 +35,6 @@ class ProcessStat:
     pid: int
     state: str
     ppid: int
-    pgrp: int
     cpu_s: float
     children_cpu_s: float
     start_ticks: int
@@ -54,7 +53,6 @@ def process_stat(pid: int) -> ProcessStat | None:
         pid=pid,
         state=fields[0],
         ppid=int(fields[1]),
-        pgrp=int(fields[2]),
         # utime, stime, cutime and cstime are fields 14 to 17, in clock ticks.
         cpu_s=(int(fields[11]) + int(fields[12])) / tick,
         children_cpu_s=(int(fields[13]) + int(fields[14])) / tick,
