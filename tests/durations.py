@@ -37,6 +37,7 @@ SECONDS_BY_FILE = {
     "tests/cli/test_app_starts.py": 62,
     "tests/apps/processors/test_watermarks.py": 52,
     "tests/cli/test_warehouse.py": 50,
+    "tests/cli/test_app_cost.py": 45,
     "tests/api/test_dashboard.py": 42,
     "tests/apps/processors/test_wakeups.py": 42,
     "tests/engine/test_metrics.py": 39,

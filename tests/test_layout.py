@@ -46,6 +46,7 @@ WORKSPACE_FILES = {
     "app.log",
     "driver.lock",
     "driver.json",
+    "driver_cpu.json",
     "checkpoints.json",
     "millrace-state.json",
     "routed.json",

@@ -70,7 +70,7 @@ def test_top_once_shows_the_paused_app_with_its_lag(
     [row] = [line for line in result.stdout.splitlines() if paused in line]
     cells = [cell.strip() for cell in row.strip("│┃ ").split("│")]
     assert cells[0] == paused
-    assert cells[3] == "5"  # records published after the app stopped
+    assert cells[5] == "5"  # lag records: published after the app stopped
 
 
 def test_a_paused_app_fires_the_stopped_alert_to_the_webhook(

@@ -78,6 +78,8 @@ class AppProgress(BaseModel):
     sources: list[str]
     input_rows_per_second: float
     processed_rows_per_second: float
+    batches_last_minute: int
+    driver_cpu_seconds_last_minute: float | None
     last_batch_id: int | None
     last_batch_time: str | None
     state_rows: int
@@ -238,6 +240,10 @@ def _app(status: AppStatus, now_ms: int) -> AppProgress:
         sources=status.sources,
         input_rows_per_second=status.input_rows_per_second,
         processed_rows_per_second=status.processed_rows_per_second,
+        batches_last_minute=status.batches_last_minute,
+        driver_cpu_seconds_last_minute=(
+            None if status.driver_cpu is None else status.driver_cpu.cpu_s
+        ),
         last_batch_id=status.last_batch_id,
         last_batch_time=iso_time(status.last_batch_ms),
         state_rows=status.state_rows,

@@ -61,7 +61,11 @@ def deploy(app: str, trigger: str | None, master: str | None, force: bool, fresh
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per app.")
 def ps(as_json: bool) -> None:
-    """List the deployed apps: status, pid, uptime, trigger, last batch, input rate and lags.
+    """List the deployed apps: status, pid, uptime, trigger, last batch, input rate, cost, lags.
+
+    The cost is the micro-batches the app ran in the last minute and the CPU seconds its
+    driver (Python, Spark's JVM and Python workers) used in the last minute, with the share
+    of one core that is.
 
     The processing lag is the records waiting on the app's inputs and how many seconds of
     the bus they span; the watermark lag how far its watermark is behind its newest event
@@ -93,7 +97,8 @@ def _print_ps(rows: list[dict[str, object]], as_json: bool) -> None:
         click.echo("no deployed apps; start one with `millrace deploy APP`")
         return
     columns: tuple[str, ...] = ("app", "status", "pid", "uptime", "trigger", "last_batch")
-    columns += ("last_batch_at", "input_rate", "processing_lag", "watermark_lag")
+    columns += ("last_batch_at", "input_rate", "batches_per_min", "driver_cpu_per_min")
+    columns += ("processing_lag", "watermark_lag")
     columns += ("output_watermark", "behind_source")
     table = [[_cell(row.get(column)) for column in columns] for row in rows]
     widths = [
@@ -282,7 +287,7 @@ def _ps_row(
 
 
 def _lags(monitor: Monitor, app: str) -> dict[str, object]:
-    """The lags and the output watermark of `app`; None where the monitor cannot tell.
+    """The cost, the lags and the output watermark of `app`; None where the monitor cannot tell.
 
     Per input, too, the event time each bucket has reached and the bucket holding the input's
     watermark back. `ps` still lists the apps when the bus is down: the lags are then left out.
@@ -293,6 +298,8 @@ def _lags(monitor: Monitor, app: str) -> dict[str, object]:
         status = None
     if status is None:
         return {
+            "batches_per_min": None,
+            "driver_cpu_per_min": None,
             "processing_lag": None,
             "watermark_lag": None,
             "output_watermark": None,
@@ -303,6 +310,8 @@ def _lags(monitor: Monitor, app: str) -> dict[str, object]:
     behind = status.watermark_behind_source_seconds
     output = status.output_watermark_ms
     return {
+        "batches_per_min": status.batches_last_minute,
+        "driver_cpu_per_min": None if status.driver_cpu is None else status.driver_cpu.described,
         "processing_lag": f"{status.lag_records} records, {status.lag_seconds:.1f}s",
         "watermark_lag": None if watermark_lag is None else f"{watermark_lag:.1f}s",
         "output_watermark": None if output is None else format_time_ms(output),

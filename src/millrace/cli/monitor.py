@@ -42,7 +42,11 @@ def serve(host: str, port: int, token: str | None) -> None:
 @click.option("--once", is_flag=True, help="Print one frame and exit.")
 @click.option("--interval", default=2.0, show_default=True, help="Seconds between frames.")
 def top(once: bool, interval: float) -> None:
-    """A live view of the apps: input rate, processing lag, watermark lags, last batch."""
+    """A live view of the apps: input rate, cost, processing lag, watermark lags, last batch.
+
+    The cost is the micro-batches each app ran in the last minute and the CPU seconds its
+    driver used in the last minute, with the share of one core that is.
+    """
     monitor = Monitor(Workspace.locate().require_initialized())
     console = Console()
     if once:
@@ -84,7 +88,8 @@ def apps_table(statuses: list[AppStatus]) -> Table:
     """The table `top` shows: one row per app."""
     now_ms = int(time.time() * 1000)
     table = Table(title="millrace apps", title_justify="left")
-    for column in ("app", "activity", "in rows/s", "lag records", "lag s", "watermark lag s"):
+    columns = ("app", "activity", "in rows/s", "batches/min", "driver cpu/min", "lag records")
+    for column in (*columns, "lag s", "watermark lag s"):
         table.add_column(column, justify="left" if column in ("app", "activity") else "right")
     table.add_column("out watermark")
     table.add_column("behind source s", justify="right")
@@ -102,6 +107,8 @@ def apps_table(statuses: list[AppStatus]) -> Table:
             status.name,
             status.activity,
             f"{status.input_rows_per_second:.1f}",
+            str(status.batches_last_minute),
+            "-" if status.driver_cpu is None else status.driver_cpu.described,
             str(status.lag_records),
             f"{status.lag_seconds:.1f}",
             "-" if watermark_lag is None else f"{watermark_lag:.1f}",

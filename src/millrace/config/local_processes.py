@@ -15,6 +15,8 @@ import socket
 import time
 from pathlib import Path
 
+from millrace.config.proc_stat import process_stat
+
 _KILL_WAIT_S = 5.0
 
 
@@ -81,9 +83,5 @@ def _wait_for_exit(pid: int, timeout_s: float) -> bool:
 
 
 def _is_zombie(pid: int) -> bool:
-    try:
-        # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-        text = Path(f"/proc/{pid}/stat").read_text()
-        return text[text.rindex(")") + 2 :].startswith("Z")
-    except (OSError, ValueError):
-        return True
+    stat = process_stat(pid)
+    return stat is None or stat.state == "Z"

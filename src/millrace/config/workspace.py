@@ -198,6 +198,10 @@ class Workspace:
         """Who holds app `app`'s driver lock, as the holder described itself."""
         return self.app_dir(app) / "driver.json"
 
+    def driver_cpu(self, app: str) -> Path:
+        """The CPU that app `app`'s driver used in the last minute, as it keeps recording it."""
+        return self.app_dir(app) / "driver_cpu.json"
+
     def checkpoint_ledger(self, app: str) -> Path:
         """The queries of app `app` that have committed batches (`millrace.ops.checkpoints`)."""
         return self.app_dir(app) / "checkpoints.json"

@@ -73,6 +73,16 @@ class _Snapshot(Collector):
                 "Rows processed per second, over the last minute's batches.",
                 lambda s: s.processed_rows_per_second,
             ),
+            "batches_last_minute": (
+                "Micro-batches the app's queries ran in the last minute.",
+                lambda s: s.batches_last_minute,
+            ),
+            "driver_cpu_seconds_last_minute": (
+                "CPU seconds (user and system) the app's driver used in the last minute, or "
+                "since it started when that is less: its Python process, Spark JVM and Python "
+                "workers; absent when no driver records it.",
+                lambda s: None if s.driver_cpu is None else s.driver_cpu.cpu_s,
+            ),
             "last_batch_id": ("Id of the app's newest batch.", lambda s: s.last_batch_id),
             "last_batch_timestamp_seconds": (
                 "When the app's newest batch ran (epoch seconds).",

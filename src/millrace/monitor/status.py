@@ -10,6 +10,10 @@ Definitions (docs/monitoring.md shows them with examples):
   the newest record minus that of the last record the app has processed (0 when caught up).
 - watermark lag: the newest event time the app has read minus its watermark (the smallest
   over its queries). `watermark_age_s` is the wall clock minus the watermark.
+- what the app costs: `batches_last_minute`, the micro-batches its queries ran in the last
+  minute (from its published batches), and `driver_cpu`, the CPU seconds its driver's
+  process tree used in the last minute, as the driver records it (`millrace.ops.driver_cpu`;
+  None for an app whose driver does not run here now).
 - output watermark and watermark behind source: what the pipeline of apps says of the app
   (`millrace.monitor.pipeline`), filled in by the monitor once it has every app's status.
 """
@@ -25,9 +29,10 @@ from millrace.engine.checkpoint_log import Offsets
 from millrace.errors import StreamNotFoundError
 from millrace.monitor.metrics_log import Batch, MetricsLog
 from millrace.ops.checkpoints import QueryCheckpoint, app_checkpoints
+from millrace.ops.driver_cpu import DriverCpu, last_minute
 
 RATE_WINDOW_MS = 60_000
-"""Input rates are averaged over the batches of the last minute."""
+"""Input rates are averaged over the batches of the last minute, which are counted too."""
 BUSY_MS = 60_000
 """An app with a batch in the last minute is `processing`."""
 
@@ -85,6 +90,10 @@ class AppStatus:
     recent_duplicate_rows: int = 0
     recent_dead_letter_rows: int = 0
     watermarks: list[InputWatermark] = field(default_factory=list)
+    batches_last_minute: int = 0
+    """Micro-batches the app's queries ran in the last minute, all queries together."""
+    driver_cpu: DriverCpu | None = None
+    """The CPU the app's driver used in the last minute; None when no driver records it."""
     output_watermark_ms: int | None = None
     """The least, over the streams the app writes, of the newest watermark it published."""
     sources: list[str] = field(default_factory=list)
@@ -200,6 +209,8 @@ def app_status(
         recent_duplicate_rows=sum(int(b.fields.get("duplicate_rows", 0)) for b in recent),
         recent_dead_letter_rows=sum(int(b.fields.get("dead_letter_rows", 0)) for b in recent),
         watermarks=_input_watermarks(list(latest.values()), recent),
+        batches_last_minute=len(in_window),
+        driver_cpu=last_minute(workspace, app, now_ms=now_ms),
     )
 
 

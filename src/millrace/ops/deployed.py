@@ -6,10 +6,10 @@ driver lock (`millrace.ops.driver_lock`) and what to run: the app's name, its so
 `RunOptions`, as JSON in its environment (`DeployedRun`), checked by the verb that started
 it (`millrace.ops.lifecycle.check_start`), so nothing is checked or parsed again here. It
 runs the app as `millrace run` does (`millrace.apps.runner.drive`), saying its progress to
-the log, and records in the registry how it ended (`millrace.ops.registry.record_exit`),
-which `ps` and the demo read: 0 once stopped or at the end of its input, else 1 (130 when
-interrupted). A millrace error is written to the log as the CLI prints it (`error[code]:
-...`), without a traceback.
+the log and recording the CPU it uses (`millrace.ops.driver_cpu`), and records in the
+registry how it ended (`millrace.ops.registry.record_exit`), which `ps` and the demo read: 0
+once stopped or at the end of its input, else 1 (130 when interrupted). A millrace error is
+written to the log as the CLI prints it (`error[code]: ...`), without a traceback.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from millrace.apps.runner import drive
 from millrace.config.workspace import Workspace
 from millrace.engine.disk_full import disk_full_on_write
 from millrace.errors import LifecycleError, MillraceError
-from millrace.ops import checkpoints, driver_lock, registry
+from millrace.ops import checkpoints, driver_cpu, driver_lock, registry
 
 DEPLOYED_MODULE = "millrace.ops.deployed"
 """The module a deployed app's process runs (`python -m`): the app's driver."""
@@ -82,7 +82,10 @@ def main() -> None:
     code = 1
     try:
         app = App.load(run.source)
-        with driver_lock.hold(workspace, run.app, source=app.source):
+        with (
+            driver_lock.hold(workspace, run.app, source=app.source),
+            driver_cpu.recording(workspace, run.app),
+        ):
             try:
                 drive(
                     workspace.require_initialized(),

@@ -46,7 +46,7 @@ from millrace.config.storage import StoragePath, move
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AlreadyDeployedError, AppNotFoundError, LifecycleError
-from millrace.ops import checkpoints, driver_lock, registry
+from millrace.ops import checkpoints, driver_cpu, driver_lock, registry
 from millrace.ops.deployed import DEPLOYED_MODULE, DeployedRun
 from millrace.ops.driver_lock import DriverLock
 from millrace.ops.registry import STOP_TIMEOUT_S, AppRecord
@@ -83,9 +83,13 @@ def run(
     """Run `app`'s streaming queries in this process until they end or it is asked to stop.
 
     Raises `AppRunningError` when another driver runs the app, and what `check_start` raises;
-    with `fresh` the app starts over (`start_over`). `say` gets the lines to print.
+    with `fresh` the app starts over (`start_over`). `say` gets the lines to print. The
+    process records the CPU it uses while it runs the app (`millrace.ops.driver_cpu`).
     """
-    with driver_lock.acquire(workspace, app.name, "run", source=app.source):
+    with (
+        driver_lock.acquire(workspace, app.name, "run", source=app.source),
+        driver_cpu.recording(workspace, app.name),
+    ):
         if fresh:
             moved = start_over(workspace, app.name)
             if moved is not None:

@@ -25,6 +25,7 @@ from typing import Literal, get_args
 from millrace.apps.declarations import Declared
 from millrace.apps.options import RunOptions
 from millrace.apps.sources import Kind
+from millrace.config.proc_stat import process_stat
 from millrace.config.workspace import Workspace
 from millrace.errors import AppNotFoundError
 from millrace.records import JsonObject
@@ -201,17 +202,16 @@ def process_alive(pid: int | None, proc_start: int | None) -> bool:
     """True when process `pid` runs and is the one started at `proc_start` (not a zombie)."""
     if pid is None:
         return False
-    stat = _proc_stat(pid)
+    stat = process_stat(pid)
     if stat is None:
         return False
-    state, started = stat
-    return state != "Z" and (proc_start is None or started == proc_start)
+    return stat.state != "Z" and (proc_start is None or stat.start_ticks == proc_start)
 
 
 def process_start(pid: int) -> int | None:
     """The start time of process `pid` in clock ticks since boot, from /proc."""
-    stat = _proc_stat(pid)
-    return stat[1] if stat is not None else None
+    stat = process_stat(pid)
+    return stat.start_ticks if stat is not None else None
 
 
 def uptime_s(record: AppRecord) -> float | None:
@@ -237,16 +237,6 @@ def _current(workspace: Workspace, record: AppRecord) -> AppRecord:
         status: Status = "finished" if ended.get("code") == 0 else "crashed"
         return replace(record, status=status, stopped_at=ended.get("at"))
     return replace(record, status="crashed")
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[19])
 
 
 def _write_json(path: Path, value: object) -> None:

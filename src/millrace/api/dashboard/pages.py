@@ -307,6 +307,8 @@ _APP_HEADERS = [
     "state",
     "activity",
     "in rows/s",
+    "batches/min",
+    "driver cpu/min",
     "lag records",
     "lag s",
     "watermark lag s",
@@ -329,6 +331,8 @@ def _app_row(status: AppStatus, state: str | None) -> list[str]:
         state_badge(state),
         state_badge(status.activity),
         _num(status.input_rows_per_second),
+        _num(status.batches_last_minute),
+        _driver_cpu(status),
         _num(status.lag_records),
         _num(status.lag_seconds),
         _num(status.watermark_lag_seconds),
@@ -338,6 +342,12 @@ def _app_row(status: AppStatus, state: str | None) -> list[str]:
 
 def _app_link(app: str) -> str:
     return f'<a href="/ui/apps/{quote(app, safe="")}">{escape(app)}</a>'
+
+
+def _driver_cpu(status: AppStatus) -> str:
+    """The CPU the app's driver used in the last minute, and the share of a core, or `-`."""
+    shown = status.driver_cpu.described if status.driver_cpu is not None else "-"
+    return f'<td class="number">{escape(shown)}</td>'
 
 
 def _num(value: float | int | None) -> str:
@@ -354,6 +364,8 @@ def _summary(status: AppStatus | None) -> str:
     figures = [
         ("input rows/s", number(status.input_rows_per_second)),
         ("processed rows/s", number(status.processed_rows_per_second)),
+        ("batches/min", number(status.batches_last_minute)),
+        ("driver cpu/min", status.driver_cpu.described if status.driver_cpu else "-"),
         ("lag, records", number(status.lag_records)),
         ("lag, seconds", number(status.lag_seconds)),
         ("watermark", iso_time(status.watermark_ms) or "-"),

@@ -1,0 +1,127 @@
+"""Processes as Linux's /proc tells them: state, parent, start time, and CPU time used.
+
+`process_stat` is millrace's one reader of `/proc/<pid>/stat`: the registry asks it whether
+an app's process still runs and when it started, `local_processes` whether a server is a
+zombie. `process_tree` reads a process and its descendants, and `cpu_used_between` the CPU
+time such a tree used from one reading to the next, as an app's driver measures itself
+(`millrace.ops.driver_cpu`): its Python process, the Spark JVM that PySpark starts as its
+child, and the Python workers that JVM forks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class ProcessStat:
+    """One process as `/proc/<pid>/stat` has it.
+
+    `state` is its one-letter state (`R`, `S`, `Z` for a zombie...); `start_ticks` when it
+    started, in clock ticks since boot, which tells a recycled pid from the process; `cpu_s`
+    the user and system CPU seconds it used; `children_cpu_s` those of its children that
+    ended and that it waited for (with theirs, recursively).
+
+    Example:
+        >>> stat = process_stat(os.getpid())
+        >>> stat.state in "RS", stat.ppid == os.getppid(), stat.cpu_s > 0
+        (True, True, True)
+    """
+
+    pid: int
+    state: str
+    ppid: int
+    cpu_s: float
+    children_cpu_s: float
+    start_ticks: int
+
+
+def process_stat(pid: int) -> ProcessStat | None:
+    """Process `pid` as `/proc/<pid>/stat` has it now, or None when there is no such process."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = text[text.rindex(")") + 2 :].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return ProcessStat(
+        pid=pid,
+        state=fields[0],
+        ppid=int(fields[1]),
+        # utime, stime, cutime and cstime are fields 14 to 17, in clock ticks.
+        cpu_s=(int(fields[11]) + int(fields[12])) / tick,
+        children_cpu_s=(int(fields[13]) + int(fields[14])) / tick,
+        start_ticks=int(fields[19]),
+    )
+
+
+def process_tree(pid: int) -> list[ProcessStat]:
+    """Process `pid` and its descendants now, `pid` first; [] when it is gone.
+
+    Example:
+        >>> [stat.pid for stat in process_tree(os.getpid())][:1] == [os.getpid()]
+        True
+    """
+    children: dict[int, list[ProcessStat]] = {}
+    root = None
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = process_stat(int(entry.name))
+        if stat is None:
+            # It ended while /proc was listed.
+            continue
+        if stat.pid == pid:
+            root = stat
+        children.setdefault(stat.ppid, []).append(stat)
+    tree, waiting = [], [root] if root is not None else []
+    while waiting:
+        stat = waiting.pop()
+        tree.append(stat)
+        waiting.extend(children.get(stat.pid, []))
+    return tree
+
+
+def cpu_used_between(before: list[ProcessStat], after: list[ProcessStat]) -> float:
+    """The CPU seconds (user and system) a process tree used from one reading to a later one.
+
+    `before` and `after` are `process_tree` readings of one tree; `[]` for `before` counts
+    all that the tree used so far. A process in both readings counts its own time since, and
+    its children's that ended and that it waited for. One new in `after` counts whole (it
+    started since). One gone since counts up to `before`, and whole when its parent waited
+    for it: its parent's children's time then holds all of it, and the part `before` had is
+    taken off, so nothing is counted twice.
+
+    Not counted: the time since `before` of a process that ended under a parent that does
+    not wait for it (PySpark's worker daemon ignores SIGCHLD, and the kernel then reaps its
+    workers adding little or none of their time to its own), of one that left the tree (a
+    daemon that detached), and of one that began and ended between the readings unwaited for.
+
+    Example:
+        >>> tree = process_tree(os.getpid())
+        >>> cpu_used_between(tree, tree), cpu_used_between([], tree) >= tree[0].cpu_s
+        (0.0, True)
+    """
+    was = {(stat.pid, stat.start_ticks): stat for stat in before}
+    now = {(stat.pid, stat.start_ticks) for stat in after}
+    gone_per_parent: dict[int, float] = {}
+    for key, stat in was.items():
+        if key not in now:
+            gone_per_parent[stat.ppid] = (
+                gone_per_parent.get(stat.ppid, 0.0) + stat.cpu_s + stat.children_cpu_s
+            )
+    used = 0.0
+    for stat in after:
+        earlier = was.get((stat.pid, stat.start_ticks))
+        if earlier is None:
+            used += stat.cpu_s + stat.children_cpu_s
+            continue
+        grown = stat.children_cpu_s - earlier.children_cpu_s
+        counted_before = min(grown, gone_per_parent.get(stat.pid, 0.0))
+        used += stat.cpu_s - earlier.cpu_s + grown - counted_before
+    return used

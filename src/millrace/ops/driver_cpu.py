@@ -1,0 +1,148 @@
+"""What an app's driver costs: the CPU seconds it used in the last minute, as it records them.
+
+An app's driver (`millrace run` in a terminal, or the process `deploy` starts) runs
+`recording` for as long as it lives: every `SAMPLE_EVERY_S` seconds a thread reads the
+driver's process tree (`millrace.config.proc_stat`: its Python process, the Spark JVM
+PySpark starts, the Python workers Spark forks), adds the CPU time it used since the last
+sample (`cpu_used_between`, which says what is counted), and writes the CPU used over the
+last minute to `<workspace>/apps/<app>/driver_cpu.json`. For a driver younger than a minute
+it is the CPU since the first sample, taken as the driver starts, so the Python
+interpreter's own start (a second or two) is left out. `last_minute` reads it for
+`ps`, `top`, `/metrics` and the dashboard (`millrace.monitor.status`).
+
+The file goes when the driver ends; a driver killed leaves it, and a reading older than
+`STALE_SAMPLES` samples counts as none. A driver that cannot write it goes on, and says so in
+its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from millrace.config.proc_stat import cpu_used_between, process_tree
+from millrace.config.workspace import Workspace
+
+SAMPLE_EVERY_S = 5.0
+"""How often a driver reads its CPU time and writes the last minute's."""
+WINDOW_S = 60.0
+"""The span of the figure: the last minute."""
+STALE_SAMPLES = 4
+"""A reading older than this many sampling periods is taken for a driver that is gone."""
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DriverCpu:
+    """The CPU seconds (user and system) an app's driver used over the last `span_s` seconds.
+
+    `span_s` is a minute (up to one sampling period more), or less for a driver younger
+    than that; `at_ms` is when the reading was taken (epoch milliseconds).
+
+    Example:
+        >>> cpu = DriverCpu(cpu_s=4.5, span_s=60.0, at_ms=1_767_225_600_000)
+        >>> cpu.cores, cpu.described
+        (0.075, '4.5s (8%)')
+    """
+
+    cpu_s: float
+    span_s: float
+    at_ms: int
+
+    @property
+    def cores(self) -> float:
+        """The share of one core the driver kept busy over the span (1.0: a whole core)."""
+        return self.cpu_s / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def described(self) -> str:
+        """The CPU seconds and, in parentheses, the share of one core, as `ps` and `top` show it."""
+        return f"{self.cpu_s:.1f}s ({self.cores:.0%})"
+
+
+@contextlib.contextmanager
+def recording(workspace: Workspace, app: str, *, every_s: float = SAMPLE_EVERY_S) -> Iterator[None]:
+    """Record, every `every_s` seconds until the `with` ends, the CPU this process tree used.
+
+    Example:
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> with recording(workspace, "top_events"):
+        ...     pass  # the app's queries run here
+        >>> last_minute(workspace, "top_events") is None  # the driver ended: no reading
+        True
+    """
+    path = workspace.driver_cpu(app)
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=_record,
+        args=(path, every_s, stop),
+        name=f"millrace-driver-cpu-{app}",
+        daemon=True,
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        path.unlink(missing_ok=True)
+
+
+def last_minute(workspace: Workspace, app: str, *, now_ms: int | None = None) -> DriverCpu | None:
+    """The CPU app `app`'s driver last recorded, or None without a recent reading.
+
+    Example:
+        >>> last_minute(Workspace.locate({"MILLRACE_HOME": str(tmp_path)}), "top_events") is None
+        True
+    """
+    now_ms = now_ms or int(time.time() * 1000)
+    try:
+        given = json.loads(workspace.driver_cpu(app).read_text(encoding="utf-8"))
+        cpu = DriverCpu(float(given["cpu_s"]), float(given["span_s"]), int(given["at_ms"]))
+        stale_ms = STALE_SAMPLES * float(given["every_s"]) * 1000
+    except (OSError, KeyError, TypeError, ValueError):
+        # None yet, gone, or being replaced by a driver that writes another version of it.
+        return None
+    return cpu if now_ms - cpu.at_ms <= stale_ms else None
+
+
+def _record(path: Path, every_s: float, stop: threading.Event) -> None:
+    """Sample this process tree's CPU until `stop`; write the last minute's after each sample."""
+    pid = os.getpid()
+    # (monotonic start, CPU seconds) of each interval between two samples, the last minute's.
+    intervals: deque[tuple[float, float]] = deque()
+    then, tree = time.monotonic(), process_tree(pid)
+    while not stop.wait(every_s):
+        now, later = time.monotonic(), process_tree(pid)
+        intervals.append((then, cpu_used_between(tree, later)))
+        then, tree = now, later
+        while len(intervals) > 1 and intervals[0][0] < now - WINDOW_S:
+            intervals.popleft()
+        reading = {
+            "cpu_s": round(sum(cpu_s for _, cpu_s in intervals), 3),
+            "span_s": round(now - intervals[0][0], 3),
+            "at_ms": int(time.time() * 1000),
+            "every_s": every_s,
+            "pid": pid,
+        }
+        try:
+            _write(path, reading)
+        except OSError as error:
+            _log.warning("the driver's CPU was not recorded in %s: %s", path, error)
+
+
+def _write(path: Path, reading: dict[str, float]) -> None:
+    # Written whole and renamed, as the registry's files are: a reader never sees half.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".tmp{os.getpid()}")
+    temporary.write_text(json.dumps(reading), encoding="utf-8")
+    temporary.replace(path)
