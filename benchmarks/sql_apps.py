@@ -32,10 +32,10 @@ Each runs twice over:
   `kafka_tumbling_topk_exactly_once_pair` runs only those two sides (there the
   `handwritten_pyspark` side is the exactly-once query), since the other sides, run in the
   same session, may weigh on the ratio. Workload `kafka_tumbling_topk_low_watermark_mechanism`
-  adds a third side, the hand-written exactly-once query reading each bucket with a Kafka
-  source and a watermark of its own (`handwritten_pyspark_per_bucket`): its
-  `handwritten_pyspark_per_bucket_ratio_of_medians` is what millrace's low watermark costs by
-  its mechanism alone, before anything else millrace does per record.
+  adds a third side, the hand-written exactly-once query under millrace's low watermark over
+  the buckets (`handwritten_pyspark_low_watermark`): its
+  `handwritten_pyspark_low_watermark_ratio_of_medians` is what millrace's low watermark costs
+  by its mechanism alone, before anything else millrace does per record.
 - from memory (M events, already decoded, read as a stream from a Delta table): the query
   plan alone, millrace's compiled plan against Spark's own, both appending to Delta. The
   sliding count runs twice, on events 100,000 and 1,000,000 to a second of event time (10
@@ -71,6 +71,8 @@ from _sides import (
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+
+from millrace.engine.low_watermark import BUCKET, low_watermarked
 
 STREAM = "bench.events"
 BUCKETS = 2
@@ -128,8 +130,8 @@ def main() -> None:
                 memory[rate]
             )
 
-        def kafka(deduplicate: bool = False, per_bucket: bool = False) -> DataFrame:
-            return _kafka_events(spark, workspace, deduplicate, per_bucket)
+        def kafka(deduplicate: bool = False, low_watermark: bool = False) -> DataFrame:
+            return _kafka_events(spark, workspace, deduplicate, low_watermark)
 
         def in_memory(rate: int = EVENTS_PER_S) -> DataFrame:
             return spark.readStream.format("delta").load(memory[rate])
@@ -168,15 +170,15 @@ def main() -> None:
                 },
             ),
             # What the low watermark's mechanism costs a query written by hand: the same
-            # exactly-once query, reading each bucket with a source and a watermark of its own.
+            # exactly-once query, its watermark the least over the buckets.
             "kafka_tumbling_topk_low_watermark_mechanism": (
                 options.events,
                 {
                     "handwritten_pyspark": lambda: handwritten(
                         workspace, _handwritten_topk(kafka(deduplicate=True))
                     ),
-                    "handwritten_pyspark_per_bucket": lambda: handwritten(
-                        workspace, _handwritten_topk(kafka(deduplicate=True, per_bucket=True))
+                    "handwritten_pyspark_low_watermark": lambda: handwritten(
+                        workspace, _handwritten_topk(kafka(deduplicate=True, low_watermark=True))
                     ),
                     "millrace": lambda: millrace_app(spark, workspace, TOPK_APP),
                 },
@@ -305,41 +307,37 @@ def _summary(spark: SparkSession, table: str) -> tuple[int, int]:
 
 
 def _kafka_events(
-    spark: SparkSession, workspace, deduplicate: bool, per_bucket: bool = False
+    spark: SparkSession, workspace, deduplicate: bool, low_watermark: bool = False
 ) -> DataFrame:
     """The loaded events decoded, with a watermark; with `deduplicate`, each id's first only.
 
     Deduplicating is how a query written by hand gets exactly-once input from a stream that
     may hold copies of a record: by the id header the producer set, within the watermark.
-    With `per_bucket`, each bucket is read by a Kafka source and watermarked on its own, and
-    the buckets are unioned, so that Spark takes the least of their watermarks: the low
-    watermark's mechanism (`millrace.engine.low_watermark`) and nothing else of millrace.
+    With `low_watermark`, the watermark is millrace's low watermark over the buckets
+    (`millrace.engine.low_watermark.low_watermarked`, planned by millrace's Spark extension)
+    instead of Spark's largest event time: its mechanism and nothing else of millrace.
     """
     schema = "time BIGINT, key STRING, category STRING, event STRING, score DOUBLE"
     id_header = F.expr("element_at(filter(headers, h -> h.key = 'id'), 1).value").cast("string")
-    subscriptions = (
-        [("assign", json.dumps({STREAM: [bucket]})) for bucket in range(BUCKETS)]
-        if per_bucket
-        else [("subscribe", STREAM)]
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
+        .option("subscribe", STREAM)
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", str(deduplicate).lower())
+        .load()
     )
-    frames = []
-    for how, what in subscriptions:
-        raw = (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
-            .option(how, what)
-            .option("startingOffsets", "earliest")
-            .option("includeHeaders", str(deduplicate).lower())
-            .load()
-        )
-        events = raw.select(
-            F.from_json(F.col("value").cast("string"), schema).alias("e"),
-            *([id_header.alias("id")] if deduplicate else []),
-        ).select("e.*", *(["id"] if deduplicate else []))
-        frames.append(_watermarked(events.withColumn("time", F.timestamp_millis("time"))))
-    events = frames[0]
-    for frame in frames[1:]:
-        events = events.unionByName(frame)
+    events = raw.select(
+        F.from_json(F.col("value").cast("string"), schema).alias("e"),
+        *([id_header.alias("id")] if deduplicate else []),
+        F.col("partition").alias(BUCKET),
+    ).select("e.*", *(["id"] if deduplicate else []), BUCKET)
+    events = events.withColumn("time", F.timestamp_millis("time"))
+    if low_watermark:
+        events = low_watermarked(events, time="time", lateness_ms=30_000, buckets=BUCKETS)
+    else:
+        events = _watermarked(events)
+    events = events.drop(BUCKET)
     if deduplicate:
         return events.dropDuplicatesWithinWatermark(["id"]).drop("id")
     return events

@@ -55,8 +55,8 @@ def test_run_prints_a_line_per_micro_batch_that_accounts_for_every_record_read(
     commits = workspace.checkpoint("cli_progress", f"insert.{output}") / "commits"
     committed = sorted(int(entry.name) for entry in commits.iterdir() if entry.name.isdigit())
     assert [int(line.split()[2].rstrip(",")) for line in batches] == committed, ran.stdout
-    assert len(committed) >= 8  # 15 records in bucket 0, 2 a micro-batch
-    assert batches[0].endswith(f"; {stream_name} held back by bucket 1 at 00:09:31"), ran.stdout
+    assert len(committed) >= 6  # 21 records, at most 4 a micro-batch
+    assert batches[0].endswith(f"; {stream_name} held back by bucket 1 at 00:09:30"), ran.stdout
     assert batches[-1].endswith(f"; {stream_name} held back by bucket 1 at 00:09:35"), ran.stdout
     assert (
         f"{query}: {len(committed)} micro-batches read 21 records: 18 written, "

@@ -123,10 +123,11 @@ def test_a_skewed_backlog_read_in_capped_micro_batches_loses_no_record(
     times = skewed_backlog(buckets=buckets, seconds=seconds)
     published = publish_to_buckets(workspace, stream_name, times)
     started = time.monotonic()
+    app = f"skew{buckets}"
     source = read_stream(
         spark,
         workspace,
-        "skew",
+        app,
         stream_name,
         SCHEMA,
         time="time",
@@ -136,7 +137,7 @@ def test_a_skewed_backlog_read_in_capped_micro_batches_loses_no_record(
     collected = Collected()
     query = (
         source.records.writeStream.foreachBatch(collected.add)
-        .option("checkpointLocation", str(workspace.checkpoint("skew", "rows")))
+        .option("checkpointLocation", str(workspace.checkpoint(app, "rows")))
         .trigger(availableNow=True)
         .start()
     )

@@ -6,6 +6,7 @@ import java.util.concurrent.ConcurrentHashMap
 import scala.collection.mutable
 
 import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, UnsafeProjection}
 import org.apache.spark.sql.catalyst.plans.logical.{EventTimeWatermark, LogicalPlan}
@@ -32,17 +33,22 @@ object LowWatermark {
   /** The metadata key (a LONG, the input's bucket count) of the column holding a row's bucket. */
   val BucketsKey = "millrace.buckets"
 
-  // Per watermark operator (its logical node's id, one per run of a query), each bucket's
+  // Per watermark operator of a run of a query ([[LowWatermarkExec.run]]), each bucket's
   // largest event time so far (ms), Long.MinValue for a bucket not yet read. Kept on the
-  // driver, where Spark merges the tasks' accumulators, across the micro-batches of a run.
-  private val progress = new ConcurrentHashMap[UUID, Array[Long]]()
+  // driver, where Spark merges the tasks' accumulators, across the micro-batches of the run.
+  private val progress = new ConcurrentHashMap[(String, UUID), Array[Long]]()
 
   /**
    * Adds `observed` (bucket -> largest event time of a micro-batch's rows) to the progress of
-   * operator `nodeId`; the least over its `buckets` buckets once every one has been read.
+   * operator `nodeId` in run `run`; the least over its `buckets` buckets once every one has
+   * been read.
    */
-  private[spark] def advance(nodeId: UUID, buckets: Int, observed: Map[Int, Long]): Option[Long] = {
-    val largest = progress.computeIfAbsent(nodeId, _ => Array.fill(buckets)(Long.MinValue))
+  private[spark] def advance(
+      run: String,
+      nodeId: UUID,
+      buckets: Int,
+      observed: Map[Int, Long]): Option[Long] = {
+    val largest = progress.computeIfAbsent((run, nodeId), _ => Array.fill(buckets)(Long.MinValue))
     largest.synchronized {
       for ((bucket, timeMs) <- observed if bucket >= 0 && bucket < buckets) {
         largest(bucket) = math.max(largest(bucket), timeMs)
@@ -52,32 +58,30 @@ object LowWatermark {
     }
   }
 
-  /** Each bucket's largest event time so far for operator `nodeId` (ms; absent when unread). */
-  def progressOf(nodeId: UUID): Map[Int, Long] =
-    Option(progress.get(nodeId)).fold(Map.empty[Int, Long]) { largest =>
-      largest.synchronized {
-        largest.zipWithIndex.collect { case (ms, b) if ms != Long.MinValue => b -> ms }.toMap
-      }
-    }
 }
 
 /** Plans a watermark over a bucket-marked child as a [[LowWatermarkExec]] (see [[LowWatermark]]). */
-object LowWatermarkStrategy extends SparkStrategy {
+class LowWatermarkStrategy(session: SparkSession) extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case EventTimeWatermark(nodeId, eventTime, delay, child) =>
       child.output.find(_.metadata.contains(LowWatermark.BucketsKey)).toSeq.map { bucket =>
         val buckets = bucket.metadata.getLong(LowWatermark.BucketsKey).toInt
-        new LowWatermarkExec(nodeId, eventTime, delay, bucket, buckets, planLater(child))
+        // A streaming query plans its micro-batches on its own thread, whose job group is the
+        // query's run id; two queries reading one DataFrame share its watermark node.
+        val run = Option(session.sparkContext.getLocalProperty(JobGroupKey)).getOrElse("")
+        new LowWatermarkExec(nodeId, eventTime, delay, bucket, buckets, run, planLater(child))
       }
     case _ => Nil
   }
+
+  private val JobGroupKey = "spark.jobGroup.id"
 }
 
 /**
  * Spark's watermark operator for an input of `buckets` buckets, `bucket` naming each row's:
  * its tasks observe each bucket's largest event time, and its event-time statistics hold the
- * least over the buckets of their largest so far (none until every bucket has been read).
- * A row whose event time or bucket is NULL moves nothing.
+ * least over the buckets of their largest so far in run `run` of the query (none until every
+ * bucket has been read). A row whose event time or bucket is NULL moves nothing.
  */
 class LowWatermarkExec(
     nodeId: UUID,
@@ -85,10 +89,11 @@ class LowWatermarkExec(
     delay: CalendarInterval,
     val bucket: Attribute,
     val buckets: Int,
+    val run: String,
     child: SparkPlan)
   extends EventTimeWatermarkExec(nodeId, eventTime, delay, child) {
 
-  private val observed = new BucketProgress(nodeId, buckets, eventTimeStats)
+  private val observed = new BucketProgress(run, nodeId, buckets, eventTimeStats)
   sparkContext.register(observed, "millrace low watermark")
 
   override protected def doExecute(): RDD[InternalRow] = {
@@ -101,11 +106,11 @@ class LowWatermarkExec(
   }
 
   override protected def withNewChildInternal(newChild: SparkPlan): LowWatermarkExec =
-    new LowWatermarkExec(nodeId, eventTime, delay, bucket, buckets, newChild)
+    new LowWatermarkExec(nodeId, eventTime, delay, bucket, buckets, run, newChild)
 
   // The tree's generic copy (`makeCopy`) rebuilds a node from its product elements with its
-  // widest constructor, so the product names all six arguments, in the constructor's order.
-  override def productArity: Int = 6
+  // widest constructor, so the product names all seven arguments, in the constructor's order.
+  override def productArity: Int = 7
 
   override def productElement(n: Int): Any = n match {
     case 0 => nodeId
@@ -113,7 +118,8 @@ class LowWatermarkExec(
     case 2 => delay
     case 3 => bucket
     case 4 => buckets
-    case 5 => child
+    case 5 => run
+    case 6 => child
     case _ => throw new IndexOutOfBoundsException(n.toString)
   }
 
@@ -173,6 +179,7 @@ private final class ObservingIterator(
  * statistics that Spark's watermark tracking reads, to the least over the buckets.
  */
 private final class BucketProgress(
+    run: String,
     nodeId: UUID,
     buckets: Int,
     @transient private val stats: EventTimeStatsAccum)
@@ -184,7 +191,7 @@ private final class BucketProgress(
 
   override def copy(): BucketProgress = {
     // A copy goes to a task, which has no statistics to set.
-    val copied = new BucketProgress(nodeId, buckets, null)
+    val copied = new BucketProgress(run, nodeId, buckets, null)
     copied.largest ++= largest
     copied
   }
@@ -199,7 +206,7 @@ private final class BucketProgress(
   override def merge(other: AccumulatorV2[(Int, Long), Map[Int, Long]]): Unit = {
     other.value.foreach(add)
     if (stats != null) {
-      LowWatermark.advance(nodeId, buckets, other.value).foreach { least =>
+      LowWatermark.advance(run, nodeId, buckets, other.value).foreach { least =>
         stats.reset()
         stats.add(least)
       }

@@ -8,5 +8,5 @@ import org.apache.spark.sql.SparkSessionExtensions
  */
 class MillraceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit =
-    extensions.injectPlannerStrategy(_ => LowWatermarkStrategy)
+    extensions.injectPlannerStrategy(new LowWatermarkStrategy(_))
 }
