@@ -203,8 +203,8 @@ def write_initial_offsets(path: StoragePath, offsets: dict[str, Offsets]) -> Non
 def last_committed(checkpoint: StoragePath) -> tuple[int, dict[str, Offsets]] | None:
     r"""The newest committed batch of the query at `checkpoint`, and the offsets it read to.
 
-    The offsets are per stream and bucket, over all the query's Kafka sources (a stream is
-    read by one source per bucket); None when no batch has committed. Raises
+    The offsets are per stream and bucket, over all the query's Kafka sources; None when no
+    batch has committed. Raises
     `UnreadableLogError` for an `offsets/N` file that is not as Spark writes it.
 
     Example:

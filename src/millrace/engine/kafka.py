@@ -34,7 +34,6 @@ def read_stream(
     settings: Settings,
     stream: str,
     *,
-    bucket: int | None = None,
     starting_offsets: StartingOffsets = "earliest",
     max_records_per_batch: int | None = None,
     fail_on_data_loss: bool = True,
@@ -42,22 +41,19 @@ def read_stream(
 ) -> DataFrame:
     """`stream`'s records as a streaming DataFrame of Kafka's columns.
 
-    With `bucket`, only that bucket's (a source of its own). `max_records_per_batch` caps
-    what each micro-batch reads; `fail_on_data_loss=False` skips records that the stream's
-    retention removed before they were read, instead of stopping the query; `headers=False`
-    leaves the `headers` column out (millrace's control streams carry none).
+    All its buckets are read by the one source. `max_records_per_batch` caps what each
+    micro-batch reads over all the buckets; `fail_on_data_loss=False` skips records that the
+    stream's retention removed before they were read, instead of stopping the query;
+    `headers=False` leaves the `headers` column out (millrace's control streams carry none).
     """
     reader = (
         spark.readStream.format("kafka")
         .options(**spark_kafka_options(settings))
+        .option("subscribe", stream)
         .option("startingOffsets", starting_offsets)
     )
     if headers:
         reader = reader.option("includeHeaders", "true")
-    if bucket is None:
-        reader = reader.option("subscribe", stream)
-    else:
-        reader = reader.option("assign", json.dumps({stream: [bucket]}))
     if max_records_per_batch is not None:
         reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
     if not fail_on_data_loss:

@@ -153,7 +153,7 @@ def app_status(
         # A query whose checkpoint is elsewhere (or unreadable) counts from its batches.
         if batch.query.removeprefix(app + ".") in checkpointed:
             continue
-        # A stream is read by one source per bucket: the query's offsets are theirs together.
+        # The query's offsets of a stream, over all its sources.
         reached: dict[str, Offsets] = {}
         for source in batch.fields.get("sources", []):
             for stream, offsets in (source.get("end_offsets") or {}).items():

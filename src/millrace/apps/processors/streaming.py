@@ -25,8 +25,8 @@ their bucket runs in a micro-batch whose processing time has reached them, and
 `millrace.apps.processors.wakeups` wakes the bucket when the wall clock gets there.
 
 Inputs are read from Kafka as raw values, since a processor's records are whole JSON objects
-of any fields, each bucket of a stream by a source of its own under its own watermark, so that
-the input's watermark is the least over its buckets (`millrace.engine.low_watermark`): each
+of any fields, all the buckets of a stream by one source under the input's low watermark, the
+least over its buckets (`millrace.engine.low_watermark`): each
 record is decoded once before the shuffle, to find its key's bucket and its event time (for
 the watermark; a record dated too far ahead of its arrival keeps none, and is a dead
 letter), and once in its bucket, for the execution core, which is given the event time found
