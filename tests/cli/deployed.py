@@ -1,9 +1,13 @@
-"""Waiting on an app deployed by a test, with its log in the failure message."""
+"""Waiting on an app deployed by a test, with its log in the failure message, and its gauges."""
 
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from millrace.api.app import create_app
 from millrace.config.workspace import Workspace
 from millrace.ops import registry
 
@@ -21,3 +25,15 @@ def wait_for(what: str, check: Callable[[], bool], app: str, workspace: Workspac
         assert record.status == "running", f"app {record.status} while waiting for {what}:\n{log}"
         assert time.monotonic() < deadline, f"no {what} within {WAIT_S} s:\n{log}"
         time.sleep(_POLL_S)
+
+
+def app_gauges(workspace: Workspace, app: str) -> dict[str, float]:
+    """The app's gauges at `/metrics` of the HTTP service, by name."""
+    response = TestClient(create_app(workspace)).get("/metrics")
+    assert response.status_code == 200
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+        if sample.labels == {"app": app}
+    }

@@ -16,17 +16,15 @@ from pathlib import Path
 from subprocess import CompletedProcess
 
 import pytest
-from fastapi.testclient import TestClient
 from playwright.sync_api import Page
-from prometheus_client.parser import text_string_to_metric_families
 
-from millrace.api.app import background_service, create_app
+from millrace.api.app import background_service
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.records import format_time_ms
 from tests.chromium import chromium
-from tests.cli.deployed import wait_for
+from tests.cli.deployed import app_gauges, wait_for
 from tests.ports import free_port
 
 APP = """
@@ -88,18 +86,6 @@ def _costs_shown(batches: object, cpu: object) -> bool:
     return int(str(batches)) > 0 and found is not None and float(found[1]) > 0
 
 
-def _gauges(workspace: Workspace, app: str) -> dict[str, float]:
-    """The app's gauges at `/metrics` of the HTTP service, by name."""
-    response = TestClient(create_app(workspace)).get("/metrics")
-    assert response.status_code == 200
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-        if sample.labels == {"app": app}
-    }
-
-
 # A start of a Spark application and its first micro-batches, on a machine shared with other
 # Spark work, takes longer than the suite's default limit.
 @pytest.mark.timeout(1200)
@@ -137,7 +123,7 @@ def test_a_deployed_app_shows_its_batches_and_its_drivers_cpu_of_the_last_minute
     )
     assert _costs_shown(named["batches/min"], named["driver cpu/min"]), top.stdout
 
-    gauges = _gauges(workspace, app)
+    gauges = app_gauges(workspace, app)
     assert gauges["millrace_app_batches_last_minute"] > 0, gauges
     assert gauges["millrace_app_driver_cpu_seconds_last_minute"] > 0, gauges
 

@@ -19,10 +19,7 @@ from subprocess import CompletedProcess
 
 import pyarrow.parquet as pq
 import pytest
-from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
-from millrace.api.app import create_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
@@ -30,7 +27,7 @@ from millrace.config.workspace import Workspace
 from millrace.ops import checkpoints, registry
 from millrace.records import format_time_ms
 from tests.apps.processors.killing import read, unique_values
-from tests.cli.deployed import wait_for
+from tests.cli.deployed import app_gauges, wait_for
 from tests.monitor.chain import WATERMARK_MS, publish_chain
 
 APP = """
@@ -77,18 +74,6 @@ def _table(workspace: Workspace, app: str) -> dict[str, int]:
 def _copied(workspace: Workspace, stream: str) -> Counter[str]:
     """The categories the app copied to `stream`, each record once by its id."""
     return Counter(value["category"] for value in unique_values(read(workspace, stream)))
-
-
-def _gauges(workspace: Workspace, app: str) -> dict[str, float]:
-    """The app's gauges at `/metrics` of the HTTP service, by name."""
-    response = TestClient(create_app(workspace)).get("/metrics")
-    assert response.status_code == 200
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-        if sample.labels == {"app": app}
-    }
 
 
 # Four starts of a Spark application and their first micro-batches: on a machine shared with
@@ -145,9 +130,12 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
         assert name in shown.stdout and "running" in shown.stdout
         lags = {"millrace_app_lag_records", "millrace_app_watermark_lag_seconds"}
         wait_for(
-            "its lags at /metrics", lambda: lags <= set(_gauges(workspace, name)), name, workspace
+            "its lags at /metrics",
+            lambda: lags <= set(app_gauges(workspace, name)),
+            name,
+            workspace,
         )
-        assert all(_gauges(workspace, name)[gauge] >= 0 for gauge in lags)
+        assert all(app_gauges(workspace, name)[gauge] >= 0 for gauge in lags)
 
         running = f"app '{name}' running: 2 queries"
         logged = millrace("logs", name)
