@@ -59,7 +59,6 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_stream
 from millrace.bus.markers import WATERMARK_HEADER, WRITER_HEADER
-from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine import kafka, spark_internals
 from millrace.engine.checkpoint_log import stream_offsets
@@ -123,9 +122,10 @@ def read_input(
     """Every bucket of `stream` as one streaming DataFrame of Kafka records (one source).
 
     `max_records_per_batch` caps what each micro-batch reads over all the buckets; Spark
-    shares it among them by what each has waiting.
+    shares it among them by what each has waiting. The caller has asked
+    `millrace.bus.streams.require_stream` for the stream's bucket count, which
+    `observed_input` and `low_watermarked` take.
     """
-    require_stream(workspace.settings, stream)
     return kafka.read_stream(
         spark,
         workspace.settings,
