@@ -324,6 +324,9 @@ def _kafka_events(
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .option("subscribe", STREAM)
         .option("startingOffsets", "earliest")
+        # As millrace's readers fetch (`millrace.engine.kafka`): the end of each bucket's read
+        # is not held by the broker, so that the ratio is what millrace adds per record.
+        .option("kafka.fetch.max.wait.ms", "10")
         .option("includeHeaders", str(deduplicate).lower())
         .load()
     )

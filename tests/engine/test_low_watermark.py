@@ -427,3 +427,21 @@ def test_a_query_rolled_back_reads_its_backlog_again_without_the_earlier_runs_ti
     # bucket has waiting: all of it is bucket 0's).
     assert len(read_again) >= published - 200, "records were dropped as late"
     assert read_again == {f"b0-{n}" for n in range(published - len(read_again), published)}
+
+
+def test_the_buckets_progress_is_each_buckets_largest_time_read(spark: SparkSession) -> None:
+    rows = [(b % 5 if b % 7 else None, b * 1_000 if b % 11 else None) for b in range(1, 400)]
+    rows += [(70, 5), (-1, 10**15)]  # a bucket beyond the others; a row of no bucket
+    expected: dict[str, int] = {}
+    for bucket, time_ms in rows:
+        if bucket is not None and bucket >= 0 and time_ms is not None:
+            expected[str(bucket)] = max(expected.get(str(bucket), time_ms), time_ms)
+    # Several partitions: the tasks' maxima are serialized and merged as an observation's are.
+    frame = spark.createDataFrame(rows, "bucket INT, time_ms LONG").repartition(4)
+
+    observed = frame.agg(
+        F.call_function("millrace_bucket_maxima", F.col("bucket"), F.col("time_ms")).alias("max_ms")
+    ).first()
+
+    assert observed is not None
+    assert observed["max_ms"] == expected

@@ -76,6 +76,7 @@ _DELAY_KEY = "spark.watermarkDelayMs"
 # (dev.millrace.spark.LowWatermark.BucketsKey).
 _BUCKETS_KEY = "millrace.buckets"
 _BUCKET_OF_WATERMARK = "_millrace_watermark_bucket"
+_BUCKET_MAXIMA = "millrace_bucket_maxima"
 _TICK_SCHEMA = "app STRING, stream STRING, run STRING, bucket INT, time_ms LONG"
 _TICK_RETENTION_MS = 86_400_000
 _log = logging.getLogger(__name__)
@@ -96,8 +97,8 @@ def input_metrics_name(app: str, stream: str) -> str:
 
     Its fields: `bad` counts the records of a micro-batch that go to the dead-letter stream,
     `future` those of them dated too far ahead, `markers` the watermark markers read, and
-    `max_ms` maps each bucket (its number as text) to the largest event time read from it in
-    the micro-batch (null when none): the bucket's progress, from which
+    `max_ms` maps each bucket read in the micro-batch (its number as text) to the largest
+    event time read from it: the bucket's progress, from which
     `millrace.engine.metrics` tells which bucket holds the input's watermark back.
 
     Example:
@@ -124,7 +125,7 @@ def read_input(
     `max_records_per_batch` caps what each micro-batch reads over all the buckets; Spark
     shares it among them by what each has waiting. The caller has asked
     `millrace.bus.streams.require_stream` for the stream's bucket count, which
-    `observed_input` and `low_watermarked` take.
+    `low_watermarked` takes.
     """
     return kafka.read_stream(
         spark,
@@ -206,7 +207,6 @@ def observed_input(
     app: str,
     stream: str,
     *,
-    buckets: int,
     bad: Column,
     future: Column,
     time_ms: Column,
@@ -221,17 +221,12 @@ def observed_input(
     progress_ms = F.when(F.col(MARKER_MS).isNotNull(), F.col(MARKER_MS)).when(
         ~F.col(WRITTEN), time_ms
     )
-    bucket = F.col(BUCKET)
-    # Keyed by text: Spark writes a map of other keys to the progress's JSON as a list.
-    largest = F.map_from_arrays(
-        F.array(*[F.lit(str(b)) for b in range(buckets)]),
-        F.array(*[F.max(F.when(bucket == b, progress_ms)) for b in range(buckets)]),
-    )
     return records.observe(
         input_metrics_name(app, stream),
         F.count_if(bad).alias("bad"),
         F.count_if(future).alias("future"),
-        largest.alias("max_ms"),
+        # millrace's Spark extension (`BucketMaxima`): one slot per row, whatever the count.
+        F.call_function(_BUCKET_MAXIMA, F.col(BUCKET), progress_ms).alias("max_ms"),
         F.count(MARKER_MS).alias("markers"),
     )
 

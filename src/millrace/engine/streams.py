@@ -192,7 +192,6 @@ def read_stream(
             _decode(raw, fields, time, stream, max_future_ms),
             app,
             stream,
-            buckets=buckets,
             bad=F.col("_bad"),
             future=F.col("_time_read").isNotNull() & F.col("_event_time").isNull(),
             time_ms=F.unix_millis("_event_time"),

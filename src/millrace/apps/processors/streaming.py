@@ -398,7 +398,6 @@ def _read_input(
             placed_rows(raw, source, buckets, max_future_ms),
             processor.name,
             source.stream,
-            buckets=stream_buckets,
             # The execution core counts the dead letters, in the query's outputs.
             bad=F.lit(False),
             future=F.col("fault").isNotNull(),

@@ -1,12 +1,17 @@
 package dev.millrace.spark
 
 import org.apache.spark.sql.SparkSessionExtensions
+import org.apache.spark.sql.catalyst.FunctionIdentifier
 
 /**
  * What millrace adds to every Spark session it starts (`spark.sql.extensions`): the planning
- * of an input's low watermark, [[LowWatermarkStrategy]].
+ * of an input's low watermark, [[LowWatermarkStrategy]], and the aggregate that reports its
+ * buckets' progress, [[BucketMaxima]].
  */
 class MillraceExtensions extends (SparkSessionExtensions => Unit) {
-  override def apply(extensions: SparkSessionExtensions): Unit =
+  override def apply(extensions: SparkSessionExtensions): Unit = {
     extensions.injectPlannerStrategy(new LowWatermarkStrategy(_))
+    extensions.injectFunction(
+      (FunctionIdentifier(BucketMaxima.Name), BucketMaxima.info, BucketMaxima.build _))
+  }
 }
