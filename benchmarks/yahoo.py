@@ -204,6 +204,9 @@ def _events(spark: SparkSession, workspace, stream: str, watermark: bool = True)
         .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
         .option("subscribe", stream)
         .option("startingOffsets", "earliest")
+        # As millrace's readers fetch (`millrace.engine.kafka`): the end of each bucket's read
+        # is not held by the broker, so that the ratio is what millrace adds per record.
+        .option("kafka.fetch.max.wait.ms", "10")
         .load()
     )
     events = (
