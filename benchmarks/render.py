@@ -77,6 +77,7 @@ _BASELINES = (
     "no_archive",
     "no_ticks",
     "ticks_on",
+    "no_check",
 )
 _UNITS = ("events", "records", "rows")
 

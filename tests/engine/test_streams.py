@@ -472,6 +472,34 @@ def test_a_value_that_is_not_utf8_is_a_dead_letter_and_an_empty_id_header_is_no_
     assert (letter.value["error"], letter.value["offset"]) == ("value is not valid UTF-8", 0)
 
 
+def test_a_value_is_utf8_by_the_same_rule_as_python_and_spark_whatever_its_length(
+    spark: SparkSession,
+) -> None:
+    # ASCII of every length around the eight bytes checked at a time, and bytes that are
+    # not UTF-8 (a Latin-1 byte, a sequence cut short, an overlong form, a surrogate) at the
+    # start, inside an eight-byte word, and in the tail after the last whole word.
+    values = [b"x" * length for length in range(18)]
+    for bad in (b"\xe9", b"\xe2\x82", b"\xc0\x80", b"\xed\xa0\x80"):
+        values += [bad + b"x" * 9, b"x" * 3 + bad + b"x" * 9, b"x" * 16 + bad]
+    values += ["café 🙂 €".encode(), "€".encode() * 5, b"{}\x00"]
+    frame = spark.createDataFrame([(value,) for value in values], "value BINARY")
+
+    checked = frame.select(
+        F.call_function("millrace_is_utf8", F.col("value")).alias("millrace"),
+        F.expr("is_valid_utf8(cast(value AS STRING))").alias("spark"),
+    ).collect()
+
+    def python_utf8(value: bytes) -> bool:
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    assert [row.millrace for row in checked] == [python_utf8(value) for value in values]
+    assert [row.millrace for row in checked] == [row.spark for row in checked]
+
+
 def test_a_record_dated_before_1970_is_a_dead_letter_not_a_late_record_in_every_read(
     spark: SparkSession, workspace: Workspace, stream_name: str
 ) -> None:
