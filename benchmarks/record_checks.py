@@ -12,7 +12,7 @@ disk is measured, and times R interleaved rounds after a warm-up round that is n
 - `decode`: every record decoded to its fields and event time, written to Spark's `noop`
   sink: `millrace` is `millrace.engine.streams.read_batch` over the records (every check,
   the dead-letter columns, the markers), `handwritten_pyspark` a `from_json` of the value
-  with the id header, as a query written by hand reads it.
+  with the id header and its time as a TIMESTAMP, as a query written by hand reads it.
 
 Records/s count the time of the Spark job. The result goes to
 benchmarks/results/record-checks-*.json.
@@ -29,8 +29,11 @@ from _harness import isolated_workspace, write_results
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
+from millrace.records import ID_HEADER
+
 START_MS = 1_767_225_600_000
-SCHEMA = "time BIGINT, key STRING, category STRING, event STRING, score DOUBLE"
+FIELDS = "key STRING, category STRING, event STRING, score DOUBLE"
+"""The value's fields besides its time, as a read of the stream declares them."""
 
 
 def main() -> None:
@@ -62,17 +65,21 @@ def main() -> None:
             spark,
             workspace,
             "bench.checks",
-            "time TIMESTAMP, key STRING, category STRING, event STRING, score DOUBLE",
+            FIELDS,
             time="time",
             start_ms=0,
             end_ms=START_MS * 2,
             route_dead_letters=False,
             kafka_records=records,
         ).records
-        handwritten_decode = records.select(
-            F.from_json(F.col("value").cast("string"), SCHEMA).alias("e"),
-            header_text(F.col("headers"), "id").alias("id"),
-        ).select("e.*", "id")
+        handwritten_decode = (
+            records.select(
+                F.from_json(F.col("value").cast("string"), f"time BIGINT, {FIELDS}").alias("e"),
+                header_text(F.col("headers"), ID_HEADER).alias("id"),
+            )
+            .select("e.*", "id")
+            .withColumn("time", F.timestamp_millis("time"))
+        )
         workloads = {
             "utf8_check": {
                 "no_check": aggregate(F.sum(F.length("value"))),
@@ -88,7 +95,7 @@ def main() -> None:
                 "millrace": aggregate(F.max(F.when(from_1970(arrival), arrival))),
             },
             "empty_id_check": {
-                "no_check": aggregate(F.max(header_text(F.col("headers"), "id"))),
+                "no_check": aggregate(F.max(header_text(F.col("headers"), ID_HEADER))),
                 "millrace": aggregate(F.max(record_id_column())),
             },
             "decode": {
@@ -124,7 +131,7 @@ def _kafka_shaped(spark: SparkSession, count: int) -> DataFrame:
         )
     )
     header = F.struct(
-        F.lit("id").alias("key"),
+        F.lit(ID_HEADER).alias("key"),
         F.concat(F.lit("bench:"), number.cast("string")).cast("binary").alias("value"),
     )
     return spark.range(count, numPartitions=2).select(
