@@ -5,10 +5,12 @@ reads its input rate), an archive job to its terminal.
 
 Each query's micro-batches are read from Spark's recent progress (the last 100 of them), not
 only its last, so that a look every few seconds prints every batch finished since the one
-before. A line accounts for the records the batch read: those written (by a query that writes
-a stream), dead-lettered, dropped as late and dropped as copies of records already processed;
-it shows the watermark, and for an input of several buckets the bucket holding its watermark
-back (`engine.metrics.InputProgress`, as `millrace ps --json` shows it).
+before; the recent progress is asked for only when the session's listener
+(`millrace.engine.progress.watch`, which the session must run) got a new one. A line accounts
+for the records the batch read: those written (by a query that writes a stream),
+dead-lettered, dropped as late and dropped as copies of records already processed; it shows
+the watermark, and for an input of several buckets the bucket holding its watermark back
+(`engine.metrics.InputProgress`, as `millrace ps --json` shows it).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from millrace.bus.internal import is_internal_stream
 from millrace.bus.streams import dead_letter_stream
 from millrace.engine.metrics import InputProgress, InputRecord, MetricsRecord, metrics_record
-from millrace.engine.spark_internals import last_progress_json
+from millrace.engine.progress import last_progress
 
 
 def count(number: int, noun: str) -> str:
@@ -90,17 +92,17 @@ class ProgressLines:
         self.totals: dict[str, QueryTotals] = {}
         """Each query's totals over the batches printed, by query name."""
         self._printed: dict[str, int] = {}
-        self._last_seen: dict[str, str] = {}
+        self._last_seen: dict[str, tuple[int, str]] = {}
         self._inputs = InputProgress()
 
     def new_batches(self, query: StreamingQuery) -> list[str]:
         """The lines of `query`'s micro-batches finished since the last call, oldest first."""
         # The recent progress is 100 reports built through Py4J, and while the input is quiet
         # Spark adds a report only every 10 seconds: look at it only when the last one changed.
-        last = last_progress_json(query)
-        if last is None or self._last_seen.get(query.name) == last:
+        last = last_progress(query)
+        if last is None or self._last_seen.get(query.name) == (last.batchId, last.timestamp):
             return []
-        self._last_seen[query.name] = last
+        self._last_seen[query.name] = (last.batchId, last.timestamp)
         lines = []
         for progress in query.recentProgress:
             if progress.batchId <= self._printed.get(query.name, -1):

@@ -27,6 +27,7 @@ from millrace.apps.options import RunOptions
 from millrace.apps.progress_lines import ProgressLines
 from millrace.apps.state_schema import record_state
 from millrace.config.workspace import Workspace
+from millrace.engine.progress import watch
 from millrace.engine.session import command_session
 
 GRACE_S = 60.0
@@ -53,6 +54,7 @@ def drive(
     workspace = options.on_master(workspace)
     # Installed before Spark starts, which takes the longest: a stop then waits for no batch.
     with stop_requests() as stopping, command_session(workspace.settings, app.name) as spark:
+        watch(spark)
         try:
             with app.start(spark, workspace, options.trigger) as running:
                 record_state(workspace, app.name, app.fingerprint)

@@ -39,6 +39,7 @@ def archive(
     started again goes on from where it stopped, writing no record twice.
     """
     from millrace.apps.progress_lines import ProgressLines, count
+    from millrace.engine.progress import watch
     from millrace.engine.session import command_session
     from millrace.warehouse.archive import read_archive, start_archive
 
@@ -47,6 +48,7 @@ def archive(
     if not names:
         raise click.UsageError("name the streams to archive, or give --all")
     with command_session(workspace.settings, "millrace-archive") as spark:
+        watch(spark)
         try:
             queries = [
                 start_archive(

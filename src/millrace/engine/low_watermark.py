@@ -60,10 +60,11 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_stream
 from millrace.bus.markers import WATERMARK_HEADER, WRITER_HEADER
 from millrace.config.workspace import Workspace
-from millrace.engine import kafka, spark_internals
+from millrace.engine import kafka
 from millrace.engine.checkpoint_log import stream_offsets
 from millrace.engine.headers import has_header, header_text
 from millrace.engine.kafka import StartingOffsets
+from millrace.engine.progress import app_progresses, watch
 from millrace.records import format_time_ms
 
 TICK_EVERY_S = 1.0
@@ -336,7 +337,6 @@ class IdleTicker:
         publishes_markers: bool = True,
         every_s: float = TICK_EVERY_S,
     ) -> None:
-        self.spark = spark
         self.workspace = workspace
         self.app = app
         self.stream = stream
@@ -354,6 +354,7 @@ class IdleTicker:
         self._written: set[int] = set()
         self._writer: InternalWriter | None = None
         self._watch = StreamWatch(workspace.settings, stream)
+        watch(spark)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"idle-ticks-{stream}", daemon=True)
         self._thread.start()
@@ -415,13 +416,9 @@ class IdleTicker:
         tick: ticks go no faster than the queries take them.
         """
         progresses = []
-        for query in self.spark.streams.active:
-            if not (query.name or "").startswith(f"{self.app}."):
-                continue
-            text = spark_internals.last_progress_json(query)
-            if text is None:
+        for progress in app_progresses(self.app):
+            if progress is None:
                 return None
-            progress = StreamingQueryProgress.fromJson(json.loads(text))
             ends = [source.endOffset for source in progress.sources]
             if not any(stream_offsets(end, self.stream) for end in ends):
                 continue

@@ -42,6 +42,7 @@ from millrace.bus.markers import MarkerWriter
 from millrace.bus.streams import require_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.low_watermark import TICK_EVERY_S
+from millrace.engine.progress import last_progress
 
 _log = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ class OutputWatermark:
     streams to a query's collection while the app runs. `held_back` gives the time the app's
     output is held back to (epoch ms), such as its earliest pending event-time timer, or None.
     Runs on a thread of its own until `close`, which publishes once more, for the last
-    micro-batches of queries that have stopped.
+    micro-batches of queries that have stopped. The queries' session must be watched
+    (`millrace.engine.progress.watch`) from before they started.
     """
 
     def __init__(
@@ -117,7 +119,7 @@ class OutputWatermark:
         """
         least: dict[str, int | None] = {}
         for query, streams in list(self.outputs.items()):
-            watermark_ms = _watermark_ms(query.lastProgress)
+            watermark_ms = _watermark_ms(last_progress(query))
             for stream in list(streams):
                 known = least.get(stream, watermark_ms)
                 least[stream] = (

@@ -1,9 +1,14 @@
-"""Totals over the progress of streaming queries: the late rows they dropped.
+"""The progress of streaming queries as the session reports it: each run's last, its late rows.
 
 Spark reports each micro-batch of a query in a progress event. One listener per session,
-installed by `watch`, adds up for each run of a query the rows its state operators dropped
-as later than the watermark. The totals of a running query are those so far; those of a stopped
-query are final, since reading them waits for the listener to have had its last event.
+installed by `watch`, keeps for each run of a query its name, its last progress
+(`last_progress`, `app_progresses`) and the rows its state operators dropped as later than
+the watermark (`late_rows`). The totals of a running query are those so far; those of a
+stopped query are final, since reading them waits for the listener to have had its last event.
+
+What follows a query (the idle ticker, the lines an app prints) reads its progress here
+rather than asking the query: asking goes into the JVM, which builds the progress again,
+every time, and a quiet app would pay for it every second for nothing.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from pyspark.sql.streaming.listener import (
     QueryStartedEvent,
     QueryTerminatedEvent,
     StreamingQueryListener,
+    StreamingQueryProgress,
 )
 from pyspark.sql.streaming.query import StreamingQuery
 
+from millrace.engine import spark_internals
 from millrace.engine.session import add_listener
+from millrace.errors import EngineError
 
 # Spark hands events to listeners on a queue of its own, after the query has moved on; it
 # drops them when that queue overflows, so waiting for a stopped query's last one is bounded.
@@ -30,21 +38,56 @@ _LAST_EVENT_WAIT_S = 10.0
 
 @dataclass
 class _Run:
+    name: str | None = None
+    last: StreamingQueryProgress | None = None
     late_rows: int = 0
     ended: bool = False
 
 
 _runs: dict[str, _Run] = {}
 _changed = threading.Condition()
-_watched: set[int] = set()
+_watched: set[str] = set()
 
 
 def watch(spark: SparkSession) -> None:
-    """Keep the totals of the queries `spark` starts from now on; once per session is enough."""
+    """Follow the queries `spark` starts from now on; calling it again changes nothing."""
+    # By the JVM's session: PySpark may wrap one session in several Python objects.
+    session = spark_internals.session_uuid(spark)
     with _changed:
-        if id(spark) not in _watched:
-            add_listener(spark, _Totals())
-            _watched.add(id(spark))
+        if session not in _watched:
+            add_listener(spark, _Runs())
+            _watched.add(session)
+
+
+def last_progress(query: StreamingQuery) -> StreamingQueryProgress | None:
+    """The last progress `query` reported in this run; None before its first micro-batch.
+
+    Raises EngineError for a query started before `watch` was called on its session.
+    """
+    run_id = query.runId
+    with _changed:
+        run = _runs.get(run_id)
+    if run is None:
+        raise EngineError(
+            f"query {query.name} is not followed: it started before its session was watched",
+            hint="call millrace.engine.progress.watch(spark) before starting the query",
+        )
+    return run.last
+
+
+def app_progresses(app: str) -> list[StreamingQueryProgress | None]:
+    """The last progress of each running query of `app`, None for one yet to report one.
+
+    An app's queries are named `<app>.<...>`; queries started before `watch` are not known.
+    """
+    latest: dict[str | None, _Run] = {}
+    with _changed:
+        # Runs in the order they started: a query's latest run stands for it, should the
+        # end of an earlier run of the same name have been lost with a stopped session.
+        for run in _runs.values():
+            if (run.name or "").startswith(f"{app}."):
+                latest[run.name] = run
+        return [run.last for run in latest.values() if not run.ended]
 
 
 def late_rows(query: StreamingQuery) -> int:
@@ -69,19 +112,20 @@ def _totals(query: StreamingQuery) -> _Run:
         return replace(_runs[run])
 
 
-class _Totals(StreamingQueryListener):
-    """Adds up each query run's progress events into `_runs`."""
+class _Runs(StreamingQueryListener):
+    """Keeps in `_runs` each query run's name, its last progress and the late rows it dropped."""
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 - Spark's callback names
         # Spark calls this before `start()` returns, so a started query is always in `_runs`.
         with _changed:
-            _runs[str(event.runId)] = _Run()
+            _runs[str(event.runId)] = _Run(name=event.name)
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
         progress = event.progress
         dropped = sum(operator.numRowsDroppedByWatermark for operator in progress.stateOperators)
         with _changed:
-            run = _runs.setdefault(str(progress.runId), _Run())
+            run = _runs.setdefault(str(progress.runId), _Run(name=progress.name))
+            run.last = progress
             run.late_rows += dropped
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802

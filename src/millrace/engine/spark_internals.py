@@ -105,14 +105,13 @@ def attach_json_listener(spark: SparkSession, listener: StreamingQueryListener) 
     spark.streams.addListener(listener)
 
 
-def last_progress_json(query: StreamingQuery) -> str | None:
-    """The JSON text of `query`'s last progress, or None before its first micro-batch.
+def session_uuid(spark: SparkSession) -> str:
+    """The id of the JVM session behind `spark`, the same whichever Python object wraps it.
 
-    `query.lastProgress` builds a Python dictionary field by field through Py4J; the JVM
-    query's private `_jsq` gives the JSON text in one call.
+    PySpark's `getActiveSession` wraps the JVM's session in a new Python object at each call;
+    the JVM session behind the private `_jsparkSession` has an id of its own.
     """
-    progress = query._jsq.lastProgress()
-    return None if progress is None else str(progress.json())
+    return str(spark._jsparkSession.sessionUUID())
 
 
 def checkpoint_root(query: StreamingQuery) -> str:

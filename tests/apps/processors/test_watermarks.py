@@ -11,7 +11,6 @@ import json
 import time
 import uuid
 from collections import Counter
-from datetime import datetime
 
 from pyspark.sql import SparkSession
 
@@ -21,6 +20,7 @@ from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream, dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.low_watermark import TICK_EVERY_S
+from tests.micro_batches import longest_batch_ms
 from tests.plain_producer import plain_producer
 
 T0 = 1_767_225_600_000
@@ -70,11 +70,6 @@ def produced_counts(workspace: Workspace, output: str) -> Counter:
             for record in tail(output, TailStart(from_beginning=True), settings=workspace.settings)
         }
     )
-
-
-def _started_ms(progress: dict) -> float:
-    """When the micro-batch of a query's `progress` started, in epoch milliseconds."""
-    return datetime.fromisoformat(progress["timestamp"]).timestamp() * 1000
 
 
 def python_counts(events: list[dict]) -> Counter:
@@ -182,15 +177,7 @@ def test_the_last_timer_of_a_quiet_input_fires_within_the_idle_timeout_and_laten
         # after it, the micro-batch that reads the tick and moves the watermark on, the one
         # that fires the timer, and this loop's wait. A processor's micro-batch takes a second
         # or two here and several on a busy machine, so the bound counts micro-batches.
-        longest_ms = max(
-            (
-                progress["batchDuration"]
-                for progress in running.query.recentProgress
-                if _started_ms(progress) + progress["batchDuration"] >= due_ms
-                and _started_ms(progress) <= seen_ms
-            ),
-            default=0,
-        )
+        longest_ms = longest_batch_ms([running.query], due_ms, seen_ms)
         assert seen_ms - due_ms <= TICK_EVERY_S * 1000 + 4 * longest_ms + 1_000
         assert produced_counts(workspace, output) == expected
         assert running.late == 0

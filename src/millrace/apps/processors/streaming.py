@@ -110,6 +110,7 @@ from millrace.engine.low_watermark import (
 from millrace.engine.metrics import observe_outputs
 from millrace.engine.output_watermark import OutputWatermark
 from millrace.engine.plans import logical_plans
+from millrace.engine.progress import watch
 from millrace.engine.session import state_store
 from millrace.engine.triggers import Trigger
 from millrace.errors import ProcessorError
@@ -249,6 +250,7 @@ def start_processor_app(
         max_records_per_batch = processor_class.max_records_per_batch
     idle_ticks = not available_now and (trigger is None or trigger.kind != "available-now")
     name = processor_class.name
+    watch(spark)
     # What a start that fails has started (tickers, the clock, the query) is stopped.
     with ExitStack() as started:
         outputs, tickers = _outputs_frame(
