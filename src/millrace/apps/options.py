@@ -23,7 +23,9 @@ class RunOptions:
     """When an app's micro-batches run, on which Spark master, and whether its state is checked.
 
     `master` replaces the workspace's Spark master when given (`--master`); `force` starts
-    the app without comparing its state's fingerprint with its checkpoint's (`--force`).
+    the app without comparing its state's fingerprint with its checkpoint's (`--force`);
+    `hosted` runs a deployed app in the workspace's host, one Spark application for many
+    apps (`--host`, `millrace.ops.host`), rather than in a driver of its own.
 
     Example:
         >>> options = RunOptions(Trigger.parse("interval:10s"), master="spark://127.0.0.1:7077")
@@ -34,6 +36,7 @@ class RunOptions:
     trigger: Trigger = field(default_factory=Trigger)
     master: str | None = None
     force: bool = False
+    hosted: bool = False
 
     def on_master(self, workspace: Workspace) -> Workspace:
         """`workspace` with its Spark master replaced by `master`, when one is given.
@@ -50,7 +53,12 @@ class RunOptions:
 
     def to_json(self) -> dict[str, str | bool | None]:
         """The options as JSON-able data, as the registry keeps them."""
-        return {"trigger": str(self.trigger), "master": self.master, "force": self.force}
+        return {
+            "trigger": str(self.trigger),
+            "master": self.master,
+            "force": self.force,
+            "hosted": self.hosted,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> RunOptions:
@@ -69,4 +77,5 @@ class RunOptions:
             trigger=Trigger.parse(trigger) if trigger else Trigger(),
             master=master or None,
             force=force is True,
+            hosted=data.get("hosted") is True,
         )

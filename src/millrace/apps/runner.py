@@ -9,6 +9,7 @@ micro-batch (`stop_gracefully`), stops, and says what the run read and wrote. `r
 runs an app once over an event-time range of the bus, after a look at the bus. A session the
 runner started is stopped at the end.
 
+`drive_on` is `drive` on a given session and stop signal, as a host runs each of its apps.
 `stop_requests` is the stop signal handling that runs and the demo share.
 """
 
@@ -20,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.apps.app import App, BatchResult, Streaming
@@ -54,14 +56,32 @@ def drive(
     workspace = options.on_master(workspace)
     # Installed before Spark starts, which takes the longest: a stop then waits for no batch.
     with stop_requests() as stopping, command_session(workspace.settings, app.name) as spark:
-        watch(spark)
-        try:
-            with app.start(spark, workspace, options.trigger) as running:
-                record_state(workspace, app.name, app.fingerprint)
-                say(running.started)
-                _watch(app.name, running, stopping, say, on_progress)
-        except KeyboardInterrupt:
-            say("stopping...")
+        drive_on(spark, workspace, app, options, stopping, say=say, on_progress=on_progress)
+
+
+def drive_on(
+    spark: SparkSession,
+    workspace: Workspace,
+    app: App,
+    options: RunOptions,
+    stopping: threading.Event,
+    *,
+    say: Callable[[str], None] = print,
+    on_progress: Callable[[], None] = lambda: None,
+) -> None:
+    """Run `app`'s streaming queries on `spark` until they end or `stopping` is set.
+
+    What `drive` does once it has a session and a stop signal; a host
+    (`millrace.ops.host`) calls it on an app session of its own, on a thread per app.
+    """
+    watch(spark)
+    try:
+        with app.start(spark, workspace, options.trigger) as running:
+            record_state(workspace, app.name, app.fingerprint)
+            say(running.started)
+            _watch(app.name, running, stopping, say, on_progress)
+    except KeyboardInterrupt:
+        say("stopping...")
 
 
 def run_batch(workspace: Workspace, app: App, *, start_ms: int, end_ms: int) -> BatchResult:

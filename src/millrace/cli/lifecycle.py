@@ -44,8 +44,16 @@ def _trigger(text: str | None) -> Trigger | None:
     help="Start over: move the checkpoint under <workspace>/apps/APP/backups/ first "
     "(<storage.root>/backups/APP/ when storage.root is set).",
 )
-def deploy(app: str, trigger: str | None, master: str | None, force: bool, fresh: bool) -> None:
-    """Start APP detached, as its own Spark application, and record it in the workspace.
+@click.option(
+    "--host",
+    "hosted",
+    is_flag=True,
+    help="Run in the workspace's host, one Spark application for many apps (started if none runs).",
+)
+def deploy(
+    app: str, trigger: str | None, master: str | None, force: bool, fresh: bool, hosted: bool
+) -> None:
+    """Start APP detached, as its own Spark application or in the host, and record it.
 
     APP is a SQL app's file, or a processor as module:Class or path/to/file.py:Class.
     Refused while the app runs (deployed, or in a terminal with `millrace run`), and when
@@ -53,15 +61,19 @@ def deploy(app: str, trigger: str | None, master: str | None, force: bool, fresh
     """
     from millrace.ops import lifecycle
 
-    options = RunOptions(_trigger(trigger) or Trigger(), master, force)
+    options = RunOptions(_trigger(trigger) or Trigger(), master, force, hosted)
     record = lifecycle.deploy(_workspace(), app, options, fresh=fresh)
-    click.echo(f"app {record.name!r} deployed: pid {record.pid}, log {record.log}")
+    where = f"in the host, pid {record.pid}" if hosted else f"pid {record.pid}"
+    click.echo(f"app {record.name!r} deployed: {where}, log {record.log}")
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per app.")
 def ps(as_json: bool) -> None:
-    """List the deployed apps: status, pid, uptime, trigger, last batch, input rate, cost, lags.
+    """List the deployed apps: status, pid, driver, uptime, trigger, last batch, rate, cost, lags.
+
+    The driver is `own` for an app in a Spark application of its own, `host` for one in the
+    workspace's host, whose pid it shows.
 
     The cost is the micro-batches the app ran in the last minute and the CPU seconds its
     driver (Python, Spark's JVM and Python workers) used in the last minute, with the share
@@ -96,7 +108,8 @@ def _print_ps(rows: list[dict[str, object]], as_json: bool) -> None:
     if not rows:
         click.echo("no deployed apps; start one with `millrace deploy APP`")
         return
-    columns: tuple[str, ...] = ("app", "status", "pid", "uptime", "trigger", "last_batch")
+    columns: tuple[str, ...] = ("app", "status", "pid", "driver", "uptime", "trigger")
+    columns += ("last_batch",)
     columns += ("last_batch_at", "input_rate", "batches_per_min", "driver_cpu_per_min")
     columns += ("processing_lag", "watermark_lag")
     columns += ("output_watermark", "behind_source")
@@ -277,6 +290,7 @@ def _ps_row(
         "kind": record.kind,
         "status": record.status,
         "pid": record.pid if record.status == "running" else None,
+        "driver": "host" if record.options.hosted else "own",
         "uptime": _duration(uptime) if uptime is not None else None,
         "trigger": record.trigger,
         "last_batch": {query: batch.batch_id for query, batch in last.items()} or None,

@@ -9,6 +9,9 @@ names every file and folder in it; no other module builds a workspace path. Insi
 - `apps/<app>/`, the registry of deployed apps: `app.json`, `exit.json`, `app.log`, the
   driver lock (`driver.lock`, `driver.json`), the queries that ran (`checkpoints.json`) and
   checkpoints moved aside (`backups/`);
+- `host/`, the host that runs deployed apps in one Spark application (`millrace.ops.host`):
+  its lock (`host.lock`), what it is (`host.json`), its log (`host.log`) and the requests the
+  CLI leaves it (`inbox/`);
 - `logs/`, the logs of the processes millrace starts, and the lines a publish could not send;
 - under the storage root (this folder, or `storage.root`, `millrace.config.storage`):
   `checkpoints/<app>/<query>/`, Spark's checkpoints, beside which millrace keeps the state's
@@ -201,6 +204,31 @@ class Workspace:
     def driver_cpu(self, app: str) -> Path:
         """The CPU that app `app`'s driver used in the last minute, as it keeps recording it."""
         return self.app_dir(app) / "driver_cpu.json"
+
+    @property
+    def host_dir(self) -> Path:
+        """The folder of the host that runs deployed apps in one Spark application."""
+        return self.root / "host"
+
+    @property
+    def host_lock(self) -> Path:
+        """The lock the host holds for as long as it lives: one host per workspace."""
+        return self.host_dir / "host.lock"
+
+    @property
+    def host_record(self) -> Path:
+        """What the running host is (pid, Spark master, start time), as it described itself."""
+        return self.host_dir / "host.json"
+
+    @property
+    def host_log(self) -> Path:
+        """The host's output: its own lines and Spark's."""
+        return self.host_dir / "host.log"
+
+    @property
+    def host_inbox(self) -> Path:
+        """The requests the CLI leaves the host, a JSON file each."""
+        return self.host_dir / "inbox"
 
     def checkpoint_ledger(self, app: str) -> Path:
         """The queries of app `app` that have committed batches (`millrace.ops.checkpoints`)."""

@@ -8,6 +8,8 @@ count that fits the machine, and the class-data archive setup built (`class_arch
 there before. `state_store` starts a query on another state store than the session's;
 `checkpoint_state_store` says which store a query's checkpoint began on.
 `add_listener` attaches millrace's query listeners, which read progress events as JSON.
+A host (`millrace.ops.host`) starts its session with `pools`, FAIR scheduling, and gives each
+app a session of its own in a scheduler pool of its own (`app_session`, `end_app_session`).
 """
 
 from __future__ import annotations
@@ -47,11 +49,15 @@ _THREAD_STACK = "-Xss16m"
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+)-(?P<version>\d+\.\d+[\w.\-]*)\.jar$")
 
 
-def spark_session(settings: Settings, app_name: str = "millrace") -> SparkSession:
+def spark_session(
+    settings: Settings, app_name: str = "millrace", *, pools: bool = False
+) -> SparkSession:
     """The process's SparkSession, built from `settings` on first use.
 
     Spark reads its classpath only when the JVM starts, so a session that already runs is
-    returned as it is, whatever `settings` say.
+    returned as it is, whatever `settings` say. With `pools`, jobs are scheduled FAIR between
+    the scheduler pools that `app_session` names, so that one app's long micro-batch does not
+    hold another's back.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -65,6 +71,7 @@ def spark_session(settings: Settings, app_name: str = "millrace") -> SparkSessio
         [
             ("spark.master", settings.spark_master),
             ("spark.app.name", app_name),
+            ("spark.scheduler.mode", "FAIR" if pools else "FIFO"),
             *spark_config(settings).items(),
         ]
     )
@@ -115,7 +122,9 @@ def stop_spark_session() -> None:
 
 
 @contextmanager
-def command_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
+def command_session(
+    settings: Settings, app_name: str, *, pools: bool = False
+) -> Iterator[SparkSession]:
     """The SparkSession for one command (`run`, `check`, `archive`...), stopped at its end.
 
     A session this starts (`spark_session`) is stopped with `stop_spark_session`. A session
@@ -125,7 +134,7 @@ def command_session(settings: Settings, app_name: str) -> Iterator[SparkSession]
     process of its own as in one that goes on using Spark.
     """
     borrowed = SparkSession.getActiveSession() is not None
-    spark = spark_session(settings, app_name)
+    spark = spark_session(settings, app_name, pools=pools)
     running_before = {query.id for query in spark.streams.active}
     try:
         yield spark
@@ -136,6 +145,26 @@ def command_session(settings: Settings, app_name: str) -> Iterator[SparkSession]
                     query.stop()
         else:
             stop_spark_session()
+
+
+def app_session(host: SparkSession, pool: str) -> SparkSession:
+    """A session of its own for one app of a host, its jobs in the FAIR scheduler pool `pool`.
+
+    The session shares the host's SparkContext (its JVM, executors and Python workers) and
+    has its own SQL configuration, temporary views, functions and streaming queries, whose
+    listeners see that app's queries only. The pool is a property of the calling thread,
+    which Spark gives the queries it starts: call this on the thread that starts the app.
+    A pool that the host's configuration does not name is made with Spark's defaults (FIFO
+    inside it, weight 1), so every app has an equal share.
+    """
+    host.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+    return host.newSession()
+
+
+def end_app_session(session: SparkSession) -> None:
+    """Detach the listeners of an app session whose queries have all stopped."""
+    for listener in _LISTENERS.pop(id(session), []):
+        session.streams.removeListener(listener)
 
 
 def add_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:

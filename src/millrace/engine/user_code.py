@@ -4,15 +4,26 @@ A worker imports what a task needs by module name. A module that is installed (t
 library, site-packages) imports there as on the driver; a module of the user's, loaded from
 the app's folder or a file path, may not: its code is then sent with the task, by value, as
 on a cluster whose workers have only the installed packages.
+
+When that code raises in a task, the query stops with Spark's error, whose text holds the
+worker's Python traceback among the JVM's: `failure_in_user_code` makes of it the error a user
+acts on, the exception and the line of the user's code that raised it.
 """
 
 from __future__ import annotations
 
+import re
 import sysconfig
 from pathlib import Path
 from types import ModuleType
 
 from pyspark import cloudpickle
+
+from millrace.errors import SqlError
+
+_MILLRACE = Path(__file__).parents[1]
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
+_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (?P<why>.*)$")
 
 
 def ship_with_tasks(module: ModuleType) -> None:
@@ -22,11 +33,52 @@ def ship_with_tasks(module: ModuleType) -> None:
         cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
 
 
+def failure_in_user_code(error: Exception, app: str) -> SqlError | None:
+    r"""What `app`'s own Python code raised in a task that stopped a query; None if it did not.
+
+    Example:
+        >>> text = (
+        ...     "Python worker: Traceback (most recent call last):\n"
+        ...     '  File "/apps/checks.py", line 4, in checked\n'
+        ...     '    raise ValueError("no such category")\n'
+        ...     "ValueError: no such category\n"
+        ...     "  at org.apache.spark.api.python.BasePythonRunner"
+        ... )
+        >>> print(failure_in_user_code(RuntimeError(text), "shop").message)
+        app 'shop' stopped: its function raised ValueError: no such category, at
+        /apps/checks.py:4 (in checked)
+    """
+    lines = str(error).splitlines()
+    frames = [
+        (number, found)
+        for number, found in enumerate(map(_FRAME.match, lines))
+        # millrace's own frames (a foreachBatch of its writers) are not where the user looks.
+        if found is not None
+        and not _is_installed(found["path"])
+        and not Path(found["path"]).is_relative_to(_MILLRACE)
+    ]
+    if not frames:
+        return None
+    number, frame = frames[-1]
+    raised = next(
+        (found for found in map(_RAISED.match, lines[number + 1 :]) if found is not None), None
+    )
+    what = f"{raised['type']}: {raised['why']}" if raised is not None else "an exception"
+    return SqlError(
+        f"app {app!r} stopped: its function raised {what}, at {frame['path']}:{frame['line']} "
+        f"(in {frame['function']})",
+        hint="fix the function there (or filter out the records it cannot take in the app's "
+        "SQL), then start the app again: it goes on from its last committed micro-batch",
+    )
+
+
 def _is_users_module(module: ModuleType) -> bool:
     path = getattr(module, "__file__", None)
-    if path is None:
-        return False
+    return path is not None and not _is_installed(path)
+
+
+def _is_installed(path: str) -> bool:
     installed = {
         sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")
     }
-    return not any(Path(path).is_relative_to(folder) for folder in installed)
+    return any(Path(path).is_relative_to(folder) for folder in installed)

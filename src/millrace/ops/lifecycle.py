@@ -3,13 +3,15 @@
 `run` is `millrace run`: the app's driver in the foreground (`millrace.apps.runner.drive`).
 `deploy` starts the app's driver as a process of its own (`millrace.ops.deployed`: its
 own Spark application, in its own process group, its output appended to
-`<workspace>/apps/<app>/app.log`) and records it in the registry
-(`millrace.ops.registry`). `stop` sends that process SIGTERM, which the runner answers by
-letting each query finish its running micro-batch, stopping the queries and routing their
-dead letters (`millrace.apps.runner`); the process group is killed only if it has not
-ended within the timeout. `restart` stops the app and deploys it again from its source, with
-a new hash when the code changed, resuming from the checkpoint: offsets and state. Before an
-app starts, `millrace.apps.state_schema` checks that its state can be carried over.
+`<workspace>/apps/<app>/app.log`), or with `--host` hands it to the workspace's host, one
+Spark application for many apps (`millrace.ops.host`, reached through
+`millrace.ops.host_inbox`), and records it in the registry (`millrace.ops.registry`).
+`stop` sends that process SIGTERM (the host, a request to stop the one app), which the
+runner answers by letting each query finish its running micro-batch, stopping the queries
+and routing their dead letters (`millrace.apps.runner`); the process group is killed only
+if it has not ended within the timeout. `restart` stops the app and deploys it again from
+its source, with a new hash when the code changed, resuming from the checkpoint: offsets and
+state. Before an app starts, `millrace.apps.state_schema` checks that its state can be carried over.
 `rollback` stops the app, moves its checkpoints back to a batch (`millrace.ops.checkpoints`)
 keeping a backup under `apps/<app>/backups/`, and deploys it again, so that it recomputes
 the later batches.
@@ -46,7 +48,7 @@ from millrace.config.storage import StoragePath, move
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AlreadyDeployedError, AppNotFoundError, LifecycleError
-from millrace.ops import checkpoints, driver_cpu, driver_lock, registry
+from millrace.ops import checkpoints, driver_cpu, driver_lock, host_inbox, registry
 from millrace.ops.deployed import DEPLOYED_MODULE, DeployedRun
 from millrace.ops.driver_lock import DriverLock
 from millrace.ops.registry import STOP_TIMEOUT_S, AppRecord
@@ -146,7 +148,9 @@ def deploy(
     *,
     fresh: bool = False,
 ) -> AppRecord:
-    """Start the app of `source` detached, as its own Spark application, and record it.
+    """Start the app of `source` detached, and record it: its own Spark application, or the host's.
+
+    With `options.hosted`, the app runs in the workspace's host (started when none runs).
 
     Raises `AlreadyDeployedError` when an app of that name is deployed and runs already
     (`AppRunningError` when its driver runs in a terminal), and what `check_start` raises.
@@ -226,35 +230,65 @@ def restart(
 
 
 def stop(workspace: Workspace, name: str, *, timeout_s: float = STOP_TIMEOUT_S) -> AppRecord:
-    """Stop app `name` gracefully: its running micro-batches finish, then its process ends.
+    """Stop app `name` gracefully: its running micro-batches finish, then its driver ends.
 
-    The process gets SIGTERM; if it is still there after `timeout_s`, its whole process
-    group (Python and Spark's JVM) is killed, which loses nothing (the micro-batch in flight
-    runs again at the next start) but takes longer to recover. An app that is not running is
-    left as it is.
+    An app's own process gets SIGTERM; if it is still there after `timeout_s`, its whole
+    process group (Python and Spark's JVM) is killed, which loses nothing (the micro-batch in
+    flight runs again at the next start) but takes longer to recover. An app in the host is
+    asked to stop through the host's inbox, and the host's other apps go on. An app that is
+    not running is left as it is.
     """
     record = registry.load(workspace, name)
-    if record.status == "running" and record.pid is not None:
-        os.kill(record.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while registry.process_alive(record.pid, record.proc_start):
-            if time.monotonic() > deadline:
-                os.killpg(record.pid, signal.SIGKILL)
-                # Gone in an instant; until then it holds the app's driver lock.
-                deadline = time.monotonic() + _KILLED_WAIT_S
-                while registry.process_alive(record.pid, record.proc_start):
-                    if time.monotonic() > deadline:
-                        break
-                    time.sleep(0.05)
-                break
-            time.sleep(0.2)
-        _reap(record.pid)
+    if record.status == "running" and record.options.hosted:
+        _stop_in_host(workspace, record, timeout_s)
+    elif record.status == "running" and record.pid is not None:
+        _stop_process(record, timeout_s)
     status: registry.Status = (
         "stopped" if record.status in ("running", "stopped") else record.status
     )
     stopped = dataclasses.replace(record, status=status, stopped_at=registry.now_iso())
     registry.save(workspace, stopped)
     return stopped
+
+
+def _stop_process(record: AppRecord, timeout_s: float) -> None:
+    """SIGTERM to the app's own process; its process group killed if it outlives `timeout_s`."""
+    assert record.pid is not None
+    os.kill(record.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while registry.process_alive(record.pid, record.proc_start):
+        if time.monotonic() > deadline:
+            os.killpg(record.pid, signal.SIGKILL)
+            # Gone in an instant; until then it holds the app's driver lock.
+            deadline = time.monotonic() + _KILLED_WAIT_S
+            while registry.process_alive(record.pid, record.proc_start):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            break
+        time.sleep(0.2)
+    _reap(record.pid)
+
+
+def _stop_in_host(workspace: Workspace, record: AppRecord, timeout_s: float) -> None:
+    """Ask the host to stop the app, and wait until the app's thread has let its lock go.
+
+    Raises `LifecycleError` when it still runs after `timeout_s`: the host is not killed for
+    one app, since its others run on.
+    """
+    host_inbox.send(workspace, host_inbox.HostRequest("stop", record.name))
+    deadline = time.monotonic() + timeout_s
+    while registry.process_alive(record.pid, record.proc_start):
+        holder = driver_lock.holder(workspace, record.name)
+        if holder is None or holder.pid != record.pid:
+            return
+        if time.monotonic() > deadline:
+            raise LifecycleError(
+                f"app {record.name!r} did not stop within {timeout_s:.0f} s in the host "
+                f"(pid {record.pid})",
+                hint=f"try again; its log is {record.log}, the host's {workspace.host_log}",
+            )
+        time.sleep(0.2)
 
 
 @dataclass(frozen=True)
@@ -342,9 +376,45 @@ def _start(
     lock: DriverLock,
     started_by: driver_lock.StartedBy,
 ) -> AppRecord:
-    """Start the app's process in folder `cwd`, handing it `lock`, which it keeps for life."""
+    """Start the app in folder `cwd`, handing it `lock`: its own process, or the host's thread."""
     log = workspace.app_log(app.name)
     log.parent.mkdir(parents=True, exist_ok=True)
+    registry.clear_exit(workspace, app.name)
+    with log.open("ab") as output:
+        output.write(f"--- {registry.now_iso()} millrace run {app.source}\n".encode())
+    if options.hosted:
+        pid, proc_start = _start_in_host(workspace, app, options, cwd, lock, started_by)
+    else:
+        pid = _start_process(workspace, app, options, cwd, lock, started_by)
+        proc_start = registry.process_start(pid)
+    record = AppRecord(
+        name=app.name,
+        kind=app.kind,
+        source=app.source,
+        source_hash=registry.source_hash(app.source),
+        checkpoint=str(workspace.app_checkpoints(app.name)),
+        log=str(log),
+        options=options,
+        cwd=cwd,
+        declared=app.declared,
+        pid=pid,
+        proc_start=proc_start,
+        started_at=registry.now_iso(),
+        status="running",
+    )
+    registry.save(workspace, record)
+    return record
+
+
+def _start_process(
+    workspace: Workspace,
+    app: App,
+    options: RunOptions,
+    cwd: str | None,
+    lock: DriverLock,
+    started_by: driver_lock.StartedBy,
+) -> int:
+    """Start the app's own driver process, which keeps `lock` for life; its pid."""
     environment = {
         **os.environ,
         **lock.handed_over(),
@@ -354,10 +424,7 @@ def _start(
         # Output goes to a file: Python must not hold it back in a buffer.
         "PYTHONUNBUFFERED": "1",
     }
-    registry.clear_exit(workspace, app.name)
-    with log.open("ab") as output:
-        output.write(f"--- {registry.now_iso()} millrace run {app.source}\n".encode())
-        output.flush()
+    with workspace.app_log(app.name).open("ab") as output:
         process = subprocess.Popen(
             [sys.executable, "-m", DEPLOYED_MODULE],
             stdin=subprocess.DEVNULL,
@@ -369,23 +436,46 @@ def _start(
             pass_fds=(lock.descriptor,),
         )
     lock.describe(process.pid, started_by, app.source)
-    record = AppRecord(
-        name=app.name,
-        kind=app.kind,
-        source=app.source,
-        source_hash=registry.source_hash(app.source),
-        checkpoint=str(workspace.app_checkpoints(app.name)),
-        log=str(log),
-        options=options,
-        cwd=cwd,
-        declared=app.declared,
-        pid=process.pid,
-        proc_start=registry.process_start(process.pid),
-        started_at=registry.now_iso(),
-        status="running",
+    return process.pid
+
+
+def _start_in_host(
+    workspace: Workspace,
+    app: App,
+    options: RunOptions,
+    cwd: str | None,
+    lock: DriverLock,
+    started_by: driver_lock.StartedBy,
+) -> tuple[int, int | None]:
+    """Hand the app to the workspace's host (started if none runs); the host's pid and start.
+
+    The host's thread for the app takes the app's driver lock, which this lets go once the
+    request is in the inbox; it returns once the host holds the lock, so that what follows
+    (`ps`, a second deploy) sees the app running. An app that could not start in the host
+    raises `LifecycleError` with the end of its log.
+    """
+    master = options.on_master(workspace).settings.spark_master
+    host = host_inbox.start_host(workspace, master)
+    host_inbox.send(
+        workspace, host_inbox.HostRequest("start", app.name, app.source, options, cwd, started_by)
     )
-    registry.save(workspace, record)
-    return record
+    lock.release()
+    deadline = time.monotonic() + host_inbox.HOST_START_WAIT_S
+    while time.monotonic() < deadline:
+        holder = driver_lock.holder(workspace, app.name)
+        if holder is not None and holder.pid == host.pid:
+            return host.pid, host.proc_start
+        if workspace.app_exit(app.name).is_file():
+            break
+        if host_inbox.running_host(workspace) is None:
+            break
+        time.sleep(0.1)
+    log = workspace.app_log(app.name)
+    ending = log.read_text(encoding="utf-8", errors="replace").splitlines()[-5:]
+    raise LifecycleError(
+        f"app {app.name!r} did not start in the host (pid {host.pid}): " + " / ".join(ending),
+        hint=f"its log is {log}; the host's is {workspace.host_log}",
+    )
 
 
 def _move_aside(workspace: Workspace, name: str) -> StoragePath | None:

@@ -44,8 +44,9 @@ class AppRecord:
     `/abs/file.py:Class`); `source_hash` the SHA-256 of the source file at the last (re)start;
     `options` the options it runs with, `cwd` the folder its process runs in, `declared` what
     its code declares it reads and writes; `pid` the process started for it, whose process
-    group holds its Spark JVM too; `proc_start` that process's start time in clock ticks since
-    boot, so a recycled pid is not taken for the app.
+    group holds its Spark JVM too (for an app in the host, the host's process); `proc_start`
+    that process's start time in clock ticks since boot, so a recycled pid is not taken for
+    the app.
 
     Example:
         >>> AppRecord("top_events", "sql", "/apps/top_events.sql", "ab12",
@@ -228,10 +229,17 @@ def now_iso() -> str:
 
 
 def _current(workspace: Workspace, record: AppRecord) -> AppRecord:
-    """`record` with its status from its process: a running app whose process is gone ended."""
-    if record.status != "running" or process_alive(record.pid, record.proc_start):
+    """`record` with its status from its process: a running app whose process is gone ended.
+
+    An app in the host (`options.hosted`) has ended too once its exit is recorded, while the
+    host, its process, runs on.
+    """
+    if record.status != "running":
         return record
     exit_file = workspace.app_exit(record.name)
+    alive = process_alive(record.pid, record.proc_start)
+    if alive and not (record.options.hosted and exit_file.is_file()):
+        return record
     if exit_file.is_file():
         ended = json.loads(exit_file.read_text(encoding="utf-8"))
         status: Status = "finished" if ended.get("code") == 0 else "crashed"

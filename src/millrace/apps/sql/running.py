@@ -42,6 +42,7 @@ from millrace.engine.progress import late_rows, watch
 from millrace.engine.session import checkpoint_state_store, state_store
 from millrace.engine.streams import StreamInput
 from millrace.engine.triggers import Trigger
+from millrace.engine.user_code import failure_in_user_code
 from millrace.engine.writes import write_batch, write_stream
 from millrace.sql.checks import require_output_streams
 from millrace.sql.compiler import CompiledApp, compile_app
@@ -90,7 +91,11 @@ class RunningApp:
         try:
             wait()
         except StreamingQueryException as error:
-            raise disk_full_error(error, self.workspace, self.app.name) or error from None
+            raise (
+                disk_full_error(error, self.workspace, self.app.name)
+                or failure_in_user_code(error, self.app.name)
+                or error
+            ) from None
 
     def stop(self) -> None:
         """Stop every query of the app, once its running micro-batch is done."""

@@ -1,0 +1,202 @@
+"""The host: one Spark application that runs many deployed apps, each in a pool of its own.
+
+Four apps in four Spark applications pay four times for a JVM, its JIT and garbage collector,
+a micro-batch loop's threads, Kafka clients and Python workers; on two cores that, not their
+records, kept the demo's machine busy. The host is how Spark runs many small streams
+cheaply (Flink's session cluster does the same for jobs): `millrace deploy --host` starts
+it when none runs (`millrace.ops.host_inbox.start_host`) and hands it the app through its
+inbox; `stop`, `restart` and `rollback` act on that app alone, and the others go on.
+
+Each app runs on a thread of its own, on a session of its own (`app_session`: its own SQL
+configuration, views, functions and query listeners) whose jobs run in a FAIR scheduler pool
+named after the app, with its own checkpoints and driver lock (`millrace.ops.driver_lock`),
+which its thread takes when it starts the app and lets go once the app has ended and its exit
+is recorded. The app's lines go to its own log (`apps/<app>/app.log`), as a deployed app's
+do; an app that fails (its query raises, a bad record under a strict policy) stops alone,
+with its error in its log and its exit recorded (`registry.record_exit`), which `ps` reads.
+
+The host runs as `python -m millrace.ops.host`, its output in `host/host.log`. On SIGTERM it
+stops every app gracefully; it ends by itself once it has run no app for `LINGER_S`. Killed,
+its apps are recovered from their checkpoints by `millrace restart APP`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pyspark.sql import SparkSession
+
+from millrace.apps.app import App
+from millrace.apps.runner import GRACE_S, drive_on, stop_requests
+from millrace.config.workspace import Workspace
+from millrace.engine.session import app_session, command_session, end_app_session
+from millrace.errors import LifecycleError, MillraceError
+from millrace.ops import checkpoints, driver_lock, registry
+from millrace.ops.host_inbox import HostRequest, holding_host_lock, take
+
+LINGER_S = 30.0
+"""How long a host with no app waits for one before it ends."""
+
+LOCK_WAIT_S = 30.0
+"""How long an app's thread waits for the app's driver lock, which the CLI lets go to it."""
+
+_INBOX_EVERY_S = 0.2
+
+
+@dataclass
+class _Hosted:
+    thread: threading.Thread
+    stopping: threading.Event
+
+
+class Host:
+    """The apps one host runs on its SparkSession, started and stopped by request."""
+
+    def __init__(self, workspace: Workspace, spark: SparkSession) -> None:
+        self.workspace = workspace
+        self.spark = spark
+        self._apps: dict[str, _Hosted] = {}
+
+    @property
+    def apps(self) -> list[str]:
+        """The apps whose threads still run."""
+        self._apps = {name: app for name, app in self._apps.items() if app.thread.is_alive()}
+        return sorted(self._apps)
+
+    def handle(self, request: HostRequest) -> None:
+        """Start or stop the app of `request`."""
+        if request.verb == "stop":
+            hosted = self._apps.get(request.app)
+            if hosted is not None:
+                hosted.stopping.set()
+            return
+        if request.app in self.apps:
+            _say(f"{request.app}: asked to start while it runs here; the request is ignored")
+            return
+        stopping = threading.Event()
+        thread = threading.Thread(
+            target=self._run, args=(request, stopping), name=f"app {request.app}", daemon=True
+        )
+        self._apps[request.app] = _Hosted(thread, stopping)
+        thread.start()
+        _say(f"{request.app}: started from {request.source}")
+
+    def stop_all(self) -> None:
+        """Stop every app gracefully, as `millrace stop` does each, and wait for them to end."""
+        for hosted in self._apps.values():
+            hosted.stopping.set()
+        deadline = time.monotonic() + GRACE_S + 30.0
+        for hosted in self._apps.values():
+            hosted.thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _run(self, request: HostRequest, stopping: threading.Event) -> None:
+        """The app's thread: its lock, its session, its queries, then its exit recorded."""
+        workspace, name = self.workspace, request.app
+        with _app_log(workspace, name) as say:
+            try:
+                lock = driver_lock.acquire(
+                    workspace, name, request.started_by, source=request.source, wait_s=LOCK_WAIT_S
+                )
+            except MillraceError as error:
+                say(error.render())
+                registry.record_exit(workspace, name, 1)
+                return
+            code = 1
+            try:
+                app = _load(request)
+                session = app_session(self.spark, name)
+                try:
+                    drive_on(
+                        session,
+                        workspace,
+                        app,
+                        request.options,
+                        stopping,
+                        say=say,
+                        on_progress=lambda: checkpoints.remember(workspace, name),
+                    )
+                finally:
+                    checkpoints.remember(workspace, name)
+                    end_app_session(session)
+                code = 0
+            except MillraceError as error:
+                say(error.render())
+            except Exception:  # one app's failure must not end the host's others
+                say(traceback.format_exc().rstrip())
+            finally:
+                # Recorded while the lock is held: a start that follows finds it cleared.
+                registry.record_exit(workspace, name, code)
+                lock.release()
+                _say(f"{name}: ended ({code})")
+
+
+def main() -> None:
+    """Run the host of the workspace until SIGTERM, or until it has had no app for a while."""
+    workspace = Workspace.locate().require_initialized()
+    settings = workspace.settings
+    with holding_host_lock(workspace, settings.spark_master) as described:
+        if described is None:
+            _say("another host runs in this workspace; this one ends")
+            return
+        _say(f"host pid {described.pid} on {settings.spark_master}")
+        with (
+            stop_requests() as stopping,
+            command_session(settings, "millrace-host", pools=True) as spark,
+        ):
+            host = Host(workspace, spark)
+            _serve(workspace, host, stopping)
+            host.stop_all()
+    _say("host ended")
+
+
+def _serve(workspace: Workspace, host: Host, stopping: threading.Event) -> None:
+    """Carry out the inbox's requests until `stopping`, or until no app ran for `LINGER_S`."""
+    empty_since = time.monotonic()
+    while not stopping.is_set():
+        for request in take(workspace):
+            if isinstance(request, LifecycleError):
+                _say(request.render())
+            else:
+                host.handle(request)
+        if host.apps:
+            empty_since = time.monotonic()
+        elif time.monotonic() - empty_since > LINGER_S:
+            return
+        stopping.wait(_INBOX_EVERY_S)
+
+
+def _load(request: HostRequest) -> App:
+    """The app of `request`, its modules found from the folder it was deployed from."""
+    if request.cwd and request.cwd not in sys.path:
+        sys.path.append(request.cwd)
+    return App.load(request.source)
+
+
+@contextmanager
+def _app_log(workspace: Workspace, name: str) -> Iterator[Callable[[str], None]]:
+    """A `say` that appends lines to the app's log, as a deployed app's process prints them."""
+    path = workspace.app_log(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as log:
+
+        def say(line: str) -> None:
+            log.write(line + "\n")
+            log.flush()
+
+        yield say
+
+
+def _say(line: str) -> None:
+    stamp = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    print(f"{stamp} {line}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
