@@ -40,6 +40,10 @@ def checked(category: str) -> str:
         raise ValueError("a category the function cannot take: boom")
     return category
 """
+MENDED = """
+def checked(category: str) -> str:
+    return "mended" if category == "boom" else category
+"""
 TABLE_QUERY = "table.per_category"
 WAIT_S = 600.0  # generous: the machine running the suite may be busy with other Spark work
 
@@ -76,7 +80,7 @@ def _wait(what: str, check: Callable[[], bool], workspace: Workspace, *apps: str
 
 
 @pytest.mark.timeout(1800)
-def test_apps_in_one_host_stop_restart_roll_back_and_fail_alone(
+def test_apps_in_one_host_stop_restart_roll_back_fail_and_change_code_alone(
     workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = uuid.uuid4().hex[:8]
@@ -144,13 +148,23 @@ def test_apps_in_one_host_stop_restart_roll_back_and_fail_alone(
             f"function cannot take: boom, at {function}:4 (in checked)"
         ) in failed, failed
         assert "Traceback" not in failed
+
+        # Mended, c's function runs as it is now: the host imports an app's code afresh.
+        (tmp_path / f"{module}.py").write_text(textwrap.dedent(MENDED))
+        lifecycle.restart(workspace, c)
+        _wait(
+            "c's counts with its mended function",
+            lambda: _counts(workspace, c) == Counter({"mended": 1}),
+            workspace,
+            c,
+        )
         publish("b", ["s"])
         publish("a", ["x"])
         _wait("b's counts after c failed", exact("b"), workspace, a, b)
         _wait("a's counts after c failed", exact("a"), workspace, a, b)
         assert host_inbox.running_host(workspace) == host, "the host outlived c's failure"
     finally:
-        for name in (a, b):
+        for name in (a, b, c):
             if registry.is_deployed(workspace, name):
                 lifecycle.stop(workspace, name)
         ending = host_inbox.running_host(workspace)

@@ -68,15 +68,19 @@ def drive_on(
     *,
     say: Callable[[str], None] = print,
     on_progress: Callable[[], None] = lambda: None,
+    starting: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> None:
     """Run `app`'s streaming queries on `spark` until they end or `stopping` is set.
 
     What `drive` does once it has a session and a stop signal; a host
-    (`millrace.ops.host`) calls it on an app session of its own, on a thread per app.
+    (`millrace.ops.host`) calls it on an app session of its own, on a thread per app, with
+    `starting`, a context that the app's start (which imports its functions) runs in.
     """
     watch(spark)
     try:
-        with app.start(spark, workspace, options.trigger) as running:
+        with contextlib.ExitStack() as started:
+            with starting():
+                running = started.enter_context(app.start(spark, workspace, options.trigger))
             record_state(workspace, app.name, app.fingerprint)
             say(running.started)
             _watch(app.name, running, stopping, say, on_progress)

@@ -28,7 +28,7 @@ _RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrup
 
 def ship_with_tasks(module: ModuleType) -> None:
     """Send `module`'s code with Spark's tasks, unless the workers can import it themselves."""
-    if _is_users_module(module):
+    if is_users_module(module):
         # PySpark's copy of cloudpickle has no annotations.
         cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
 
@@ -72,9 +72,14 @@ def failure_in_user_code(error: Exception, app: str) -> SqlError | None:
     )
 
 
-def _is_users_module(module: ModuleType) -> bool:
+def is_users_module(module: ModuleType) -> bool:
+    """True for a module of the user's own code: not installed, and not millrace's own."""
     path = getattr(module, "__file__", None)
-    return path is not None and not _is_installed(path)
+    return (
+        isinstance(path, str)
+        and not _is_installed(path)
+        and not Path(path).is_relative_to(_MILLRACE)
+    )
 
 
 def _is_installed(path: str) -> bool:

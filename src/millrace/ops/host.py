@@ -15,6 +15,11 @@ is recorded. The app's lines go to its own log (`apps/<app>/app.log`), as a depl
 do; an app that fails (its query raises, a bad record under a strict policy) stops alone,
 with its error in its log and its exit recorded (`registry.record_exit`), which `ps` reads.
 
+Each app runs its own code: its modules are imported afresh when it starts, from the folder it
+was deployed from (`_users_code`), so an app restarted with changed code runs the new code,
+and two apps whose modules share a name each import their own. The functions reach Spark's
+Python workers by value (`millrace.engine.user_code`), never from a worker's cache.
+
 The host runs as `python -m millrace.ops.host`, its output in `host/host.log`. On SIGTERM it
 stops every app gracefully; it ends by itself once it has run no app for `LINGER_S`. Killed,
 its apps are recovered from their checkpoints by `millrace restart APP`.
@@ -37,6 +42,7 @@ from millrace.apps.app import App
 from millrace.apps.runner import GRACE_S, drive_on, stop_requests
 from millrace.config.workspace import Workspace
 from millrace.engine.session import app_session, command_session, end_app_session
+from millrace.engine.user_code import is_users_module
 from millrace.errors import LifecycleError, MillraceError
 from millrace.ops import checkpoints, driver_lock, registry
 from millrace.ops.host_inbox import HostRequest, holding_host_lock, take
@@ -48,6 +54,7 @@ LOCK_WAIT_S = 30.0
 """How long an app's thread waits for the app's driver lock, which the CLI lets go to it."""
 
 _INBOX_EVERY_S = 0.2
+_LOADING = threading.RLock()
 
 
 @dataclass
@@ -110,7 +117,8 @@ class Host:
                 return
             code = 1
             try:
-                app = _load(request)
+                with _users_code(request.cwd):
+                    app = App.load(request.source)
                 session = app_session(self.spark, name)
                 try:
                     drive_on(
@@ -121,6 +129,7 @@ class Host:
                         stopping,
                         say=say,
                         on_progress=lambda: checkpoints.remember(workspace, name),
+                        starting=lambda: _users_code(request.cwd),
                     )
                 finally:
                     checkpoints.remember(workspace, name)
@@ -172,11 +181,25 @@ def _serve(workspace: Workspace, host: Host, stopping: threading.Event) -> None:
         stopping.wait(_INBOX_EVERY_S)
 
 
-def _load(request: HostRequest) -> App:
-    """The app of `request`, its modules found from the folder it was deployed from."""
-    if request.cwd and request.cwd not in sys.path:
-        sys.path.append(request.cwd)
-    return App.load(request.source)
+@contextmanager
+def _users_code(folder: str | None) -> Iterator[None]:
+    """A block in which imports find an app's modules afresh, first in the app's `folder`.
+
+    The modules of users' code that earlier apps imported are dropped from `sys.modules`
+    (an app that runs keeps the ones it holds), so that this app's start imports its own,
+    as they are now. One app at a time: `sys.path` and `sys.modules` are the process's.
+    """
+    with _LOADING:
+        for name, module in list(sys.modules.items()):
+            if is_users_module(module):
+                del sys.modules[name]
+        if folder:
+            sys.path.insert(0, folder)
+        try:
+            yield
+        finally:
+            if folder:
+                sys.path.remove(folder)
 
 
 @contextmanager
