@@ -158,6 +158,17 @@ def group_cpu_seconds(group: int) -> dict[int, float]:
     return found
 
 
+def group_rss_mib(group: int) -> float:
+    """Resident memory of the live processes of process group `group`, in MiB."""
+    pages = 0
+    for pid in process_group(group):
+        try:
+            pages += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        except OSError:
+            continue  # ended since it was listed
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+
+
 def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     """CPU seconds used between two `group_cpu_seconds` readings.
 

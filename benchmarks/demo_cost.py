@@ -23,15 +23,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from _harness import (
     cli_json,
     cpu_spent,
     group_cpu_seconds,
+    group_rss_mib,
     isolated_workspace,
     machine_cpu_seconds,
-    process_group,
     write_results,
 )
 
@@ -62,7 +61,7 @@ def main() -> None:
             busy_after, idle_after = machine_cpu_seconds()
             cpu_after = {app: group_cpu_seconds(pid) for app, pid in groups.items()}
             batches_after = {app: _batches(app) for app in groups}
-            memory = {app: _group_rss_mib(pid) for app, pid in groups.items()}
+            memory = {app: group_rss_mib(pid) for app, pid in groups.items()}
         finally:
             # Ctrl-C, as a user stops the demo: it stops the generator and the four apps.
             os.killpg(demo.pid, signal.SIGINT)
@@ -93,17 +92,6 @@ def main() -> None:
 def _batches(app: str) -> int:
     """The micro-batches the queries of `app` have started so far."""
     return len(cli_json("history", app))
-
-
-def _group_rss_mib(group: int) -> float:
-    """Resident memory of the processes of process group `group`, in MiB."""
-    pages = 0
-    for pid in process_group(group):
-        try:
-            pages += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-        except OSError:
-            continue
-    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ def main() -> None:
             for side in SIDES:
                 app = f"idle_{side}_{number}"
                 source = Path(scratch) / f"{app}.sql"
-                source.write_text(_app_sql(app, copies=side == "ticks_on"))
+                source.write_text(app_sql(app, copies=side == "ticks_on"))
                 environment = (
                     {"MILLRACE_SPARK_POLL_DELAY": "10ms"} if side == "spark_polling" else {}
                 )
@@ -71,7 +71,8 @@ def main() -> None:
     write_results("idle-app", results)
 
 
-def _app_sql(app: str, *, copies: bool) -> str:
+def app_sql(app: str, *, copies: bool) -> str:
+    """The quiet app's SQL: a 10-second window count of `STREAM`, and with `copies` a copy."""
     copy = f"INSERT INTO STREAM('{COPY_STREAM}') SELECT * FROM events;" if copies else ""
     return f"""
         CREATE APPLICATION {app};
