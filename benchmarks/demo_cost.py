@@ -1,25 +1,33 @@
-"""What the demo pipeline costs at its default rate: the machine's CPU, each app's, memory, batches.
+"""What the demo pipeline costs: the machine's CPU, each driver's, memory, batches, lags.
 
-Run it with `.venv/bin/python benchmarks/demo_cost.py [--warm-up-s W] [--measure-s M]` after
-`make setup`, on a machine doing nothing else. It starts a workspace of its own and runs
-`millrace demo` in it (four deployed apps, 200 events a second). After W seconds, once the
-apps have started and their first windows have closed, it measures for M seconds:
+Run it with `.venv/bin/python benchmarks/demo_cost.py [--warm-up-s W] [--measure-s M]
+[--rate R] [--only WORKLOAD]` after `make setup`, on a machine doing nothing else. It runs
+`millrace demo` (four deployed apps, R events a second, 200 by default) twice, each time in
+a workspace of its own: `demo_isolated` with `--isolated` (each app a Spark application of
+its own, the baseline), then `demo` (all four in the workspace's host). After W seconds, once
+the apps have started and their first windows have closed, it measures for M seconds:
 
+- each app's processing lag (`millrace ps --json`, every 5 seconds): its median and
+  largest;
 - the cores the whole machine kept busy, from /proc/stat (everything: the apps, the broker,
   Redis, the generator and this script; 1.00 is one core);
-- for each app, and all four together, the cores its process group used (its driver, Spark
-  JVM and Python workers, from /proc/<pid>/stat), their resident memory at the end, and the
-  micro-batches its queries started per minute (`millrace history --json`).
+- for each driver, and all together, the cores its process group used (its Python process,
+  Spark JVM and Python workers, from /proc/<pid>/stat), their resident memory at the end, and
+  the micro-batches its apps' queries started per minute (`millrace history --json`): an app
+  in a driver of its own under its name, the apps of a host (`deploy --host`) together under
+  `host (...)`.
 
-It reads the apps through `millrace ps --json` and `millrace history --json` only, so that the
-same command measures any version of millrace.
+It reads the apps through `millrace ps --json` and `millrace history --json` only, and the
+seconds from the demo's start to its first top 3 from what it prints.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -34,47 +42,93 @@ from _harness import (
     write_results,
 )
 
+# The demo's runs measured: each app in a Spark application of its own (`--isolated`, the
+# baseline, as before the host), and all four in the workspace's host (the default).
+WORKLOADS = {"demo_isolated": ["--isolated"], "demo": []}
+LAG_EVERY_S = 5.0
+# How `millrace ps --json` shows a processing lag, and the demo its first top 3.
+LAG = re.compile(r"^\d+ records, ([\d.]+)s$")
+FIRST_TOP_K = re.compile(r"^first top-K after (\d+) s$", re.M)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--warm-up-s", type=float, default=180.0, help="Seconds before measuring.")
     parser.add_argument("--measure-s", type=float, default=120.0, help="Seconds measured.")
+    parser.add_argument("--rate", type=float, default=200.0, help="Events per second published.")
+    parser.add_argument(
+        "--only",
+        choices=sorted(WORKLOADS),
+        action="append",
+        help="Run only this workload (repeatable); default: both, isolated first.",
+    )
     arguments = parser.parse_args()
+    results: dict[str, object] = {
+        "warm_up_s": arguments.warm_up_s,
+        "measure_s": arguments.measure_s,
+        "rate": arguments.rate,
+    }
+    first_top_k: dict[str, dict[str, float | None]] = {}
+    for workload in arguments.only or WORKLOADS:
+        flags = [*WORKLOADS[workload], "--rate", f"{arguments.rate:g}"]
+        costs, lags, first_s = _demo_cost(flags, arguments.warm_up_s, arguments.measure_s)
+        results[workload], results[f"{workload}_lags"] = costs, lags
+        first_top_k[workload] = {"first_top_k_s": first_s}
+    results["first_top_k"] = first_top_k
+    write_results("demo-cost", results)
+
+
+def _demo_cost(
+    flags: list[str], warm_up_s: float, measure_s: float
+) -> tuple[dict[str, dict], dict[str, dict], float | None]:
+    """Run `millrace demo` with `flags` in a workspace of its own and measure its drivers.
+
+    Returns the drivers' costs, each app's processing lag (sampled every `LAG_EVERY_S`) and
+    the seconds the demo took to its first top 3 (None if it showed none).
+    """
     with isolated_workspace() as home:
         log = (home / "demo.log").open("w")
         demo = subprocess.Popen(
-            [sys.executable, "-m", "millrace.cli.main", "demo"],
+            [sys.executable, "-m", "millrace.cli.main", "demo", *flags],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:
-            time.sleep(arguments.warm_up_s)
+            time.sleep(warm_up_s)
             if demo.poll() is not None:
                 printed = (home / "demo.log").read_text()[-2000:]
                 raise SystemExit(f"the demo ended early; its last lines:\n{printed}")
-            groups = {row["app"]: row["pid"] for row in cli_json("ps") if row.get("pid")}
-            batches_before = {app: _batches(app) for app in groups}
-            cpu_before = {app: group_cpu_seconds(pid) for app, pid in groups.items()}
+            drivers = _drivers(cli_json("ps"))
+            batches_before = {name: _batches(apps) for name, (_, apps) in drivers.items()}
+            cpu_before = {name: group_cpu_seconds(pid) for name, (pid, _) in drivers.items()}
             busy_before, idle_before = machine_cpu_seconds()
-            time.sleep(arguments.measure_s)
+            lags: dict[str, list[float]] = {}
+            ending = time.monotonic() + measure_s
+            while time.monotonic() < ending:
+                for row in cli_json("ps"):
+                    lag = LAG.search(str(row.get("processing_lag")))
+                    if lag is not None:
+                        lags.setdefault(row["app"], []).append(float(lag[1]))
+                time.sleep(max(0.0, min(LAG_EVERY_S, ending - time.monotonic())))
             busy_after, idle_after = machine_cpu_seconds()
-            cpu_after = {app: group_cpu_seconds(pid) for app, pid in groups.items()}
-            batches_after = {app: _batches(app) for app in groups}
-            memory = {app: group_rss_mib(pid) for app, pid in groups.items()}
+            cpu_after = {name: group_cpu_seconds(pid) for name, (pid, _) in drivers.items()}
+            batches_after = {name: _batches(apps) for name, (_, apps) in drivers.items()}
+            memory = {name: group_rss_mib(pid) for name, (pid, _) in drivers.items()}
         finally:
             # Ctrl-C, as a user stops the demo: it stops the generator and the four apps.
             os.killpg(demo.pid, signal.SIGINT)
             demo.wait(timeout=120)
             log.close()
-    minutes = arguments.measure_s / 60
+        first = FIRST_TOP_K.search((home / "demo.log").read_text())
+    minutes = measure_s / 60
     sides: dict[str, dict[str, float]] = {
-        app: {
-            "cores_used": cpu_spent(cpu_before[app], cpu_after[app]) / arguments.measure_s,
-            "rss_mib": memory[app],
-            "batches_per_minute": (batches_after[app] - batches_before[app]) / minutes,
+        name: {
+            "cores_used": cpu_spent(cpu_before[name], cpu_after[name]) / measure_s,
+            "rss_mib": memory[name],
+            "batches_per_minute": (batches_after[name] - batches_before[name]) / minutes,
         }
-        for app in sorted(groups)
+        for name in sorted(drivers)
     }
     sides["all apps"] = {
         figure: sum(app[figure] for app in sides.values())
@@ -83,15 +137,31 @@ def main() -> None:
     busy = busy_after - busy_before
     busy_share = busy / (busy + idle_after - idle_before)
     sides["whole machine"] = {"cores_used": busy_share * (os.cpu_count() or 1)}
-    write_results(
-        "demo-cost",
-        {"warm_up_s": arguments.warm_up_s, "measure_s": arguments.measure_s, "demo": sides},
-    )
+    lag_figures = {
+        app: {"median_lag_s": statistics.median(seen), "max_lag_s": max(seen)}
+        for app, seen in sorted(lags.items())
+    }
+    return sides, lag_figures, float(first[1]) if first is not None else None
 
 
-def _batches(app: str) -> int:
-    """The micro-batches the queries of `app` have started so far."""
-    return len(cli_json("history", app))
+def _drivers(apps: list[dict]) -> dict[str, tuple[int, list[str]]]:
+    """Each running driver's process group and apps, by the name its figures go under.
+
+    A driver of its own is named by its app, a host by `host` and the apps it runs.
+    """
+    by_pid: dict[int, list[str]] = {}
+    for row in apps:
+        if row.get("pid"):
+            by_pid.setdefault(row["pid"], []).append(row["app"])
+    return {
+        names[0] if len(names) == 1 else f"host ({', '.join(sorted(names))})": (pid, names)
+        for pid, names in by_pid.items()
+    }
+
+
+def _batches(apps: list[str]) -> int:
+    """The micro-batches the queries of `apps` have started so far."""
+    return sum(len(cli_json("history", app)) for app in apps)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ file, when the figures come from several runs, listed with their commands under 
 - restart times (`median_restart_s`, with each round's `restart_s`), driver starts
   (`median_session_s`, `median_first_work_s`, `median_jvm_cpu_s`), idle costs
   (`median_core_share`, the share of one core, with each round's `core_share`), a pipeline's
-  costs (`cores_used`, `rss_mib`, `batches_per_minute` of each app and of the machine) and
+  costs (`cores_used`, `rss_mib`, `batches_per_minute` of each app and of the machine, each
+  app's processing lag, `median_lag_s` and `max_lag_s`, and `first_top_k_s`) and
   runs of the test suite (`busy_share` of the cores, with `wall_s`, `passed` and the CPU
   seconds busy and idle);
 - for the tables that none of these show, the ratios the benchmark computed (keys
@@ -593,6 +594,19 @@ _KINDS = (
                 ratio=False,
             ),
         ),
+    ),
+    _Kind(
+        _children_with("median_lag_s"),
+        (
+            _Column("median processing lag s", "median_lag_s", _seconds, ratio=False),
+            _Column("largest processing lag s", "max_lag_s", _seconds, ratio=False),
+        ),
+        side_header="app",
+    ),
+    _Kind(
+        _children_with("first_top_k_s"),
+        (_Column("s from the start to the first top 3", "first_top_k_s", _whole, ratio=False),),
+        side_header="run",
     ),
     _Kind(
         _children_with("cores_used"),

@@ -27,7 +27,8 @@ written every event are records far ahead of the others (the closing records) wr
 middle stream, to move the readers' watermark past every minute. The answer is computed in
 plain Python from the events.
 
-Used by tests/apps/test_exactly_once.py (a bounded run in CI, and a longer soak run).
+Used by tests/apps/test_exactly_once.py (a bounded run in CI, and a longer soak run), and its
+apps, events and answer by tests/ops/test_host.py (the host killed under a chain of apps).
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def known_answer(events: int) -> dict[tuple[int, str], tuple[int, int]]:
     return answer
 
 
-def _publish(
+def publish(
     spark: SparkSession, workspace: Workspace, stream: str, numbers: range, events: int, run: str
 ) -> None:
     """Write the records `numbers` of a run of `events` events. Numbers from `events` on are
@@ -377,7 +378,7 @@ def run_with_kills(
     create_stream(workspace.settings, middle, buckets=2)
     if pipeline is Pipeline.PROCESSOR:
         create_stream(workspace.settings, results, buckets=1)
-    _publish(spark, workspace, source, range(events), events, run)
+    publish(spark, workspace, source, range(events), events, run)
 
     def new_app(role: str, template: str, query: str, semantics: str = "exactly_once") -> _App:
         name = f"crash_{role}_{run}"
@@ -445,7 +446,7 @@ def run_with_kills(
         # filter's two tasks writing to the middle stream at once could put them ahead of
         # events not yet written, and the readers would set those aside as late once they had
         # moved their watermark.
-        _publish(spark, workspace, middle, range(events, events + CLOSING_RECORDS), events, run)
+        publish(spark, workspace, middle, range(events, events + CLOSING_RECORDS), events, run)
         after_filter = [app for role, app in killed.items() if role != "filter"]
         for app in after_filter:
             app.run_to_the_end()
@@ -458,9 +459,9 @@ def run_with_kills(
         for app in apps.values():
             app.kill()
     tables = ["exactly_once", "at_least_once"] if pipeline is Pipeline.SQL else ["total"]
-    middle_ids, middle_counts = _middle_records(workspace, middle)
+    middle_ids, middle_counts = middle_records(workspace, middle)
     return CrashRun(
-        results={role: _results_of_table(spark, workspace, apps[role].name) for role in tables},
+        results={role: results_of_table(spark, workspace, apps[role].name) for role in tables},
         middle_ids=middle_ids,
         middle_counts=middle_counts,
         copies_in_results=_copies(workspace, results) if pipeline is Pipeline.PROCESSOR else 0,
@@ -483,7 +484,7 @@ def _table_versions(table: Path) -> Callable[[], int]:
     return count
 
 
-def _results_of_table(
+def results_of_table(
     spark: SparkSession, workspace: Workspace, app: str
 ) -> dict[tuple[int, str], tuple[int, int]]:
     """(minute, category) -> (count, sum) from the SQL app's result table."""
@@ -497,9 +498,7 @@ def _results_of_table(
     }
 
 
-def _middle_records(
-    workspace: Workspace, middle: str
-) -> tuple[Counter, dict[tuple[int, str], int]]:
+def middle_records(workspace: Workspace, middle: str) -> tuple[Counter, dict[tuple[int, str], int]]:
     """The middle stream's records but the closing ones: how often each id was written, and
     how many records each (minute, category) got, copies included."""
     ids: Counter = Counter()

@@ -109,6 +109,9 @@ def test_a_deployed_app_shows_its_batches_and_its_drivers_cpu_of_the_last_minute
     start, end = header.index("BATCHES_PER_MIN"), header.index("PROCESSING_LAG")
     batches, cpu = line[start:end].split(maxsplit=1)
     assert _costs_shown(batches, cpu.strip()), shown.stdout
+    # The driver's memory: its Python process, Spark's JVM and workers, hundreds of MiB.
+    memory = re.fullmatch(r"([\d,]+) MiB", str(_ps_row(millrace, app)["driver_memory"]))
+    assert memory is not None and int(memory[1].replace(",", "")) > 200
 
     top = millrace("top", "--once", environment={"COLUMNS": "250"})
     assert top.returncode == 0, top.stderr

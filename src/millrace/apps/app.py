@@ -457,5 +457,13 @@ class ProcessorApp(App):
         }
 
     def _ship(self) -> None:
-        """Send the processor's module with Spark's tasks, for workers that cannot import it."""
-        ship_with_tasks(sys.modules[self.processor.__module__])
+        """Send the processor's module with Spark's tasks, for workers that cannot import it.
+
+        In the host, another app's start may have dropped the module from `sys.modules`
+        (each app imports its code afresh, `millrace.ops.host`): cloudpickle then finds no
+        module to import it from in the workers and sends the processor's code by value, as
+        registering the module would.
+        """
+        module = sys.modules.get(self.processor.__module__)
+        if module is not None:
+            ship_with_tasks(module)

@@ -9,12 +9,14 @@ pane; the Ranker (SQL, `TOPK`) keeps the top 3 events per topic and 10-second wi
 result table, which `millrace serve` answers at `/apps/trending_ranker/tables/top_events`.
 
 `run_demo` brings Kafka and Redis up, creates what is missing (streams, the dimensions
-table), deploys the four apps detached (`millrace ps` lists them), runs the generator in a
-thread, and prints progress and each new window's top 3 per topic until it is interrupted
+table), runs the generator in a thread, deploys the four apps detached into the workspace's
+host, one Spark application for all four (`millrace.ops.host`; with `hosted=False` each in a
+Spark application of its own; `millrace ps` lists them either way), and prints progress and
+each new window's top 3 per topic until it is interrupted
 (Ctrl-C, or SIGTERM, taken as the runner takes it: `runner.stop_requests`) or `seconds` have
-passed; then it stops the generator and the apps gracefully. Kafka and Redis stay up. The
-apps keep their checkpoints: a second run resumes. Each app runs in the process `deploy`
-starts (`millrace.ops.deployed`), by the runner that `millrace run` uses.
+passed; then it stops the generator and the apps gracefully. Kafka and Redis stay up, and
+the host until it has run no app for a while. The apps keep their checkpoints: a second run
+resumes. Each app runs by the runner that `millrace run` uses.
 """
 
 from __future__ import annotations
@@ -53,9 +55,12 @@ RANKER = "trending_ranker"
 RANKER_TABLE = "top_events"
 APP_NAMES = ("trending_filterer", "trending_joiner", "trending_scorer", RANKER)
 LEAN_SPARK = {
-    # Four Spark applications share the machine: few shuffle partitions and a small heap
-    # each. A setting the user made (in the environment) wins.
+    # Small streams on a small machine: few shuffle partitions. A setting the user made (in
+    # the environment) wins, here and in ISOLATED_SPARK.
     "MILLRACE_SPARK_SHUFFLE_PARTITIONS": "2",
+}
+ISOLATED_SPARK = {
+    # Four Spark applications share the machine (`--isolated`): a small heap each.
     "MILLRACE_SPARK_DRIVER_MEMORY": "1g",
     # The JVM's optimizing compiler (C2) makes four cold JVMs compete for 2 cores while they
     # start, for speed the demo's 200 events/s never needs: C1 alone brought the first top-K
@@ -103,8 +108,12 @@ def run_demo(
     seconds: float | None,
     say: Callable[[str], None],
     trigger: str = "interval:2s",
+    hosted: bool = True,
 ) -> DemoRun:
-    """Run the pipeline live until interrupted or `seconds` have passed; then stop the apps."""
+    """Run the pipeline live until interrupted or `seconds` have passed; then stop the apps.
+
+    With `hosted` the apps run in the workspace's host; otherwise each in a driver of its own.
+    """
     run = DemoRun()
     folder = trending_dir()
     generator = _load(folder / "generator.py")
@@ -118,25 +127,20 @@ def run_demo(
         f"2. streams {', '.join(generator.STREAMS)} ready; serving table "
         f"{generator.DIMENSIONS_TABLE!r} loaded from {generator.DIMENSIONS_FILE.name}"
     )
-    for name, value in LEAN_SPARK.items():
+    for name, value in {**LEAN_SPARK, **({} if hosted else ISOLATED_SPARK)}.items():
         os.environ.setdefault(name, value)
     stopping = threading.Event()
     deployed: list[str] = []
     sender: threading.Thread | None = None
+    options = RunOptions(Trigger.parse(trigger), hosted=hosted)
     with stop_requests() as asked_to_stop:
         try:
-            for source in generator.APPS:
-                if asked_to_stop.is_set():
-                    raise KeyboardInterrupt
-                where, _, cls = source.partition(":")
-                path = str(folder / where) + (f":{cls}" if cls else "")
-                record = _deploy(workspace, path, trigger)
-                deployed.append(record.name)
-                say(f"3. deployed {record.name} (pid {record.pid}, log {record.log})")
 
             def counted(events: int, malformed: int) -> None:
                 run.events, run.malformed = events, malformed
 
+            # The generator starts first: the apps read its stream from the start, so the
+            # events of their start-up are there for the first windows when they run.
             sender = threading.Thread(
                 target=generator.run,
                 kwargs={"settings": settings, "rate": rate, "stop": stopping, "on_sent": counted},
@@ -144,10 +148,19 @@ def run_demo(
                 daemon=True,
             )
             sender.start()
+            say(f"3. generator publishing {rate:g} events/s to {generator.EVENTS}")
+            for source in generator.APPS:
+                if asked_to_stop.is_set():
+                    raise KeyboardInterrupt
+                where, _, cls = source.partition(":")
+                path = str(folder / where) + (f":{cls}" if cls else "")
+                record = _deploy(workspace, path, options)
+                deployed.append(record.name)
+                driver = f"the host, pid {record.pid}" if hosted else f"pid {record.pid}"
+                say(f"4. deployed {record.name} ({driver}, log {record.log})")
             say(
-                f"4. generator publishing {rate:g} events/s to {generator.EVENTS}; the apps "
-                "start their Spark sessions (a minute or two on a busy machine), then the "
-                "first 10-second windows close"
+                "5. the apps start their queries (a minute or so on a busy machine) and read "
+                "the events from the first; then the first 10-second windows close"
             )
             _watch(workspace, run, deployed, seconds, say, asked_to_stop)
         except KeyboardInterrupt:
@@ -161,8 +174,7 @@ def run_demo(
     return run
 
 
-def _deploy(workspace: Workspace, source: str, trigger: str) -> registry.AppRecord:
-    options = RunOptions(Trigger.parse(trigger))
+def _deploy(workspace: Workspace, source: str, options: RunOptions) -> registry.AppRecord:
     try:
         return deploy(workspace, source, options)
     except AlreadyDeployedError as error:

@@ -171,7 +171,12 @@ def status() -> None:
     show_default=True,
     help="Serve the dashboard on this loopback port while the demo runs (0: do not).",
 )
-def demo(rate: float, seconds: float | None, dashboard_port: int) -> None:
+@click.option(
+    "--isolated",
+    is_flag=True,
+    help="Run each app in a Spark application of its own instead of the workspace's host.",
+)
+def demo(rate: float, seconds: float | None, dashboard_port: int, isolated: bool) -> None:
     """Run the trending-events pipeline live: generator, 4 apps, top 3 events per topic."""
     from millrace.api.app import background_service
     from millrace.cli.demo import run_demo
@@ -187,6 +192,6 @@ def demo(rate: float, seconds: float | None, dashboard_port: int) -> None:
                 click.echo(f"dashboard: {url}/ui/ (the pipeline live in a browser)")
         except ConfigError as error:
             click.echo(f"no dashboard: {error.message}; pass --dashboard-port N")
-        run = run_demo(workspace, rate=rate, seconds=seconds, say=click.echo)
+        run = run_demo(workspace, rate=rate, seconds=seconds, say=click.echo, hosted=not isolated)
     if seconds is not None and run.first_results_s is None:
         raise SystemExit(1)

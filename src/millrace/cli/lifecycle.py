@@ -12,6 +12,7 @@ import click
 
 from millrace.apps.options import RunOptions
 from millrace.cli.times import epoch_ms
+from millrace.config.proc_stat import process_tree, resident_mib
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import CheckpointError, MillraceError
@@ -73,7 +74,9 @@ def ps(as_json: bool) -> None:
     """List the deployed apps: status, pid, driver, uptime, trigger, last batch, rate, cost, lags.
 
     The driver is `own` for an app in a Spark application of its own, `host` for one in the
-    workspace's host, whose pid it shows.
+    workspace's host, whose pid it shows; its memory is what the driver's processes (Python,
+    Spark's JVM and Python workers) hold now, for the host's apps the host's, which they
+    share.
 
     The cost is the micro-batches the app ran in the last minute and the CPU seconds its
     driver (Python, Spark's JVM and Python workers) used in the last minute, with the share
@@ -87,8 +90,12 @@ def ps(as_json: bool) -> None:
     workspace = _workspace()
     monitor = Monitor(workspace)
     problems: list[MillraceError] = []
+    records = registry.list_apps(workspace)
+    drivers = {record.pid for record in records if record.status == "running" and record.pid}
+    memory = {pid: f"{resident_mib(process_tree(pid)):,.0f} MiB" for pid in drivers}
     rows = [
-        _ps_row(workspace, record, monitor, problems) for record in registry.list_apps(workspace)
+        _ps_row(workspace, record, monitor, problems, memory.get(record.pid or 0))
+        for record in records
     ]
     try:
         _print_ps(rows, as_json)
@@ -108,7 +115,8 @@ def _print_ps(rows: list[dict[str, object]], as_json: bool) -> None:
     if not rows:
         click.echo("no deployed apps; start one with `millrace deploy APP`")
         return
-    columns: tuple[str, ...] = ("app", "status", "pid", "driver", "uptime", "trigger")
+    columns: tuple[str, ...] = ("app", "status", "pid", "driver", "driver_memory", "uptime")
+    columns += ("trigger",)
     columns += ("last_batch",)
     columns += ("last_batch_at", "input_rate", "batches_per_min", "driver_cpu_per_min")
     columns += ("processing_lag", "watermark_lag")
@@ -272,7 +280,11 @@ def rollback(app: str, to_batch: int | None, to_time: str | None, no_start: bool
 
 
 def _ps_row(
-    workspace: Workspace, record: AppRecord, monitor: Monitor, problems: list[MillraceError]
+    workspace: Workspace,
+    record: AppRecord,
+    monitor: Monitor,
+    problems: list[MillraceError],
+    driver_memory: str | None,
 ) -> dict[str, object]:
     """What `ps` shows of one app. Lags are the monitor's (`millrace.monitor`).
 
@@ -291,6 +303,7 @@ def _ps_row(
         "status": record.status,
         "pid": record.pid if record.status == "running" else None,
         "driver": "host" if record.options.hosted else "own",
+        "driver_memory": driver_memory,
         "uptime": _duration(uptime) if uptime is not None else None,
         "trigger": record.trigger,
         "last_batch": {query: batch.batch_id for query, batch in last.items()} or None,

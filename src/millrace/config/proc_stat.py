@@ -1,9 +1,10 @@
-"""Processes as Linux's /proc tells them: state, parent, start time, and CPU time used.
+"""Processes as Linux's /proc tells them: state, parent, start time, CPU time and memory used.
 
 `process_stat` is millrace's one reader of `/proc/<pid>/stat`: the registry asks it whether
 an app's process still runs and when it started, `local_processes` whether a server is a
-zombie. `process_tree` reads a process and its descendants, and `cpu_used_between` the CPU
-time such a tree used from one reading to the next, as an app's driver measures itself
+zombie. `process_tree` reads a process and its descendants, `resident_mib` the memory such a
+tree holds, and `cpu_used_between` the CPU time it used from one reading to the next, as an
+app's driver measures itself
 (`millrace.ops.driver_cpu`): its Python process, the Spark JVM that PySpark starts as its
 child, and the Python workers that JVM forks.
 """
@@ -24,7 +25,7 @@ class ProcessStat:
     `state` is its one-letter state (`R`, `S`, `Z` for a zombie...); `start_ticks` when it
     started, in clock ticks since boot, which tells a recycled pid from the process; `cpu_s`
     the user and system CPU seconds it used; `children_cpu_s` those of its children that
-    ended and that it waited for (with theirs, recursively).
+    ended and that it waited for (with theirs, recursively); `rss_bytes` its resident memory.
 
     Example:
         >>> stat = process_stat(os.getpid())
@@ -38,6 +39,7 @@ class ProcessStat:
     cpu_s: float
     children_cpu_s: float
     start_ticks: int
+    rss_bytes: int = 0
 
 
 def process_stat(pid: int) -> ProcessStat | None:
@@ -57,6 +59,8 @@ def process_stat(pid: int) -> ProcessStat | None:
         cpu_s=(int(fields[11]) + int(fields[12])) / tick,
         children_cpu_s=(int(fields[13]) + int(fields[14])) / tick,
         start_ticks=int(fields[19]),
+        # rss, field 24, in pages.
+        rss_bytes=int(fields[21]) * os.sysconf("SC_PAGE_SIZE"),
     )
 
 
@@ -85,6 +89,16 @@ def process_tree(pid: int) -> list[ProcessStat]:
         tree.append(stat)
         waiting.extend(children.get(stat.pid, []))
     return tree
+
+
+def resident_mib(tree: list[ProcessStat]) -> float:
+    """The resident memory of a `process_tree` reading, in MiB: what its processes hold now.
+
+    Example:
+        >>> resident_mib(process_tree(os.getpid())) > 1
+        True
+    """
+    return sum(stat.rss_bytes for stat in tree) / 2**20
 
 
 def cpu_used_between(before: list[ProcessStat], after: list[ProcessStat]) -> float:

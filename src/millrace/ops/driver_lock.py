@@ -33,6 +33,7 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Literal
 
 from millrace.config.workspace import Workspace
@@ -169,17 +170,28 @@ def holder(workspace: Workspace, app: str) -> Holder | None:
         >>> holder(workspace, "top_events") is None
         True
     """
-    path = workspace.driver_lock(app)
-    if not path.is_file():
+    if not is_held(workspace.driver_lock(app)):
         return None
+    return _recorded_holder(workspace, app) or Holder(0, "unknown", "run", "unknown")
+
+
+def is_held(path: Path) -> bool:
+    """Whether a process holds the exclusive `flock` on the file at `path` now.
+
+    Example:
+        >>> is_held(tmp_path / "no-such.lock")
+        False
+    """
+    if not path.is_file():
+        return False
     descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return _recorded_holder(workspace, app) or Holder(0, "unknown", "run", "unknown")
+        return True
     finally:
         os.close(descriptor)
-    return None
+    return False
 
 
 def refusal(workspace: Workspace, app: str) -> AppRunningError:

@@ -20,20 +20,28 @@ was deployed from (`_users_code`), so an app restarted with changed code runs th
 and two apps whose modules share a name each import their own. The functions reach Spark's
 Python workers by value (`millrace.engine.user_code`), never from a worker's cache.
 
-The host runs as `python -m millrace.ops.host`, its output in `host/host.log`. On SIGTERM it
-stops every app gracefully; it ends by itself once it has run no app for `LINGER_S`. Killed,
-its apps are recovered from their checkpoints by `millrace restart APP`.
+`python -m millrace.ops.host` is the host's supervisor (`supervise`): it runs the host as a
+child (`python -m millrace.ops.host --serve`, its output with the supervisor's in
+`host/host.log`) and starts it again when it dies (kill -9, out of memory), at most
+`MAX_STARTS` times in `STARTS_WINDOW_S`. A host that starts takes back the apps whose host
+died under them (`_orphans`: deployed into a host, still meant to run, with no exit
+recorded): each recovers from its checkpoint, as `millrace restart APP` would. On SIGTERM
+the host stops every app gracefully; it ends by itself once it has run no app for
+`LINGER_S`; either way the supervisor ends with it.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
@@ -45,7 +53,7 @@ from millrace.engine.session import app_session, command_session, end_app_sessio
 from millrace.engine.user_code import is_users_module
 from millrace.errors import LifecycleError, MillraceError
 from millrace.ops import checkpoints, driver_lock, registry
-from millrace.ops.host_inbox import HostRequest, holding_host_lock, take
+from millrace.ops.host_inbox import HOST_MODULE, HostProcess, HostRequest, holding_host_lock, take
 
 LINGER_S = 30.0
 """How long a host with no app waits for one before it ends."""
@@ -53,7 +61,13 @@ LINGER_S = 30.0
 LOCK_WAIT_S = 30.0
 """How long an app's thread waits for the app's driver lock, which the CLI lets go to it."""
 
+MAX_STARTS = 5
+STARTS_WINDOW_S = 600.0
+"""The supervisor gives up on a host that died `MAX_STARTS` times in `STARTS_WINDOW_S`."""
+
 _INBOX_EVERY_S = 0.2
+# The host's exit status when another host holds the workspace's host lock.
+_ANOTHER_HOST = 3
 _LOADING = threading.RLock()
 
 
@@ -146,23 +160,96 @@ class Host:
                 _say(f"{name}: ended ({code})")
 
 
-def main() -> None:
+def supervise() -> int:
+    """Run the host as a child and start it again each time it dies; its last exit status.
+
+    SIGTERM is passed on to the host, which stops its apps gracefully; the supervisor ends
+    once the host has ended by itself (status 0) or found another host in its place.
+    """
+    starts: deque[float] = deque(maxlen=MAX_STARTS)
+    terminated = threading.Event()
+    child: subprocess.Popen[bytes] | None = None
+
+    def terminate(signum: int, frame: object) -> None:
+        terminated.set()
+        if child is not None:
+            child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, terminate)
+    while True:
+        starts.append(time.monotonic())
+        child = subprocess.Popen(
+            [sys.executable, "-m", HOST_MODULE, "--serve"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: its Spark JVM and workers too
+        )
+        code = child.wait()
+        if code in (0, _ANOTHER_HOST) or terminated.is_set():
+            return code
+        ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+        if len(starts) == MAX_STARTS and time.monotonic() - starts[0] < STARTS_WINDOW_S:
+            _say(f"host pid {child.pid} {ended}, its {MAX_STARTS}th start in a row; giving up")
+            return code
+        _say(f"host pid {child.pid} {ended}; starting it again")
+
+
+def serve() -> int:
     """Run the host of the workspace until SIGTERM, or until it has had no app for a while."""
     workspace = Workspace.locate().require_initialized()
     settings = workspace.settings
     with holding_host_lock(workspace, settings.spark_master) as described:
         if described is None:
             _say("another host runs in this workspace; this one ends")
-            return
+            return _ANOTHER_HOST
         _say(f"host pid {described.pid} on {settings.spark_master}")
         with (
             stop_requests() as stopping,
             command_session(settings, "millrace-host", pools=True) as spark,
         ):
             host = Host(workspace, spark)
+            for request in _orphans(workspace, described):
+                host.handle(request)
             _serve(workspace, host, stopping)
             host.stop_all()
     _say("host ended")
+    return 0
+
+
+def _orphans(workspace: Workspace, host: HostProcess) -> Iterator[HostRequest]:
+    """Requests to start again the apps whose host died under them, registered as in `host`.
+
+    Such an app was deployed into a host on `host`'s master, is still meant to run (not
+    stopped), recorded no exit, and no driver holds its lock.
+    """
+    for record in registry.list_apps(workspace):
+        orphaned = (
+            record.options.hosted
+            and record.status == "crashed"
+            and not workspace.app_exit(record.name).is_file()
+            and driver_lock.holder(workspace, record.name) is None
+            and record.options.on_master(workspace).settings.spark_master == host.master
+        )
+        if not orphaned:
+            continue
+        with workspace.app_log(record.name).open("a", encoding="utf-8") as log:
+            log.write(
+                f"--- {registry.now_iso()} its host ended; host pid {host.pid} runs it again "
+                "from its checkpoint\n"
+            )
+        registry.save(
+            workspace,
+            replace(
+                record,
+                pid=host.pid,
+                proc_start=host.proc_start,
+                started_at=registry.now_iso(),
+                status="running",
+            ),
+        )
+        _say(f"{record.name}: its host ended; started again from its checkpoint")
+        yield HostRequest(
+            "start", record.name, record.source, record.options, record.cwd, "restart"
+        )
 
 
 def _serve(workspace: Workspace, host: Host, stopping: threading.Event) -> None:
@@ -222,4 +309,4 @@ def _say(line: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(serve() if sys.argv[1:] == ["--serve"] else supervise())

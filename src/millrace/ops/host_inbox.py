@@ -13,7 +13,8 @@ Spark application. Its folder, `<workspace>/host/`, holds:
   name and renamed, so the host never reads half of one, and a CLI that dies mid-command
   leaves a whole request or none.
 
-`start_host` starts the host when none runs and waits until it has taken its lock.
+`start_host` starts the host, under its supervisor (`millrace.ops.host.supervise`), when none
+runs and waits until it has taken its lock.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from millrace.apps.options import RunOptions
 from millrace.config.workspace import Workspace
 from millrace.errors import LifecycleError
 from millrace.ops import registry
-from millrace.ops.driver_lock import StartedBy
+from millrace.ops.driver_lock import StartedBy, is_held
 
 HOST_MODULE = "millrace.ops.host"
-"""The module the host's process runs (`python -m`)."""
+"""The module the host's supervisor runs (`python -m`), and the host itself (with `--serve`)."""
 
 HOST_START_WAIT_S = 60.0
 """How long `start_host` waits for a host it started to take its lock."""
@@ -129,17 +130,7 @@ def take(workspace: Workspace) -> list[HostRequest | LifecycleError]:
 
 def running_host(workspace: Workspace) -> HostProcess | None:
     """The host of `workspace` when one runs (it holds the host lock), else None."""
-    lock = workspace.host_lock
-    if not lock.is_file():
-        return None
-    descriptor = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return _described(workspace)
-    finally:
-        os.close(descriptor)
-    return None
+    return _described(workspace) if is_held(workspace.host_lock) else None
 
 
 def start_host(workspace: Workspace, master: str) -> HostProcess:
