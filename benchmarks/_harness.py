@@ -158,6 +158,29 @@ def group_cpu_seconds(group: int) -> dict[int, float]:
     return found
 
 
+def group_thread_cpu_seconds(group: int) -> dict[str, float]:
+    """CPU seconds of the live threads of process group `group`, by kind of thread.
+
+    A kind is the process's command and the thread's name with its digits dropped, as Linux
+    keeps them (15 characters): `java/C2 CompilerThre`, `java/stream executio`,
+    `python3/python3`... Threads that ended since are not counted.
+    """
+    found: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in process_group(group):
+        try:
+            command = Path(f"/proc/{pid}/comm").read_text().strip()
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                text = (task / "stat").read_text()
+                name = text[text.index("(") + 1 : text.rindex(")")]
+                fields = text.rsplit(")", 1)[1].split()
+                kind = f"{command}/{''.join(c for c in name if not c.isdigit()).rstrip('#- ')}"
+                found[kind] = found.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            continue  # ended while listed
+    return found
+
+
 def group_rss_mib(group: int) -> float:
     """Resident memory of the live processes of process group `group`, in MiB."""
     pages = 0

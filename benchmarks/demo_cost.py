@@ -15,7 +15,10 @@ the apps have started and their first windows have closed, it measures for M sec
   Spark JVM and Python workers, from /proc/<pid>/stat), their resident memory at the end, and
   the micro-batches its apps' queries started per minute (`millrace history --json`): an app
   in a driver of its own under its name, the apps of a host (`deploy --host`) together under
-  `host (...)`.
+  `host (...)`;
+- where the drivers' CPU went, under `threads`: the cores used by each kind of thread (the
+  process's command and the thread's name: `java/C2 CompilerThre`, `java/stream executio`,
+  `python3/python3`...), the busiest twelve and the others together.
 
 It reads the apps through `millrace ps --json` and `millrace history --json` only, and the
 seconds from the demo's start to its first top 3 from what it prints.
@@ -37,6 +40,7 @@ from _harness import (
     cpu_spent,
     group_cpu_seconds,
     group_rss_mib,
+    group_thread_cpu_seconds,
     isolated_workspace,
     machine_cpu_seconds,
     write_results,
@@ -46,6 +50,7 @@ from _harness import (
 # baseline, as before the host), and all four in the workspace's host (the default).
 WORKLOADS = {"demo_isolated": ["--isolated"], "demo": []}
 LAG_EVERY_S = 5.0
+THREAD_KINDS = 12
 # How `millrace ps --json` shows a processing lag, and the demo its first top 3.
 LAG = re.compile(r"^\d+ records, ([\d.]+)s$")
 FIRST_TOP_K = re.compile(r"^first top-K after (\d+) s$", re.M)
@@ -71,8 +76,8 @@ def main() -> None:
     first_top_k: dict[str, dict[str, float | None]] = {}
     for workload in arguments.only or WORKLOADS:
         flags = [*WORKLOADS[workload], "--rate", f"{arguments.rate:g}"]
-        costs, lags, first_s = _demo_cost(flags, arguments.warm_up_s, arguments.measure_s)
-        results[workload], results[f"{workload}_lags"] = costs, lags
+        tables, first_s = _demo_cost(flags, arguments.warm_up_s, arguments.measure_s)
+        results |= {f"{workload}{suffix}": table for suffix, table in tables.items()}
         first_top_k[workload] = {"first_top_k_s": first_s}
     results["first_top_k"] = first_top_k
     write_results("demo-cost", results)
@@ -80,11 +85,13 @@ def main() -> None:
 
 def _demo_cost(
     flags: list[str], warm_up_s: float, measure_s: float
-) -> tuple[dict[str, dict], dict[str, dict], float | None]:
+) -> tuple[dict[str, dict], float | None]:
     """Run `millrace demo` with `flags` in a workspace of its own and measure its drivers.
 
-    Returns the drivers' costs, each app's processing lag (sampled every `LAG_EVERY_S`) and
-    the seconds the demo took to its first top 3 (None if it showed none).
+    Returns its tables by the suffix of their names: the drivers' costs (""), each app's
+    processing lag (`_lags`, sampled every `LAG_EVERY_S`), the drivers' CPU by kind of
+    thread (`_threads`); and the seconds the demo took to its first top 3 (None if it
+    showed none).
     """
     with isolated_workspace() as home:
         log = (home / "demo.log").open("w")
@@ -102,6 +109,7 @@ def _demo_cost(
             drivers = _drivers(cli_json("ps"))
             batches_before = {name: _batches(apps) for name, (_, apps) in drivers.items()}
             cpu_before = {name: group_cpu_seconds(pid) for name, (pid, _) in drivers.items()}
+            threads_before = {pid: group_thread_cpu_seconds(pid) for pid, _ in drivers.values()}
             busy_before, idle_before = machine_cpu_seconds()
             lags: dict[str, list[float]] = {}
             ending = time.monotonic() + measure_s
@@ -113,6 +121,7 @@ def _demo_cost(
                 time.sleep(max(0.0, min(LAG_EVERY_S, ending - time.monotonic())))
             busy_after, idle_after = machine_cpu_seconds()
             cpu_after = {name: group_cpu_seconds(pid) for name, (pid, _) in drivers.items()}
+            threads_after = {pid: group_thread_cpu_seconds(pid) for pid, _ in drivers.values()}
             batches_after = {name: _batches(apps) for name, (_, apps) in drivers.items()}
             memory = {name: group_rss_mib(pid) for name, (pid, _) in drivers.items()}
         finally:
@@ -141,7 +150,16 @@ def _demo_cost(
         app: {"median_lag_s": statistics.median(seen), "max_lag_s": max(seen)}
         for app, seen in sorted(lags.items())
     }
-    return sides, lag_figures, float(first[1]) if first is not None else None
+    threads: dict[str, float] = {}
+    for pid, after in threads_after.items():
+        for kind, seconds in after.items():
+            used = seconds - threads_before[pid].get(kind, 0.0)
+            threads[kind] = threads.get(kind, 0.0) + max(0.0, used) / measure_s
+    busiest = sorted(threads, key=threads.__getitem__, reverse=True)
+    by_thread = {kind: {"cores_used": threads[kind]} for kind in busiest[:THREAD_KINDS]}
+    by_thread["others"] = {"cores_used": sum(threads[kind] for kind in busiest[THREAD_KINDS:])}
+    first_s = float(first[1]) if first is not None else None
+    return {"": sides, "_lags": lag_figures, "_threads": by_thread}, first_s
 
 
 def _drivers(apps: list[dict]) -> dict[str, tuple[int, list[str]]]:
