@@ -158,6 +158,11 @@ def group_cpu_seconds(group: int) -> dict[int, float]:
     return found
 
 
+def batches_started(apps: list[str]) -> int:
+    """The micro-batches the queries of `apps` have started so far (`millrace history`)."""
+    return sum(len(cli_json("history", app)) for app in apps)
+
+
 def group_thread_cpu_seconds(group: int) -> dict[str, float]:
     """CPU seconds of the live threads of process group `group`, by kind of thread.
 

@@ -36,6 +36,7 @@ import sys
 import time
 
 from _harness import (
+    batches_started,
     cli_json,
     cpu_spent,
     group_cpu_seconds,
@@ -107,7 +108,7 @@ def _demo_cost(
                 printed = (home / "demo.log").read_text()[-2000:]
                 raise SystemExit(f"the demo ended early; its last lines:\n{printed}")
             drivers = _drivers(cli_json("ps"))
-            batches_before = {name: _batches(apps) for name, (_, apps) in drivers.items()}
+            batches_before = {name: batches_started(apps) for name, (_, apps) in drivers.items()}
             cpu_before = {name: group_cpu_seconds(pid) for name, (pid, _) in drivers.items()}
             threads_before = {pid: group_thread_cpu_seconds(pid) for pid, _ in drivers.values()}
             busy_before, idle_before = machine_cpu_seconds()
@@ -122,7 +123,7 @@ def _demo_cost(
             busy_after, idle_after = machine_cpu_seconds()
             cpu_after = {name: group_cpu_seconds(pid) for name, (pid, _) in drivers.items()}
             threads_after = {pid: group_thread_cpu_seconds(pid) for pid, _ in drivers.values()}
-            batches_after = {name: _batches(apps) for name, (_, apps) in drivers.items()}
+            batches_after = {name: batches_started(apps) for name, (_, apps) in drivers.items()}
             memory = {name: group_rss_mib(pid) for name, (pid, _) in drivers.items()}
         finally:
             # Ctrl-C, as a user stops the demo: it stops the generator and the four apps.
@@ -175,11 +176,6 @@ def _drivers(apps: list[dict]) -> dict[str, tuple[int, list[str]]]:
         names[0] if len(names) == 1 else f"host ({', '.join(sorted(names))})": (pid, names)
         for pid, names in by_pid.items()
     }
-
-
-def _batches(apps: list[str]) -> int:
-    """The micro-batches the queries of `apps` have started so far."""
-    return sum(len(cli_json("history", app)) for app in apps)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from _harness import (
+    batches_started,
     cli,
-    cli_json,
     cpu_spent,
     group_cpu_seconds,
     group_rss_mib,
@@ -94,12 +94,12 @@ def _quiet_cost(scratch: Path, apps: list[str], idle_s: float, *, hosted: bool) 
         groups = {registry.load(workspace, app).pid for app in apps}
         if None in groups:
             raise SystemExit("an app has no process")
-        batches_before = _batches(apps)
+        batches_before = batches_started(apps)
         before = {group: group_cpu_seconds(group) for group in groups}
         time.sleep(idle_s)
         after = {group: group_cpu_seconds(group) for group in groups}
         rss_mib = sum(group_rss_mib(group) for group in groups)
-        batches = _batches(apps) - batches_before
+        batches = batches_started(apps) - batches_before
     finally:
         for app in apps:
             cli("stop", app)
@@ -128,10 +128,6 @@ def _wait_for_windows(workspace, apps: list[str]) -> None:
         if time.monotonic() > deadline:
             raise SystemExit(f"apps {sorted(waiting)} closed no window within {WINDOW_WAIT_S} s")
         time.sleep(1)
-
-
-def _batches(apps: list[str]) -> int:
-    return sum(len(cli_json("history", app)) for app in apps)
 
 
 if __name__ == "__main__":

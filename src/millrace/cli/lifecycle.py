@@ -116,8 +116,7 @@ def _print_ps(rows: list[dict[str, object]], as_json: bool) -> None:
         click.echo("no deployed apps; start one with `millrace deploy APP`")
         return
     columns: tuple[str, ...] = ("app", "status", "pid", "driver", "driver_memory", "uptime")
-    columns += ("trigger",)
-    columns += ("last_batch",)
+    columns += ("trigger", "last_batch")
     columns += ("last_batch_at", "input_rate", "batches_per_min", "driver_cpu_per_min")
     columns += ("processing_lag", "watermark_lag")
     columns += ("output_watermark", "behind_source")

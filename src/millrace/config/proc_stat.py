@@ -39,7 +39,7 @@ class ProcessStat:
     cpu_s: float
     children_cpu_s: float
     start_ticks: int
-    rss_bytes: int = 0
+    rss_bytes: int
 
 
 def process_stat(pid: int) -> ProcessStat | None:
