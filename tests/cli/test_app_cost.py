@@ -54,7 +54,7 @@ def deployed(
     stop = threading.Event()
     feeder = threading.Thread(target=_feed, args=(workspace, stream, stop), daemon=True)
     feeder.start()
-    started = millrace_subprocess("deploy", str(source), "--trigger", "interval:1s")
+    started = millrace_subprocess("deploy", str(source), "--trigger", "interval:1s", "--isolated")
     assert started.returncode == 0, started.stderr
     try:
         yield name

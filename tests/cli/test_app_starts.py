@@ -2,8 +2,8 @@
 checkpoint, a corrupt one, an input stream that does not exist; each refused before Spark
 starts, with what to do.
 
-The apps run as a user runs them: `millrace deploy`, `millrace run` in a terminal (a process
-of its own), `millrace run --available-now`.
+The apps run as a user runs them: `millrace deploy` (into the host), `millrace run` in a
+terminal (a process of its own), `millrace run --available-now`.
 """
 
 import json
@@ -57,9 +57,10 @@ def test_a_second_driver_is_refused_whether_the_first_was_deployed_or_run_in_a_t
     name, source = _app(workspace, tmp_path, "drivers")
     deployed = millrace_subprocess("deploy", str(source))
     assert deployed.returncode == 0, deployed.stderr
+    assert f"app '{name}' deployed: in the host, pid " in deployed.stdout  # the default
     try:
         record = registry.load(workspace, name)
-        # The deployed process keeps the lock `deploy` handed it while its queries run.
+        # The host's thread for the app keeps the lock `deploy` handed it while its queries run.
         wait_for(
             "the app's queries",
             lambda: f"app '{name}' running: 1 queries" in Path(record.log).read_text(),

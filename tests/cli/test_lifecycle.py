@@ -95,7 +95,15 @@ def test_deploy_ps_logs_history_rollback_restart_and_stop_a_sql_app(
     first = ["a", "b", "a", "c", "a"]
     _publish(workspace, stream, first, 0)
 
-    deployed = millrace_subprocess("deploy", str(source), "--trigger", "interval:1s")
+    # A driver of its own, as the `deploy.isolated` setting asks (tests/ops/test_host.py
+    # drives apps in the host, where `deploy` runs them by default).
+    deployed = millrace_subprocess(
+        "deploy",
+        str(source),
+        "--trigger",
+        "interval:1s",
+        environment={"MILLRACE_DEPLOY_ISOLATED": f"other_app, {name}"},
+    )
     assert deployed.returncode == 0, deployed.stderr
     assert f"app '{name}' deployed: pid " in deployed.stdout
     try:
@@ -349,7 +357,7 @@ def test_a_processor_is_deployed_listed_stopped_restarted_with_new_code_and_roll
     module.write_text(PROCESSOR.format(name=name, source=source, output=output, version=1))
     _publish_numbers(workspace, source, range(0, 200))
 
-    deployed = millrace_subprocess("deploy", f"{module}:RunningCount")
+    deployed = millrace_subprocess("deploy", f"{module}:RunningCount", "--isolated")
     assert deployed.returncode == 0, deployed.stderr
     try:
         wait_for(

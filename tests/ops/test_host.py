@@ -27,7 +27,7 @@ from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import ResultTableNotFoundError
-from millrace.ops import checkpoints, driver_lock, host_inbox, lifecycle, registry
+from millrace.ops import checkpoints, driver_cpu, driver_lock, host_inbox, lifecycle, registry
 from millrace.warehouse.result_tables import read_result_rows
 from tests.apps import crash_pipeline
 
@@ -132,6 +132,21 @@ def test_apps_in_one_host_stop_restart_roll_back_fail_and_change_code_alone(
         _wait("b's counts while a is stopped", exact("b"), workspace, b)
         assert _batches(workspace, b) > before, "b ran micro-batches while a was stopped"
         assert _counts(workspace, a) == Counter({"x": 2, "y": 1}), "a read nothing stopped"
+        # What each app costs, as for a driver of its own: b's minute, and none for a stopped.
+        _wait(
+            "b's CPU reading",
+            lambda: driver_cpu.last_minute(workspace, b) is not None,
+            workspace,
+            b,
+        )
+        reading = driver_cpu.last_minute(workspace, b)
+        assert reading is not None and reading.cpu_s > 0
+        _wait(
+            "a's CPU reading gone",
+            lambda: driver_cpu.last_minute(workspace, a) is None,
+            workspace,
+            a,
+        )
 
         restarted = lifecycle.restart(workspace, a)
         assert restarted.pid == host.pid

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import ConfigError
@@ -25,7 +26,8 @@ class RunOptions:
     `master` replaces the workspace's Spark master when given (`--master`); `force` starts
     the app without comparing its state's fingerprint with its checkpoint's (`--force`);
     `hosted` runs a deployed app in the workspace's host, one Spark application for many
-    apps (`--host`, `millrace.ops.host`), rather than in a driver of its own.
+    apps (`millrace.ops.host`; what `deploy` does unless `--isolated` or the `deploy.isolated`
+    setting says otherwise), rather than in a driver of its own.
 
     Example:
         >>> options = RunOptions(Trigger.parse("interval:10s"), master="spark://127.0.0.1:7077")
@@ -50,6 +52,20 @@ class RunOptions:
             return workspace
         settings = dataclasses.replace(workspace.settings, spark_master=self.master)
         return dataclasses.replace(workspace, settings=settings)
+
+    def for_app(self, app: str, settings: Settings) -> RunOptions:
+        """These options for deployed app `app`: a driver of its own if `deploy.isolated` names it.
+
+        Example:
+            >>> hosted = RunOptions(hosted=True)
+            >>> hosted.for_app("ranker", Settings(deploy_isolated="ranker")).hosted
+            False
+            >>> hosted.for_app("scorer", Settings(deploy_isolated="ranker")).hosted
+            True
+        """
+        if self.hosted and app in settings.isolated_apps:
+            return dataclasses.replace(self, hosted=False)
+        return self
 
     def to_json(self) -> dict[str, str | bool | None]:
         """The options as JSON-able data, as the registry keeps them."""

@@ -156,7 +156,8 @@ def run_demo(
                 path = str(folder / where) + (f":{cls}" if cls else "")
                 record = _deploy(workspace, path, options)
                 deployed.append(record.name)
-                driver = f"the host, pid {record.pid}" if hosted else f"pid {record.pid}"
+                hosted_here = record.options.hosted
+                driver = f"the host, pid {record.pid}" if hosted_here else f"pid {record.pid}"
                 say(f"4. deployed {record.name} ({driver}, log {record.log})")
             say(
                 "5. the apps start their queries (a minute or so on a busy machine) and read "

@@ -46,15 +46,17 @@ def _trigger(text: str | None) -> Trigger | None:
     "(<storage.root>/backups/APP/ when storage.root is set).",
 )
 @click.option(
-    "--host",
+    "--host/--isolated",
     "hosted",
-    is_flag=True,
-    help="Run in the workspace's host, one Spark application for many apps (started if none runs).",
+    default=True,
+    help="Run in the workspace's host, one Spark application for many apps (started if none "
+    "runs; the default), or in a Spark application of its own (as do the apps the "
+    "deploy.isolated setting names).",
 )
 def deploy(
     app: str, trigger: str | None, master: str | None, force: bool, fresh: bool, hosted: bool
 ) -> None:
-    """Start APP detached, as its own Spark application or in the host, and record it.
+    """Start APP detached, in the workspace's host or as its own Spark application, and record it.
 
     APP is a SQL app's file, or a processor as module:Class or path/to/file.py:Class.
     Refused while the app runs (deployed, or in a terminal with `millrace run`), and when
@@ -64,7 +66,7 @@ def deploy(
 
     options = RunOptions(_trigger(trigger) or Trigger(), master, force, hosted)
     record = lifecycle.deploy(_workspace(), app, options, fresh=fresh)
-    where = f"in the host, pid {record.pid}" if hosted else f"pid {record.pid}"
+    where = f"in the host, pid {record.pid}" if record.options.hosted else f"pid {record.pid}"
     click.echo(f"app {record.name!r} deployed: {where}, log {record.log}")
 
 
@@ -80,7 +82,8 @@ def ps(as_json: bool) -> None:
 
     The cost is the micro-batches the app ran in the last minute and the CPU seconds its
     driver (Python, Spark's JVM and Python workers) used in the last minute, with the share
-    of one core that is.
+    of one core that is; for an app in the host, what it used on its own (its tasks, its
+    micro-batch loops) and its part, in proportion, of what the host's apps share.
 
     The processing lag is the records waiting on the app's inputs and how many seconds of
     the bus they span; the watermark lag how far its watermark is behind its newest event

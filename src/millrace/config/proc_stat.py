@@ -2,10 +2,11 @@
 
 `process_stat` is millrace's one reader of `/proc/<pid>/stat`: the registry asks it whether
 an app's process still runs and when it started, `local_processes` whether a server is a
-zombie. `process_tree` reads a process and its descendants, `resident_mib` the memory such a
-tree holds, and `cpu_used_between` the CPU time it used from one reading to the next, as an
-app's driver measures itself
-(`millrace.ops.driver_cpu`): its Python process, the Spark JVM that PySpark starts as its
+zombie; `thread_cpu_s` reads one thread's CPU time, as the host counts each app's.
+`process_tree` reads a process and its descendants, `resident_mib` the memory such a tree
+holds, and `cpu_used_between` the CPU time it used from one reading to the next, as an app's
+driver measures itself (`millrace.ops.driver_cpu`): its Python process, the Spark JVM that
+PySpark starts as its
 child, and the Python workers that JVM forks.
 """
 
@@ -44,12 +45,9 @@ class ProcessStat:
 
 def process_stat(pid: int) -> ProcessStat | None:
     """Process `pid` as `/proc/<pid>/stat` has it now, or None when there is no such process."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
+    fields = _stat_fields(_PROC / str(pid) / "stat")
+    if fields is None:
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = text[text.rindex(")") + 2 :].split()
     tick = os.sysconf("SC_CLK_TCK")
     return ProcessStat(
         pid=pid,
@@ -62,6 +60,30 @@ def process_stat(pid: int) -> ProcessStat | None:
         # rss, field 24, in pages.
         rss_bytes=int(fields[21]) * os.sysconf("SC_PAGE_SIZE"),
     )
+
+
+def thread_cpu_s(pid: int, thread_id: int) -> float:
+    """The user and system CPU seconds thread `thread_id` (a native id) of `pid` used; 0 if gone.
+
+    Example:
+        >>> import threading
+        >>> thread_cpu_s(os.getpid(), threading.get_native_id()) > 0
+        True
+    """
+    fields = _stat_fields(_PROC / str(pid) / "task" / str(thread_id) / "stat")
+    if fields is None:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(path: Path) -> list[str] | None:
+    """The fields of a `stat` file from the third (state) on; None when it is gone."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    return text[text.rindex(")") + 2 :].split()
 
 
 def process_tree(pid: int) -> list[ProcessStat]:

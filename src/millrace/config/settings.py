@@ -197,6 +197,13 @@ SETTINGS: tuple[Setting, ...] = (
         "the first record after a quiet spell.",
     ),
     Setting(
+        "deploy.isolated",
+        "MILLRACE_DEPLOY_ISOLATED",
+        "Apps that `deploy` runs each in a Spark application of its own rather than in the "
+        "workspace's host, by name, comma-separated (`deploy --isolated` does it for one "
+        "deploy): for an app that needs other Spark settings or must not share a driver.",
+    ),
+    Setting(
         "events.time_field",
         "MILLRACE_TIME_FIELD",
         "Field of a published event that holds its event time (ISO-8601, or epoch ms or s). "
@@ -306,6 +313,7 @@ class Settings:
     spark_driver_memory: str = "2g"
     spark_driver_java_options: str = ""
     spark_poll_delay: str = "1s"
+    deploy_isolated: str = ""
     events_time_field: str = "time"
     events_max_future: str = "5m"
     events_idle_timeout: str = "1m"
@@ -373,6 +381,16 @@ class Settings:
     def idle_timeout_ms(self) -> int:
         """`events.idle_timeout` in milliseconds."""
         return parse_duration_ms(self.events_idle_timeout, what="events.idle_timeout")
+
+    @property
+    def isolated_apps(self) -> frozenset[str]:
+        """The apps named by `deploy.isolated`, which `deploy` gives drivers of their own.
+
+        Example:
+            >>> sorted(Settings(deploy_isolated="ranker, joiner").isolated_apps)
+            ['joiner', 'ranker']
+        """
+        return frozenset(name.strip() for name in self.deploy_isolated.split(",") if name.strip())
 
     @property
     def uses_local_redis(self) -> bool:

@@ -10,6 +10,10 @@ it is the CPU since the first sample, taken as the driver starts, so the Python
 interpreter's own start (a second or two) is left out. `last_minute` reads it for
 `ps`, `top`, `/metrics` and the dashboard (`millrace.monitor.status`).
 
+An app in the host (`millrace.ops.host`) shares its process with the host's other apps: the
+host runs `recording_host`, which writes each app's file with what the app used on its own
+and its share of what the apps use together (`recording_host` says how).
+
 The file goes when the driver ends; a driver killed leaves it, and a reading older than
 `STALE_SAMPLES` samples counts as none. A driver that cannot write it goes on, and says so in
 its log.
@@ -24,7 +28,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,26 +122,125 @@ def last_minute(workspace: Workspace, app: str, *, now_ms: int | None = None) ->
 def _record(path: Path, every_s: float, stop: threading.Event) -> None:
     """Sample this process tree's CPU until `stop`; write the last minute's after each sample."""
     pid = os.getpid()
-    # (monotonic start, CPU seconds) of each interval between two samples, the last minute's.
-    intervals: deque[tuple[float, float]] = deque()
+    minute = _LastMinute()
     then, tree = time.monotonic(), process_tree(pid)
     while not stop.wait(every_s):
         now, later = time.monotonic(), process_tree(pid)
-        intervals.append((then, cpu_used_between(tree, later)))
+        minute.add(then, now, cpu_used_between(tree, later))
         then, tree = now, later
-        while len(intervals) > 1 and intervals[0][0] < now - WINDOW_S:
-            intervals.popleft()
-        reading = {
-            "cpu_s": round(sum(cpu_s for _, cpu_s in intervals), 3),
-            "span_s": round(now - intervals[0][0], 3),
+        try:
+            _write(path, minute.reading(now, every_s, pid))
+        except OSError as error:
+            _log.warning("the driver's CPU was not recorded in %s: %s", path, error)
+
+
+@contextlib.contextmanager
+def recording_host(
+    workspace: Workspace,
+    own_cpu_s: Callable[[], Mapping[str, float]],
+    *,
+    every_s: float = SAMPLE_EVERY_S,
+) -> Iterator[None]:
+    """Record, for each app of this host until the `with` ends, its CPU of the last minute.
+
+    `own_cpu_s` gives the CPU seconds each running app used so far on its own (its thread,
+    its tasks, its micro-batch loops; `millrace.ops.host`). What the host's process tree used
+    besides (its JIT compilers and garbage collector, the Python workers that all apps'
+    tasks share, the listener bus) is divided among the apps in proportion to their own
+    CPU in the same interval, so that the apps' figures add up to the host's. An app's file
+    goes when it no longer runs.
+
+    Example:
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> with recording_host(workspace, lambda: {"top_events": 0.0}):
+        ...     pass  # the host runs its apps here
+        >>> last_minute(workspace, "top_events") is None  # the host ended: no reading
+        True
+    """
+    stop = threading.Event()
+    written: set[str] = set()
+    thread = threading.Thread(
+        target=_record_host,
+        args=(workspace, own_cpu_s, every_s, stop, written),
+        name="millrace-host-cpu",
+        daemon=True,
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        for app in written:
+            workspace.driver_cpu(app).unlink(missing_ok=True)
+
+
+def _record_host(
+    workspace: Workspace,
+    own_cpu_s: Callable[[], Mapping[str, float]],
+    every_s: float,
+    stop: threading.Event,
+    written: set[str],
+) -> None:
+    """Sample the host's and its apps' CPU until `stop`; write each app's after each sample."""
+    pid = os.getpid()
+    minutes: dict[str, _LastMinute] = {}
+    then, tree, own = time.monotonic(), process_tree(pid), dict(own_cpu_s())
+    while not stop.wait(every_s):
+        now, later, own_now = time.monotonic(), process_tree(pid), dict(own_cpu_s())
+        # An app that started since the last sample counts from this one.
+        used = {app: max(0.0, cpu_s - own.get(app, cpu_s)) for app, cpu_s in own_now.items()}
+        shared = max(0.0, cpu_used_between(tree, later) - sum(used.values()))
+        for app, cpu_s in _with_shares(used, shared).items():
+            minute = minutes.setdefault(app, _LastMinute())
+            minute.add(then, now, cpu_s)
+            try:
+                _write(workspace.driver_cpu(app), minute.reading(now, every_s, pid))
+                written.add(app)
+            except OSError as error:
+                _log.warning("%s's CPU was not recorded: %s", app, error)
+        for app in set(minutes) - set(own_now):
+            del minutes[app]
+            workspace.driver_cpu(app).unlink(missing_ok=True)
+            written.discard(app)
+        then, tree, own = now, later, own_now
+
+
+def _with_shares(used: Mapping[str, float], shared: float) -> dict[str, float]:
+    """Each app's CPU with its part of `shared`: in proportion to what it used, else evenly.
+
+    Example:
+        >>> _with_shares({"a": 3.0, "b": 1.0}, 2.0)
+        {'a': 4.5, 'b': 1.5}
+    """
+    total = sum(used.values())
+    if total > 0:
+        return {app: cpu_s + shared * cpu_s / total for app, cpu_s in used.items()}
+    return {app: shared / len(used) for app in used}
+
+
+class _LastMinute:
+    """The CPU seconds of the intervals between samples that the last minute holds."""
+
+    def __init__(self) -> None:
+        # (monotonic start, CPU seconds) of each interval between two samples.
+        self._intervals: deque[tuple[float, float]] = deque()
+
+    def add(self, start: float, now: float, cpu_s: float) -> None:
+        """The interval from `start` to `now` used `cpu_s`; those older than a minute go."""
+        self._intervals.append((start, cpu_s))
+        while len(self._intervals) > 1 and self._intervals[0][0] < now - WINDOW_S:
+            self._intervals.popleft()
+
+    def reading(self, now: float, every_s: float, pid: int) -> dict[str, float]:
+        """The reading `last_minute` reads back, as the driver of `pid` writes it."""
+        return {
+            "cpu_s": round(sum(cpu_s for _, cpu_s in self._intervals), 3),
+            "span_s": round(now - self._intervals[0][0], 3),
             "at_ms": int(time.time() * 1000),
             "every_s": every_s,
             "pid": pid,
         }
-        try:
-            _write(path, reading)
-        except OSError as error:
-            _log.warning("the driver's CPU was not recorded in %s: %s", path, error)
 
 
 def _write(path: Path, reading: dict[str, float]) -> None:

@@ -3,7 +3,7 @@
 Four apps in four Spark applications pay four times for a JVM, its JIT and garbage collector,
 a micro-batch loop's threads, Kafka clients and Python workers; on two cores that, not their
 records, kept the demo's machine busy. The host is how Spark runs many small streams
-cheaply (Flink's session cluster does the same for jobs): `millrace deploy --host` starts
+cheaply (Flink's session cluster does the same for jobs): `millrace deploy` starts
 it when none runs (`millrace.ops.host_inbox.start_host`) and hands it the app through its
 inbox; `stop`, `restart` and `rollback` act on that app alone, and the others go on.
 
@@ -14,6 +14,10 @@ which its thread takes when it starts the app and lets go once the app has ended
 is recorded. The app's lines go to its own log (`apps/<app>/app.log`), as a deployed app's
 do; an app that fails (its query raises, a bad record under a strict policy) stops alone,
 with its error in its log and its exit recorded (`registry.record_exit`), which `ps` reads.
+
+What each app costs is recorded as an own driver's is (`millrace.ops.driver_cpu.recording_host`):
+its own CPU (its thread here, and in the JVM its pool's tasks and its micro-batch loops,
+`Host.own_cpu_s`), with its part of what the apps share.
 
 Each app runs its own code: its modules are imported afresh when it starts, from the folder it
 was deployed from (`_users_code`), so an app restarted with changed code runs the new code,
@@ -32,6 +36,7 @@ the host stops every app gracefully; it ends by itself once it has run no app fo
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -48,11 +53,12 @@ from pyspark.sql import SparkSession
 
 from millrace.apps.app import App
 from millrace.apps.runner import GRACE_S, drive_on, stop_requests
+from millrace.config.proc_stat import thread_cpu_s
 from millrace.config.workspace import Workspace
 from millrace.engine.session import app_session, command_session, end_app_session
 from millrace.engine.user_code import is_users_module
 from millrace.errors import LifecycleError, MillraceError
-from millrace.ops import checkpoints, driver_lock, registry
+from millrace.ops import checkpoints, driver_cpu, driver_lock, registry
 from millrace.ops.host_inbox import HOST_MODULE, HostProcess, HostRequest, holding_host_lock, take
 
 LINGER_S = 30.0
@@ -90,6 +96,20 @@ class Host:
         """The apps whose threads still run."""
         self._apps = {name: app for name, app in self._apps.items() if app.thread.is_alive()}
         return sorted(self._apps)
+
+    def own_cpu_s(self) -> dict[str, float]:
+        """The CPU seconds each running app used so far on its own, in this process and its JVM.
+
+        Its thread here, its tasks (its scheduler pool's) and its queries' micro-batch loops
+        in the JVM (`dev.millrace.spark.AppCpu`); what the apps share is not in it.
+        """
+        counted = self.spark.sparkContext._jvm.dev.millrace.spark.AppCpu  # type: ignore[union-attr]
+        own = {}
+        for name, hosted in list(self._apps.items()):
+            thread_id = hosted.thread.native_id
+            if hosted.thread.is_alive() and thread_id is not None:
+                own[name] = thread_cpu_s(os.getpid(), thread_id) + counted.cpuNanos(name) / 1e9
+        return own
 
     def handle(self, request: HostRequest) -> None:
         """Start or stop the app of `request`."""
@@ -207,10 +227,13 @@ def serve() -> int:
             command_session(settings, "millrace-host", pools=True) as spark,
         ):
             host = Host(workspace, spark)
-            for request in _orphans(workspace, described):
-                host.handle(request)
-            _serve(workspace, host, stopping)
-            host.stop_all()
+            jvm = spark.sparkContext._jvm
+            jvm.dev.millrace.spark.AppCpu.install(spark.sparkContext._jsc.sc())  # type: ignore[union-attr]
+            with driver_cpu.recording_host(workspace, host.own_cpu_s):
+                for request in _orphans(workspace, described):
+                    host.handle(request)
+                _serve(workspace, host, stopping)
+                host.stop_all()
     _say("host ended")
     return 0
 

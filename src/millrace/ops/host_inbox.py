@@ -147,7 +147,7 @@ def start_host(workspace: Workspace, master: str) -> HostProcess:
         raise LifecycleError(
             f"the host of this workspace (pid {host.pid}) runs apps on Spark master "
             f"{host.master!r}, not {master!r}",
-            hint="deploy the app without --host for a driver of its own on that master",
+            hint="deploy the app with --isolated for a driver of its own on that master",
         )
     return host
 

@@ -150,7 +150,8 @@ def deploy(
 ) -> AppRecord:
     """Start the app of `source` detached, and record it: its own Spark application, or the host's.
 
-    With `options.hosted`, the app runs in the workspace's host (started when none runs).
+    With `options.hosted`, the app runs in the workspace's host (started when none runs),
+    unless the `deploy.isolated` setting names it.
 
     Raises `AlreadyDeployedError` when an app of that name is deployed and runs already
     (`AppRunningError` when its driver runs in a terminal), and what `check_start` raises.
@@ -376,7 +377,11 @@ def _start(
     lock: DriverLock,
     started_by: driver_lock.StartedBy,
 ) -> AppRecord:
-    """Start the app in folder `cwd`, handing it `lock`: its own process, or the host's thread."""
+    """Start the app in folder `cwd`, handing it `lock`: its own process, or the host's thread.
+
+    An app that `deploy.isolated` names gets a process of its own whatever `options` say.
+    """
+    options = options.for_app(app.name, workspace.settings)
     log = workspace.app_log(app.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     registry.clear_exit(workspace, app.name)
