@@ -2,15 +2,18 @@
 
 Run it with `.venv/bin/python benchmarks/demo_cost.py [--warm-up-s W] [--measure-s M]
 [--rate R] [--only WORKLOAD]` after `make setup`, on a machine doing nothing else. It runs
-`millrace demo` (four deployed apps, R events a second, 200 by default) twice, each time in
+`millrace demo` (four deployed apps, R events a second, 200 by default) three times, each in
 a workspace of its own: `demo_isolated` with `--isolated` (each app a Spark application of
-its own, the baseline), then `demo` (all four in the workspace's host). After W seconds, once
+its own, the baseline), `demo` (all four in the workspace's host), and
+`demo_codegen_cache_100`, the host with Spark's own cache of 100 generated classes
+(`spark.codegen_cache`, 2000 in millrace). After W seconds, once
 the apps have started and their first windows have closed, it measures for M seconds:
 
 - each app's processing lag (`millrace ps --json`, every 5 seconds): its median and
   largest;
 - the cores the whole machine kept busy, from /proc/stat (everything: the apps, the broker,
-  Redis, the generator and this script; 1.00 is one core);
+  Redis, the generator and this script; 1.00 is one core), and of those `measuring_cores`,
+  what the `millrace ps` and `history` commands this script runs to measure used;
 - for each driver, and all together, the cores its process group used (its Python process,
   Spark JVM and Python workers, from /proc/<pid>/stat), their resident memory at the end, and
   the micro-batches its apps' queries started per minute (`millrace history --json`): an app
@@ -47,9 +50,14 @@ from _harness import (
     write_results,
 )
 
-# The demo's runs measured: each app in a Spark application of its own (`--isolated`, the
-# baseline, as before the host), and all four in the workspace's host (the default).
-WORKLOADS = {"demo_isolated": ["--isolated"], "demo": []}
+# The demo's runs measured, their flags and environment: each app in a Spark application of
+# its own (`--isolated`, the baseline, as before the host), all four in the workspace's host
+# (the default), and in the host with Spark's own codegen cache of 100 classes.
+WORKLOADS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "demo_isolated": (["--isolated"], {}),
+    "demo": ([], {}),
+    "demo_codegen_cache_100": ([], {"MILLRACE_SPARK_CODEGEN_CACHE": "100"}),
+}
 LAG_EVERY_S = 5.0
 THREAD_KINDS = 12
 # How `millrace ps --json` shows a processing lag, and the demo its first top 3.
@@ -66,7 +74,7 @@ def main() -> None:
         "--only",
         choices=sorted(WORKLOADS),
         action="append",
-        help="Run only this workload (repeatable); default: both, isolated first.",
+        help="Run only this workload (repeatable); default: all, in this order.",
     )
     arguments = parser.parse_args()
     results: dict[str, object] = {
@@ -76,8 +84,9 @@ def main() -> None:
     }
     first_top_k: dict[str, dict[str, float | None]] = {}
     for workload in arguments.only or WORKLOADS:
-        flags = [*WORKLOADS[workload], "--rate", f"{arguments.rate:g}"]
-        tables, first_s = _demo_cost(flags, arguments.warm_up_s, arguments.measure_s)
+        flags, environment = WORKLOADS[workload]
+        flags = [*flags, "--rate", f"{arguments.rate:g}"]
+        tables, first_s = _demo_cost(flags, environment, arguments.warm_up_s, arguments.measure_s)
         results |= {f"{workload}{suffix}": table for suffix, table in tables.items()}
         first_top_k[workload] = {"first_top_k_s": first_s}
     results["first_top_k"] = first_top_k
@@ -85,9 +94,10 @@ def main() -> None:
 
 
 def _demo_cost(
-    flags: list[str], warm_up_s: float, measure_s: float
+    flags: list[str], environment: dict[str, str], warm_up_s: float, measure_s: float
 ) -> tuple[dict[str, dict], float | None]:
-    """Run `millrace demo` with `flags` in a workspace of its own and measure its drivers.
+    """Run `millrace demo` with `flags` and `environment` in a workspace of its own, and
+    measure its drivers.
 
     Returns its tables by the suffix of their names: the drivers' costs (""), each app's
     processing lag (`_lags`, sampled every `LAG_EVERY_S`), the drivers' CPU by kind of
@@ -101,6 +111,7 @@ def _demo_cost(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, **environment},
         )
         try:
             time.sleep(warm_up_s)
@@ -112,6 +123,7 @@ def _demo_cost(
             cpu_before = {name: group_cpu_seconds(pid) for name, (pid, _) in drivers.items()}
             threads_before = {pid: group_thread_cpu_seconds(pid) for pid, _ in drivers.values()}
             busy_before, idle_before = machine_cpu_seconds()
+            own_before = _waited_children_cpu_seconds()
             lags: dict[str, list[float]] = {}
             ending = time.monotonic() + measure_s
             while time.monotonic() < ending:
@@ -121,6 +133,7 @@ def _demo_cost(
                         lags.setdefault(row["app"], []).append(float(lag[1]))
                 time.sleep(max(0.0, min(LAG_EVERY_S, ending - time.monotonic())))
             busy_after, idle_after = machine_cpu_seconds()
+            own_after = _waited_children_cpu_seconds()
             cpu_after = {name: group_cpu_seconds(pid) for name, (pid, _) in drivers.items()}
             threads_after = {pid: group_thread_cpu_seconds(pid) for pid, _ in drivers.values()}
             batches_after = {name: batches_started(apps) for name, (_, apps) in drivers.items()}
@@ -147,6 +160,8 @@ def _demo_cost(
     busy = busy_after - busy_before
     busy_share = busy / (busy + idle_after - idle_before)
     sides["whole machine"] = {"cores_used": busy_share * (os.cpu_count() or 1)}
+    # The `millrace ps` and `history` this script ran to measure, which a demo does not.
+    sides["whole machine"]["measuring_cores"] = (own_after - own_before) / measure_s
     lag_figures = {
         app: {"median_lag_s": statistics.median(seen), "max_lag_s": max(seen)}
         for app, seen in sorted(lags.items())
@@ -161,6 +176,16 @@ def _demo_cost(
     by_thread["others"] = {"cores_used": sum(threads[kind] for kind in busiest[THREAD_KINDS:])}
     first_s = float(first[1]) if first is not None else None
     return {"": sides, "_lags": lag_figures, "_threads": by_thread}, first_s
+
+
+def _waited_children_cpu_seconds() -> float:
+    """The CPU seconds of this script's children that ended and were waited for.
+
+    The demo itself is waited for only after the measurement, so within it these are the
+    commands the script ran to measure.
+    """
+    times = os.times()
+    return times.children_user + times.children_system
 
 
 def _drivers(apps: list[dict]) -> dict[str, tuple[int, list[str]]]:

@@ -612,6 +612,7 @@ _KINDS = (
         _children_with("cores_used"),
         (
             _Column("cores used (1.00 is one core)", "cores_used", _share, ratio=False),
+            _Column("of those, measuring", "measuring_cores", _share, ratio=False),
             _Column("resident MiB", "rss_mib", _whole, ratio=False),
             _Column("micro-batches per minute", "batches_per_minute", _whole, ratio=False),
         ),

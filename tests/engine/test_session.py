@@ -54,7 +54,7 @@ def test_setup_gives_a_zip_like_pyspark_zip_bytecode_that_python_uses(tmp_path: 
     assert found == [f"{archive}/shipped/types.pyc", f"{archive}/shipped/types.py"]
 
 
-def test_the_session_runs_in_utc_with_rocksdb_state_and_the_configured_partitions(
+def test_the_session_runs_in_utc_with_rocksdb_state_the_configured_partitions_and_codegen_cache(
     spark: SparkSession,
 ) -> None:
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
@@ -62,6 +62,8 @@ def test_the_session_runs_in_utc_with_rocksdb_state_and_the_configured_partition
         "RocksDBStateStoreProvider"
     )
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    # Enough compiled operators for a host's many apps (benchmarks/demo_cost.py).
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "2000"
 
 
 def test_state_is_committed_as_changelogs_and_restored_from_them_on_restart(

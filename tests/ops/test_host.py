@@ -1,6 +1,7 @@
 """Apps deployed into one host: one Spark application, each app stopped, restarted, rolled
-back or failed alone while the others' micro-batches go on and their results stay exact; and
-the host killed with kill -9 under a chain of apps, which it recovers exactly.
+back or failed alone while the others' micro-batches go on and their results stay exact, an
+isolated app beside them, a second host refused; and the host killed with kill -9 under a
+chain of apps, which it recovers exactly.
 
 The apps of the first test count records per category into a result table merged by key, so
 the batches a rollback recomputes rewrite the same rows; every count is compared with plain
@@ -10,11 +11,14 @@ answer.
 
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +30,7 @@ from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
-from millrace.errors import ResultTableNotFoundError
+from millrace.errors import AlreadyDeployedError, ResultTableNotFoundError
 from millrace.ops import checkpoints, driver_cpu, driver_lock, host_inbox, lifecycle, registry
 from millrace.warehouse.result_tables import read_result_rows
 from tests.apps import crash_pipeline
@@ -94,7 +98,7 @@ def test_apps_in_one_host_stop_restart_roll_back_fail_and_change_code_alone(
     (tmp_path / f"{module}.py").write_text(textwrap.dedent(FUNCTIONS))
     # Deployed from the folder that holds the function's module, as a user's code is.
     monkeypatch.chdir(tmp_path)
-    names = {side: f"hosted_{side}_{run}" for side in ("a", "b", "c")}
+    names = {side: f"hosted_{side}_{run}" for side in ("a", "b", "c", "d")}
     streams = {side: f"test.hosted-{side}.{run}" for side in names}
     sources = {}
     for side, name in names.items():
@@ -102,7 +106,7 @@ def test_apps_in_one_host_stop_restart_roll_back_fail_and_change_code_alone(
         sources[side] = tmp_path / f"{side}.sql"
         sources[side].write_text(APP.format(name=name, stream=streams[side], module=module))
     options = RunOptions(Trigger.parse("interval:1s"), hosted=True)
-    a, b, c = names["a"], names["b"], names["c"]
+    a, b, c, d = names["a"], names["b"], names["c"], names["d"]
     published = {side: Counter[str]() for side in names}
 
     def publish(side: str, categories: list[str]) -> None:
@@ -115,13 +119,33 @@ def test_apps_in_one_host_stop_restart_roll_back_fail_and_change_code_alone(
     try:
         first = lifecycle.deploy(workspace, str(sources["a"]), options)
         second = lifecycle.deploy(workspace, str(sources["b"]), options)
+        # d beside them in a driver of its own, as `deploy --isolated` runs it.
+        alone = lifecycle.deploy(workspace, str(sources["d"]), replace(options, hosted=False))
         host = host_inbox.running_host(workspace)
         assert host is not None
         assert first.pid == second.pid == host.pid, "both apps run in the one host"
+        assert alone.pid != host.pid and not alone.options.hosted
+        with pytest.raises(AlreadyDeployedError):
+            lifecycle.deploy(workspace, str(sources["d"]), options)  # one driver per app
         publish("a", ["x", "y", "x"])
         publish("b", ["p", "q", "p", "p"])
+        publish("d", ["u", "v"])
         _wait("a's first counts", exact("a"), workspace, a, b)
         _wait("b's first counts", exact("b"), workspace, a, b)
+        _wait("d's counts in its own driver", exact("d"), workspace, d)
+        lifecycle.stop(workspace, d)
+
+        # A second host for the workspace ends at once and leaves the first one be.
+        second_host = subprocess.run(
+            [sys.executable, "-m", host_inbox.HOST_MODULE, "--serve"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert second_host.returncode != 0
+        assert "another host runs in this workspace; this one ends" in second_host.stdout
+        assert host_inbox.running_host(workspace) == host
 
         lifecycle.stop(workspace, a)
         assert registry.load(workspace, a).status == "stopped"
@@ -185,7 +209,7 @@ def test_apps_in_one_host_stop_restart_roll_back_fail_and_change_code_alone(
         _wait("a's counts after c failed", exact("a"), workspace, a, b)
         assert host_inbox.running_host(workspace) == host, "the host outlived c's failure"
     finally:
-        _stop_host(workspace, [a, b, c])
+        _stop_host(workspace, [a, b, c, d])
 
 
 # A processor whose answer is its module's LABEL, written to files of one name in two folders.

@@ -197,6 +197,14 @@ SETTINGS: tuple[Setting, ...] = (
         "the first record after a quiet spell.",
     ),
     Setting(
+        "spark.codegen_cache",
+        "MILLRACE_SPARK_CODEGEN_CACHE",
+        "How many of the classes Spark generates for its operators a driver keeps compiled "
+        "(Spark's spark.sql.codegen.cache.maxEntries, 100 by default there). A host runs "
+        "the queries of many apps, each micro-batch of which asks for its own; too few, and "
+        "each micro-batch compiles them again and the JIT compiles those in turn.",
+    ),
+    Setting(
         "deploy.isolated",
         "MILLRACE_DEPLOY_ISOLATED",
         "Apps that `deploy` runs each in a Spark application of its own rather than in the "
@@ -313,6 +321,7 @@ class Settings:
     spark_driver_memory: str = "2g"
     spark_driver_java_options: str = ""
     spark_poll_delay: str = "1s"
+    spark_codegen_cache: int = 2000
     deploy_isolated: str = ""
     events_time_field: str = "time"
     events_max_future: str = "5m"
@@ -692,6 +701,7 @@ _RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
     "kafka.start_timeout_s": ("more than 0 seconds", lambda value: value > 0),
     "redis.lookup_cache_s": ("0 seconds or more", lambda value: value >= 0),
     "spark.shuffle_partitions": ("0 (one per core) or more", lambda value: value >= 0),
+    "spark.codegen_cache": ("1 or more", lambda value: value >= 1),
     "monitor.interval_s": ("more than 0 seconds", lambda value: value > 0),
 }
 """The values a numeric setting may take, and how to say so."""

@@ -273,6 +273,10 @@ def spark_config(settings: Settings) -> dict[str, str]:
         # result tables are small, and 50 tasks cost seconds on every write.
         "spark.databricks.delta.snapshotPartitions": str(partitions),
         "spark.sql.session.timeZone": "UTC",
+        # Spark's 100 compiled operators were too few for the demo's four apps in one host:
+        # every micro-batch compiled its classes again (Janino, then the JIT), some 30 classes
+        # a second loaded and unloaded; with 2000 a few a minute (benchmarks/demo_cost.py).
+        "spark.sql.codegen.cache.maxEntries": str(settings.spark_codegen_cache),
         # A query whose sources had nothing new asks them all again after this long: at
         # Spark's 10 ms a quiet app kept a third of a core busy asking (benchmarks/idle_app.py).
         "spark.sql.streaming.pollingDelay": f"{settings.poll_delay_ms}ms",
