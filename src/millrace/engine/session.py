@@ -274,8 +274,9 @@ def spark_config(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": str(partitions),
         "spark.sql.session.timeZone": "UTC",
         # Spark's 100 compiled operators were too few for the demo's four apps in one host:
-        # every micro-batch compiled its classes again (Janino, then the JIT), some 30 classes
-        # a second loaded and unloaded; with 2000 a few a minute (benchmarks/demo_cost.py).
+        # every micro-batch compiled its classes again (Janino, then the JIT), 25 to 45
+        # classes a second loaded and as many unloaded, against one or two with more; 13 %
+        # less CPU per micro-batch with 2000 (benchmarks/demo_cost.py).
         "spark.sql.codegen.cache.maxEntries": str(settings.spark_codegen_cache),
         # A query whose sources had nothing new asks them all again after this long: at
         # Spark's 10 ms a quiet app kept a third of a core busy asking (benchmarks/idle_app.py).
