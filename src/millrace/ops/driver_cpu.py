@@ -85,19 +85,10 @@ def recording(workspace: Workspace, app: str, *, every_s: float = SAMPLE_EVERY_S
         True
     """
     path = workspace.driver_cpu(app)
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=_record,
-        args=(path, every_s, stop),
-        name=f"millrace-driver-cpu-{app}",
-        daemon=True,
-    )
-    thread.start()
     try:
-        yield
+        with _sampling(f"millrace-driver-cpu-{app}", lambda stop: _record(path, every_s, stop)):
+            yield
     finally:
-        stop.set()
-        thread.join()
         path.unlink(missing_ok=True)
 
 
@@ -117,6 +108,19 @@ def last_minute(workspace: Workspace, app: str, *, now_ms: int | None = None) ->
         # None yet, gone, or being replaced by a driver that writes another version of it.
         return None
     return cpu if now_ms - cpu.at_ms <= stale_ms else None
+
+
+@contextlib.contextmanager
+def _sampling(name: str, sample: Callable[[threading.Event], None]) -> Iterator[None]:
+    """`sample(stop)` on a thread of its own (named `name`) until the `with` ends."""
+    stop = threading.Event()
+    thread = threading.Thread(target=sample, args=(stop,), name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _record(path: Path, every_s: float, stop: threading.Event) -> None:
@@ -157,20 +161,14 @@ def recording_host(
         >>> last_minute(workspace, "top_events") is None  # the host ended: no reading
         True
     """
-    stop = threading.Event()
     written: set[str] = set()
-    thread = threading.Thread(
-        target=_record_host,
-        args=(workspace, own_cpu_s, every_s, stop, written),
-        name="millrace-host-cpu",
-        daemon=True,
-    )
-    thread.start()
     try:
-        yield
+        with _sampling(
+            "millrace-host-cpu",
+            lambda stop: _record_host(workspace, own_cpu_s, every_s, stop, written),
+        ):
+            yield
     finally:
-        stop.set()
-        thread.join()
         for app in written:
             workspace.driver_cpu(app).unlink(missing_ok=True)
 
