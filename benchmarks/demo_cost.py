@@ -17,8 +17,8 @@ the apps have started and their first windows have closed, it measures for M sec
 - for each driver, and all together, the cores its process group used (its Python process,
   Spark JVM and Python workers, from /proc/<pid>/stat), their resident memory at the end, and
   the micro-batches its apps' queries started per minute (`millrace history --json`): an app
-  in a driver of its own under its name, the apps of a host (`deploy --host`) together under
-  `host (...)`;
+  in a driver of its own under its name, the apps of a host (as `deploy` runs them) together
+  under `host (...)`;
 - where the drivers' CPU went, under `threads`: the cores used by each kind of thread (the
   process's command and the thread's name: `java/C2 CompilerThre`, `java/stream executio`,
   `python3/python3`...), the busiest twelve and the others together.

@@ -5,9 +5,10 @@ Run it with `.venv/bin/python benchmarks/host_apps.py [--apps N] [--idle-s S]` a
 sides one after the other, with the quiet app of benchmarks/idle_app.py (a 10-second window
 count, `LATENESS '5 seconds'`, `IDLE TIMEOUT '2 seconds'`):
 
-- `own_driver` (the baseline): one app deployed as its own Spark application, as
-  `millrace deploy` starts it;
-- `host`: N such apps deployed with `--host`, all in the workspace's one host.
+- `own_driver` (the baseline): one app deployed as its own Spark application
+  (`millrace deploy --isolated`);
+- `host`: N such apps deployed into the workspace's one host, as `millrace deploy` runs
+  them.
 
 Each side's apps read one record, close its window and go quiet; once every app has written
 the window and had time to forget the record's id, the benchmark reads from /proc the CPU
@@ -84,7 +85,7 @@ def _quiet_cost(scratch: Path, apps: list[str], idle_s: float, *, hosted: bool) 
     for app in apps:
         source = scratch / f"{app}.sql"
         source.write_text(app_sql(app, copies=False))
-        cli("deploy", str(source), *(["--host"] if hosted else []))
+        cli("deploy", str(source), "--host" if hosted else "--isolated")
     print(f"deployed {len(apps)} apps in {time.monotonic() - started:.0f} s")
     try:
         record = json.dumps({"ts": int(time.time() * 1000), "category": "quiet"})

@@ -14,8 +14,9 @@ seconds'`, mode `final`, exactly-once) into a result table:
   its ticker ticking (its readers wait on its watermark markers): a micro-batch about every
   second, as every app with an idle timeout ran before.
 
-Once the app has written the record's window, and the record's id had time to be forgotten,
-the benchmark reads the CPU time of the app's process group (the driver's Python process, its
+Each side's app is deployed with `--isolated`, a Spark application of its own. Once the app
+has written the record's window, and the record's id had time to be forgotten, the benchmark
+reads the CPU time of the app's process group (the driver's Python process, its
 Spark JVM and Python workers) from /proc, before and after S quiet seconds, and counts the
 micro-batches the app ran meanwhile (`millrace history --json`). It reports each side's share
 of one core and micro-batches per minute.
@@ -94,7 +95,10 @@ def _idle_cost(
     from millrace.warehouse.result_tables import ResultTableNotFoundError, read_result_rows
 
     workspace = Workspace.locate()
-    cli("deploy", str(source), environment=environment)
+    # A driver of its own: the app's cost alone, each side with its own settings (a host
+    # would serve every side with the settings of the first; benchmarks/host_apps.py
+    # measures quiet apps in a host).
+    cli("deploy", str(source), "--isolated", environment=environment)
     try:
         record = json.dumps({"ts": int(time.time() * 1000), "category": "quiet"})
         cli("publish", STREAM, "-", "--time-field", "ts", stdin=record + "\n")
