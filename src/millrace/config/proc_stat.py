@@ -6,8 +6,7 @@ zombie; `thread_cpu_s` reads one thread's CPU time, as the host counts each app'
 `process_tree` reads a process and its descendants, `resident_mib` the memory such a tree
 holds, and `cpu_used_between` the CPU time it used from one reading to the next, as an app's
 driver measures itself (`millrace.ops.driver_cpu`): its Python process, the Spark JVM that
-PySpark starts as its
-child, and the Python workers that JVM forks.
+PySpark starts as its child, and the Python workers that JVM forks.
 """
 
 from __future__ import annotations

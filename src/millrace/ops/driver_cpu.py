@@ -185,7 +185,12 @@ def _record_host(
     minutes: dict[str, _LastMinute] = {}
     then, tree, own = time.monotonic(), process_tree(pid), dict(own_cpu_s())
     while not stop.wait(every_s):
-        now, later, own_now = time.monotonic(), process_tree(pid), dict(own_cpu_s())
+        try:
+            own_now = dict(own_cpu_s())
+        except Exception as error:  # the JVM's answer lost (it may be ending): skip the sample
+            _log.warning("the host's apps' CPU was not read: %s", error)
+            continue
+        now, later = time.monotonic(), process_tree(pid)
         # An app that started since the last sample counts from this one.
         used = {app: max(0.0, cpu_s - own.get(app, cpu_s)) for app, cpu_s in own_now.items()}
         shared = max(0.0, cpu_used_between(tree, later) - sum(used.values()))
