@@ -63,7 +63,7 @@ class RunOptions:
             >>> hosted.for_app("scorer", Settings(deploy_isolated="ranker")).hosted
             True
         """
-        if self.hosted and app in settings.isolated_apps:
+        if self.hosted and app in {name.strip() for name in settings.deploy_isolated.split(",")}:
             return dataclasses.replace(self, hosted=False)
         return self
 

@@ -199,17 +199,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "spark.codegen_cache",
         "MILLRACE_SPARK_CODEGEN_CACHE",
-        "How many of the classes Spark generates for its operators a driver keeps compiled "
-        "(Spark's spark.sql.codegen.cache.maxEntries, 100 by default there). A host runs "
-        "the queries of many apps, each micro-batch of which asks for its own; too few, and "
-        "each micro-batch compiles them again and the JIT compiles those in turn.",
+        "Operator classes Spark generates that a driver keeps compiled (Spark's "
+        "spark.sql.codegen.cache.maxEntries, 100 there): a host of many apps needs many.",
     ),
     Setting(
         "deploy.isolated",
         "MILLRACE_DEPLOY_ISOLATED",
-        "Apps that `deploy` runs each in a Spark application of its own rather than in the "
-        "workspace's host, by name, comma-separated (`deploy --isolated` does it for one "
-        "deploy): for an app that needs other Spark settings or must not share a driver.",
+        "Apps (names, comma-separated) that `deploy` runs each in a Spark application of "
+        "its own, not in the workspace's host, as `deploy --isolated` does for one deploy.",
     ),
     Setting(
         "events.time_field",
@@ -390,16 +387,6 @@ class Settings:
     def idle_timeout_ms(self) -> int:
         """`events.idle_timeout` in milliseconds."""
         return parse_duration_ms(self.events_idle_timeout, what="events.idle_timeout")
-
-    @property
-    def isolated_apps(self) -> frozenset[str]:
-        """The apps named by `deploy.isolated`, which `deploy` gives drivers of their own.
-
-        Example:
-            >>> sorted(Settings(deploy_isolated="ranker, joiner").isolated_apps)
-            ['joiner', 'ranker']
-        """
-        return frozenset(name.strip() for name in self.deploy_isolated.split(",") if name.strip())
 
     @property
     def uses_local_redis(self) -> bool:

@@ -84,6 +84,25 @@ def set_hadoop_option(spark: SparkSession, key: str, value: str) -> None:
     spark.sparkContext._jsc.hadoopConfiguration().set(key, value)
 
 
+def count_app_cpu(spark: SparkSession) -> None:
+    """Count from now on the CPU of each scheduler pool's tasks in the JVM, once per JVM.
+
+    millrace's own `dev.millrace.spark.AppCpu` (jvm/spark-extensions) listens to the
+    SparkContext, which is reached through the private `_jvm` and `_jsc`.
+    """
+    spark.sparkContext._jvm.dev.millrace.spark.AppCpu.install(spark.sparkContext._jsc.sc())  # type: ignore[union-attr]
+
+
+def app_cpu_s(spark: SparkSession, app: str) -> float:
+    """The CPU seconds app `app` of a host used so far in its JVM (`AppCpu.cpuNanos`).
+
+    Its scheduler pool's tasks, and its queries' micro-batch threads, through the private
+    `_jvm`.
+    """
+    counted = spark.sparkContext._jvm.dev.millrace.spark.AppCpu  # type: ignore[union-attr]
+    return int(counted.cpuNanos(app)) / 1e9
+
+
 def attach_json_listener(spark: SparkSession, listener: StreamingQueryListener) -> None:
     """Attach `listener` so that it gets each progress event read from the event's JSON text.
 

@@ -55,6 +55,7 @@ from millrace.apps.app import App
 from millrace.apps.runner import GRACE_S, drive_on, stop_requests
 from millrace.config.proc_stat import thread_cpu_s
 from millrace.config.workspace import Workspace
+from millrace.engine import spark_internals
 from millrace.engine.session import app_session, command_session, end_app_session
 from millrace.engine.user_code import is_users_module
 from millrace.errors import LifecycleError, MillraceError
@@ -103,12 +104,12 @@ class Host:
         Its thread here, its tasks (its scheduler pool's) and its queries' micro-batch loops
         in the JVM (`dev.millrace.spark.AppCpu`); what the apps share is not in it.
         """
-        counted = self.spark.sparkContext._jvm.dev.millrace.spark.AppCpu  # type: ignore[union-attr]
         own = {}
         for name, hosted in list(self._apps.items()):
             thread_id = hosted.thread.native_id
             if hosted.thread.is_alive() and thread_id is not None:
-                own[name] = thread_cpu_s(os.getpid(), thread_id) + counted.cpuNanos(name) / 1e9
+                in_jvm = spark_internals.app_cpu_s(self.spark, name)
+                own[name] = thread_cpu_s(os.getpid(), thread_id) + in_jvm
         return own
 
     def handle(self, request: HostRequest) -> None:
@@ -227,8 +228,7 @@ def serve() -> int:
             command_session(settings, "millrace-host", pools=True) as spark,
         ):
             host = Host(workspace, spark)
-            jvm = spark.sparkContext._jvm
-            jvm.dev.millrace.spark.AppCpu.install(spark.sparkContext._jsc.sc())  # type: ignore[union-attr]
+            spark_internals.count_app_cpu(spark)
             with driver_cpu.recording_host(workspace, host.own_cpu_s):
                 for request in _orphans(workspace, described):
                     host.handle(request)
