@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
 
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
@@ -498,6 +499,129 @@ def test_a_value_is_utf8_by_the_same_rule_as_python_and_spark_whatever_its_lengt
 
     assert [row.millrace for row in checked] == [python_utf8(value) for value in values]
     assert [row.millrace for row in checked] == [row.spark for row in checked]
+
+
+def test_a_value_parsed_in_the_jvm_means_what_spark_from_json_of_its_text_means(
+    spark: SparkSession,
+) -> None:
+    # Every shape of value a stream may hold, each time written as a number, as text, spaced,
+    # missing or of another JSON type; values that are not objects, or do not fit the fields
+    # (Spark's partial results), and first bytes that would make Jackson take another encoding.
+    fields = "event STRING, score DOUBLE, tags ARRAY<STRING>, place STRUCT<x: INT>"
+    values = [
+        b'{"time": 1767225600000, "event": "a", "score": 1.5, "tags": ["x"], "place": {"x": 1}}',
+        b'{"time":"2026-01-01T00:00:00Z","event":"b"}',
+        b'{"time": "2026-01-01T00:00:00Z", "event": "c"}',
+        b'{"time" :\t"2026-01-01", "event": "d"}',
+        b'{"event": "no time"}',
+        b'{"time": "1767225600"}',
+        b'{"time": 1.5e12, "score": 2}',
+        b'{"time": NaN}',
+        b'{"time": {"at": 1}}',
+        b'{"time": [1, 2]}',
+        b'{"time": null, "event": null}',
+        b'{"time": true}',
+        b'{"score": "high", "time": 5, "event": "partial"}',
+        b'{"score": "high", "time": "2026-01-01", "event": "partial text"}',
+        b'{"place": {"x": "one"}, "time": 5}',
+        b'{"event": 12, "time": 5}',
+        b'{"event": {"nested": [1, 2.50]}, "time": 5}',
+        b'{"event": "x", "event": "y", "time": 5}',
+        b'{"event": "said \\"time\\":\\"x\\"", "time": 5}',
+        b'{"event": "trailing"} and more',
+        b'{"event": "cut',
+        b"[1, 2]",
+        b'"text"',
+        b"42",
+        b"not json",
+        b"",
+        b"   ",
+        '{"event": "café 🙂", "time": 5}'.encode(),
+        b'\xef\xbb\xbf{"event": "byte-order mark"}',
+        '{"event": "utf-16"}'.encode("utf-16-le"),
+        b'{\x00"event": "nul"}',
+        None,
+    ]
+    frame = spark.createDataFrame([(value,) for value in values], "value BINARY")
+    schema = StructType.fromDDL(fields)
+
+    def from_json(time_type: str) -> Column:
+        return F.from_json(
+            F.col("value").cast("string"),
+            f"{fields}, time {time_type}, _corrupt STRING",
+            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"},
+        )
+
+    fast, slow = from_json("DOUBLE"), from_json("STRING")
+    text = F.col("value").cast("string")
+    as_text = F.contains(text, F.lit('"time":"')) | F.contains(text, F.lit('"time": "'))
+    spark_parse = frame.select(
+        "value", F.when(~as_text, fast).alias("fast"), F.lit(None).alias("slow")
+    ).withColumn("slow", F.when(F.col("fast").isNull() | F.col("fast._corrupt").isNotNull(), slow))
+    spark_rows = spark_parse.select(
+        *[
+            F.when(F.col("slow").isNotNull(), F.col(f"slow.{name}"))
+            .otherwise(F.col(f"fast.{name}"))
+            .alias(name)
+            for name in schema.fieldNames()
+        ],
+        F.col("slow.time").alias("time_text"),
+        F.when(F.col("slow").isNotNull(), F.col("slow.time").try_cast("double"))
+        .otherwise(F.col("fast.time"))
+        .alias("time_number"),
+        (
+            (F.col("slow").isNull() & F.col("fast").isNull()) | F.col("slow._corrupt").isNotNull()
+        ).alias("unparsed"),
+    ).collect()
+    parsed = F.call_function(
+        "millrace_parse_value", F.col("value"), F.lit(schema.json()), F.lit("time")
+    )
+    jvm_rows = (
+        frame.select(parsed.alias("parsed"))
+        .select(
+            *[F.col(f"parsed.{name}").alias(name) for name in schema.fieldNames()],
+            F.col("parsed._millrace_time_text").alias("time_text"),
+            F.coalesce(
+                F.col("parsed._millrace_time_number"),
+                F.col("parsed._millrace_time_text").try_cast("double"),
+            ).alias("time_number"),
+            (F.col("parsed").isNull() | F.col("parsed._millrace_corrupt")).alias("unparsed"),
+        )
+        .collect()
+    )
+
+    def comparable(row: Row) -> dict[str, str]:
+        # A STRING given another JSON value holds its text: the bytes' own in the JVM parse
+        # (`{"at": 1}`), Spark's re-written one from text (`{"at":1}`), so the JSON value
+        # they hold is compared. NaN is not equal to itself: values are compared as text.
+        def meaning(value: object) -> str:
+            try:
+                return repr(json.loads(value)) if isinstance(value, str) else str(value)
+            except ValueError:
+                return value
+
+        return {key: meaning(value) for key, value in row.asDict(recursive=True).items()}
+
+    assert [comparable(row) for row in jvm_rows] == [comparable(row) for row in spark_rows]
+    assert [row.unparsed for row in jvm_rows][:4] == [False] * 4
+
+
+def test_a_value_that_is_not_utf8_is_unparsed_whichever_way_its_bytes_are_read(
+    spark: SparkSession,
+) -> None:
+    # Spark's text reads such bytes as U+FFFD and may parse the value; the JVM parse reads
+    # the bytes and may not. Either way the record is a dead letter: it is not UTF-8.
+    values = [b'{"event": "caf\xe9", "time": 5}', b'{"event": "\xed\xa0\x80", "time": 5}']
+    frame = spark.createDataFrame([(value,) for value in values], "value BINARY")
+    schema = StructType.fromDDL("event STRING")
+    rows = frame.select(
+        F.call_function("millrace_is_utf8", F.col("value")).alias("utf8"),
+        F.call_function(
+            "millrace_parse_value", F.col("value"), F.lit(schema.json()), F.lit("time")
+        ).alias("parsed"),
+    ).collect()
+
+    assert [row.utf8 for row in rows] == [False, False]
 
 
 def test_a_record_dated_before_1970_is_a_dead_letter_not_a_late_record_in_every_read(

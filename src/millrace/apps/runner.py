@@ -31,6 +31,7 @@ from millrace.apps.state_schema import record_state
 from millrace.config.workspace import Workspace
 from millrace.engine.progress import watch
 from millrace.engine.session import command_session
+from millrace.engine.triggers import poll_less_when_idle
 
 GRACE_S = 60.0
 """How long a stopping app waits for a query to be between micro-batches before stopping it."""
@@ -77,6 +78,7 @@ def drive_on(
     `starting`, a context that the app's start (which imports its functions) runs in.
     """
     watch(spark)
+    poll_less_when_idle(spark, workspace.settings.idle_poll_delay_ms)
     try:
         with contextlib.ExitStack() as started:
             with starting():

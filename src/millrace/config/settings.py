@@ -21,6 +21,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from millrace.config.alerts import parse_alert_rules
 from millrace.config.durations import parse_duration_ms
+from millrace.config.uris import check_root_uri, without_password
 from millrace.errors import ConfigError
 
 SettingValue = str | int | float
@@ -197,6 +198,12 @@ SETTINGS: tuple[Setting, ...] = (
         "the first record after a quiet spell.",
     ),
     Setting(
+        "spark.idle_poll_delay",
+        "MILLRACE_SPARK_IDLE_POLL_DELAY",
+        "The same wait once a query has had nothing new for 10 s and holds no state (no "
+        "window open, no id to forget): nothing is due, so it asks less often.",
+    ),
+    Setting(
         "spark.codegen_cache",
         "MILLRACE_SPARK_CODEGEN_CACHE",
         "Operator classes Spark generates that a driver keeps compiled (Spark's "
@@ -318,6 +325,7 @@ class Settings:
     spark_driver_memory: str = "2g"
     spark_driver_java_options: str = ""
     spark_poll_delay: str = "1s"
+    spark_idle_poll_delay: str = "10s"
     spark_codegen_cache: int = 2000
     deploy_isolated: str = ""
     events_time_field: str = "time"
@@ -384,6 +392,11 @@ class Settings:
         return parse_duration_ms(self.spark_poll_delay, what="spark.poll_delay")
 
     @property
+    def idle_poll_delay_ms(self) -> int:
+        """`spark.idle_poll_delay` in milliseconds."""
+        return parse_duration_ms(self.spark_idle_poll_delay, what="spark.idle_poll_delay")
+
+    @property
     def idle_timeout_ms(self) -> int:
         """`events.idle_timeout` in milliseconds."""
         return parse_duration_ms(self.events_idle_timeout, what="events.idle_timeout")
@@ -429,60 +442,6 @@ class Settings:
     def redis_auth_password(self) -> str:
         """`redis.password`, or the first line of `redis.password_file` read now."""
         return _secret("redis.password", self.redis_password, self.redis_password_file)
-
-
-SCHEMES = ("s3a", "hdfs", "file")
-"""The URI schemes `storage.root` may have."""
-
-_ROOT_HINT = (
-    "set storage.root (MILLRACE_STORAGE_ROOT) to s3a://bucket/prefix, "
-    "hdfs://namenode:port/prefix or file:///shared/folder, "
-    "or leave it empty to keep the files in the workspace"
-)
-
-
-def check_root_uri(uri: str) -> str:
-    """`uri` without a trailing slash, when it is a root `storage.root` may name.
-
-    Raises `ConfigError` saying what is wrong: an unknown scheme (`s3://` is Hadoop's old
-    connector: `s3a://` is the one to name), no bucket or namenode, or a query or fragment.
-
-    Example:
-        >>> check_root_uri("s3a://millrace-data/prod/")
-        's3a://millrace-data/prod'
-    """
-    if not uri:
-        return uri
-    parts = urlsplit(uri)
-    if parts.scheme not in SCHEMES:
-        guess = " (Hadoop's S3 connector is s3a://)" if parts.scheme in ("s3", "s3n") else ""
-        *others, last = [f"{scheme}://" for scheme in SCHEMES]
-        raise ConfigError(
-            f"storage.root {uri!r} is not an {', '.join(others)} or {last} URI{guess}",
-            hint=_ROOT_HINT,
-        )
-    if parts.query or parts.fragment:
-        raise ConfigError(f"storage.root {uri!r} has a query or fragment", hint=_ROOT_HINT)
-    if parts.scheme == "s3a" and not parts.netloc:
-        raise ConfigError(f"storage.root {uri!r} names no bucket", hint=_ROOT_HINT)
-    if parts.scheme == "hdfs" and not parts.netloc:
-        raise ConfigError(f"storage.root {uri!r} names no namenode", hint=_ROOT_HINT)
-    if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/")):
-        raise ConfigError(
-            f"storage.root {uri!r} is not an absolute file URI (file:///folder)", hint=_ROOT_HINT
-        )
-    return uri.rstrip("/")
-
-
-def without_password(url: str) -> str:
-    """`url` with the password, and a user with it, left out, for messages and status lines.
-
-    Example:
-        >>> without_password("redis://app:s3cret@127.0.0.1:6379/0")
-        'redis://127.0.0.1:6379/0'
-    """
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def load_settings(config_file: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -613,7 +572,12 @@ def _suggest(key: str, by_key: Mapping[str, Setting]) -> str:
     return f"{guess}known keys: {known}"
 
 
-_DURATION_KEYS = ("spark.poll_delay", "events.max_future", "events.idle_timeout")
+_DURATION_KEYS = (
+    "spark.poll_delay",
+    "spark.idle_poll_delay",
+    "events.max_future",
+    "events.idle_timeout",
+)
 
 
 _CHOICES = {

@@ -36,6 +36,8 @@ Semantics = Literal["exactly_once", "at_least_once", "at_most_once"]
 
 SEMANTICS: tuple[str, ...] = get_args(Semantics)
 
+# millrace's Spark extension plans a query's filter below the deduplication by this column
+# (`RecordDedup`): the copies of a record carry its value, so the filter may go first.
 _DEDUP_KEY = "_millrace_dedup_key"
 # Batch markers kept by `AtMostOnce`: a re-run is only ever of the last batch or two.
 _MARKERS_KEPT = 20

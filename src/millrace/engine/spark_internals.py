@@ -124,6 +124,28 @@ def attach_json_listener(spark: SparkSession, listener: StreamingQueryListener) 
     spark.streams.addListener(listener)
 
 
+def add_idle_polling(spark: SparkSession, idle_delay_ms: int) -> None:
+    """Attach millrace's JVM listener `IdlePolling` to `spark`'s streaming queries.
+
+    It sets a running query's polling delay, which Spark reads once when the query starts:
+    the listener is made in the JVM, through the private `_jvm`, with the session's query
+    manager from the private `_jsparkSession`, which PySpark does not expose.
+    """
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        raise RuntimeError("the Spark JVM is not running")
+    queries = spark._jsparkSession.streams()
+    queries.addListener(jvm.dev.millrace.spark.IdlePolling(queries, idle_delay_ms))
+
+
+def polling_delay_ms(query: StreamingQuery) -> int:
+    """The polling delay `query` runs with now (for tests and diagnostics).
+
+    PySpark does not expose it; the JVM query behind the private `_jsq` holds it.
+    """
+    return int(query._jsq.streamingQuery().pollingDelayMs())
+
+
 def session_uuid(spark: SparkSession) -> str:
     """The id of the JVM session behind `spark`, the same whichever Python object wraps it.
 

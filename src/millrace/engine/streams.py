@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import StructField, StructType, TimestampType
 
 from millrace.bus.streams import require_stream
 from millrace.config.durations import parse_duration_ms
@@ -62,9 +62,14 @@ RECORD_COLUMNS = ("record_id", "record_key", "record_bucket", "record_offset")
 RECORD_TIME = "record_time"
 """A column a writer takes as each record's event time, for its `time` header, not its value."""
 
-_CORRUPT = "_millrace_corrupt"
-_FAST = "_millrace_fast"
-_SLOW = "_millrace_slow"
+_PARSED = "_millrace_parsed"
+# The fields of millrace's Spark extension's `ParseValue` beside the declared ones.
+_TIME_TEXT, _TIME_NUMBER, _CORRUPT = (
+    "_millrace_time_text",
+    "_millrace_time_number",
+    "_millrace_corrupt",
+)
+_PARSE_VALUE = "millrace_parse_value"
 _IS_UTF8 = "millrace_is_utf8"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -334,27 +339,23 @@ def _decode(
 ) -> DataFrame:
     """Every Kafka record with its parsed value, its event time and whether it is bad (`_bad`).
 
-    Each record is parsed in Spark's PERMISSIVE mode, which keeps the whole text of a value
-    that is not a JSON object or has a field that does not fit its type. The time field is
-    parsed as a number (`_fast`), as most producers write it. A record whose time the text
-    gives as a JSON string, and one that this parse does not take whole, is parsed (again)
-    with the time field as text (`_slow`), from which the time is read as an ISO-8601 time or
-    an epoch number: so a record means the same whichever parse took it. Read `_field` for a
-    declared field, `_time_raw` for the time's text where the text parse took it and
-    `_time_number` for it as a number.
+    Each value is parsed once, in the JVM, by millrace's Spark extension (`ParseValue`): as
+    Spark's `from_json` in PERMISSIVE mode would, with the time field as a number or, where the
+    text gives it as a JSON string (or the numeric parse does not take the value whole), as
+    text, from which the time is read as an ISO-8601 time or an epoch number: so a record means
+    the same however its time is written. Read `_field` for a declared field, `_time_raw` for
+    the time's text where the text parse took it and `_time_number` for it as a number.
 
-    A record is bad when it has no value, when its text was kept so, when its time cannot
-    be read (a record without the field takes the time its `time` header carries, else its
-    arrival time), when it is before 1970-01-01 (`_time_given` holds it, `_time_read` is NULL), or
-    when its time is more than `max_future_ms` ahead of its arrival (then its `_event_time`
-    is NULL, so that it moves no watermark). Why it is bad is worked out only for the bad
-    ones, for their dead letters (`_error_reason`): the good records pass without it.
+    A record is bad when it has no value, when it is not a JSON object fitting the schema,
+    when its time cannot be read (a record without the field takes the time its `time` header
+    carries, else its arrival time), when it is before 1970-01-01 (`_time_given` holds it,
+    `_time_read` is NULL), or when its time is more than `max_future_ms` ahead of its arrival
+    (then its `_event_time` is NULL, so that it moves no watermark). Why it is bad is worked
+    out only for the bad ones, for their dead letters (`_error_reason`): the good records pass
+    without it.
     """
-    text = F.col("value").cast("string")
-    time_as_text = F.contains(text, F.lit(f'"{time}":"')) | F.contains(text, F.lit(f'"{time}": "'))
     with_parts = raw.select(
         F.col("value").alias("_bytes"),
-        text.alias("_text"),
         F.col("key").cast("string").alias("record_key"),
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
@@ -365,29 +366,16 @@ def _decode(
         ).alias("record_id"),
         # Spark would push a filter on `_bad` below this projection, pasting the parse into
         # each of the many references to the parsed value and parsing every record a dozen
-        # times; it pushes no filter through a nondeterministic column, so each parse is made
-        # one. A time given as text would fail the numeric parse record by record, each
-        # failure a thrown exception, so such records skip it.
-        F.when(
-            (F.spark_partition_id() >= 0) & ~time_as_text, _parse(text, fields, time, True)
-        ).alias(_FAST),
+        # times; it pushes no filter through a nondeterministic column, so the parse is made
+        # once.
+        F.when(F.spark_partition_id() >= 0, _parse(F.col("value"), fields, time)).alias(_PARSED),
         F.col("timestamp").alias("_kafka_time"),
         F.col("headers").alias("_headers"),
         *marker_columns(F.col("value"), F.col("headers")),
     )
-    fast_whole = F.col(_FAST).isNotNull() & F.col(f"{_FAST}.{_CORRUPT}").isNull()
-    with_parts = with_parts.withColumn(
-        _SLOW,
-        F.when(
-            (F.spark_partition_id() >= 0) & ~fast_whole,
-            _parse(F.col("_text"), fields, time, False),
-        ),
-    )
-    with_parts = with_parts.withColumn("_time_raw", F.col(f"{_SLOW}.`{time}`")).withColumn(
+    with_parts = with_parts.withColumn("_time_raw", F.col(f"{_PARSED}.{_TIME_TEXT}")).withColumn(
         "_time_number",
-        F.when(F.col(_SLOW).isNotNull(), F.col("_time_raw").try_cast("double")).otherwise(
-            F.col(f"{_FAST}.`{time}`")
-        ),
+        F.coalesce(F.col(f"{_PARSED}.{_TIME_NUMBER}"), F.col("_time_raw").try_cast("double")),
     )
     # The header is read only for a record without the field: most carry their time in both.
     with_parts = with_parts.withColumn(
@@ -411,22 +399,19 @@ def _decode(
     return with_parts.withColumn("_bad", F.when(F.spark_partition_id() >= 0, bad))
 
 
-def _parse(text: Column, fields: list[StructField], time: str, numeric_time: bool) -> Column:
-    """`text` parsed as JSON with `fields`, the time field as a DOUBLE or as text (STRING)."""
-    # Spark fills a STRING field with the JSON text of any value (a number's digits, a
-    # string's characters), so the text parse reads every record's time.
-    time_type = DoubleType() if numeric_time else StringType()
-    schema = StructType(
-        [*fields, StructField(time, time_type), StructField(_CORRUPT, StringType())]
-    )
-    return F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
+def _parse(value: Column, fields: list[StructField], time: str) -> Column:
+    """The bytes `value` parsed as a JSON object with `fields` and the time field `time`.
+
+    A struct of the fields, `_TIME_TEXT`, `_TIME_NUMBER` and `_CORRUPT` (millrace's Spark
+    extension, `ParseValue`, says what each holds); NULL for a value with no JSON in it.
+    """
+    schema = StructType(fields).json()
+    return F.call_function(_PARSE_VALUE, value, F.lit(schema), F.lit(time))
 
 
 def _field(name: str) -> Column:
     """Declared field `name` of a record of `_decode`, from whichever parse took the record."""
-    return F.when(F.col(_SLOW).isNotNull(), F.col(f"{_SLOW}.`{name}`")).otherwise(
-        F.col(f"{_FAST}.`{name}`")
-    )
+    return F.col(f"{_PARSED}.`{name}`")
 
 
 def _valid_utf8() -> Column:
@@ -438,9 +423,7 @@ def _valid_utf8() -> Column:
 
 def _unparsed() -> Column:
     """Whether a decoded record has no value or one that is not an object fitting the schema."""
-    # The text parse ran unless the numeric one took the record whole.
-    no_value = F.col(_SLOW).isNull() & F.col(_FAST).isNull()
-    return no_value | F.col(f"{_SLOW}.{_CORRUPT}").isNotNull()
+    return F.col(_PARSED).isNull() | F.col(f"{_PARSED}.{_CORRUPT}")
 
 
 def _good_records(
@@ -518,8 +501,9 @@ def _dead_letters(
     decoded: DataFrame, fields: list[StructField], time: str, stream: str, max_future_ms: int
 ) -> DataFrame:
     """The bad records of `decoded` as dead letters, with the reason and the original bytes."""
+    bad = decoded.where(F.col("_bad")).withColumn("_text", F.col("_bytes").cast("string"))
     return dead_letter_records(
-        decoded.where(F.col("_bad")),
+        bad,
         stream,
         error=_error_reason(fields, time, max_future_ms),
         original=F.col("_text"),

@@ -31,7 +31,8 @@ from urllib.parse import urlsplit
 
 import redis
 
-from millrace.config.settings import Settings, without_password
+from millrace.config.settings import Settings
+from millrace.config.uris import without_password
 from millrace.errors import ServingError, TableNotFoundError, TableSpecError
 from millrace.records import JsonObject
 

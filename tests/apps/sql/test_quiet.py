@@ -1,5 +1,5 @@
-"""A SQL app whose input goes quiet: its last window closes, then it runs no micro-batch until
-a record comes, and that record's window closes in its turn."""
+"""A SQL app whose input goes quiet: its last window closes, then it runs no micro-batch and
+asks its input less often until a record comes, and that record's window closes in its turn."""
 
 import json
 import time
@@ -12,6 +12,8 @@ from millrace.bus.streams import create_stream
 from millrace.config.storage import StoragePath
 from millrace.config.workspace import Workspace
 from millrace.engine.checkpoint_log import batch_ids, commits_log
+from millrace.engine.spark_internals import polling_delay_ms
+from millrace.engine.triggers import poll_less_when_idle
 from millrace.sql.parser import parse_app
 from millrace.warehouse.result_tables import ResultTableNotFoundError, read_result_rows
 from tests.plain_producer import plain_producer
@@ -46,6 +48,8 @@ def test_a_quiet_app_runs_no_micro_batch_once_its_windows_closed_and_wakes_for_a
         producer.flush()
         return now_ms // WINDOW_MS * WINDOW_MS
 
+    settings = workspace.settings
+    poll_less_when_idle(spark, settings.idle_poll_delay_ms)
     running = start_sql_app(spark, workspace, app)
     try:
         [query] = running.queries
@@ -58,9 +62,12 @@ def test_a_quiet_app_runs_no_micro_batch_once_its_windows_closed_and_wakes_for_a
         quiet_from = _settled(commits, SETTLE_S)
         time.sleep(QUIET_S)
         assert batch_ids(commits)[-1] == quiet_from, "micro-batches ran for a quiet input"
+        # Nothing is due: the query asks its sources less often, until its next micro-batch.
+        assert polling_delay_ms(query) == settings.idle_poll_delay_ms
 
         next_window = publish("next", 2)
         assert _wait_for_window(workspace, name, next_window) == {"next": 2}
+        assert polling_delay_ms(query) == settings.poll_delay_ms
     finally:
         running.stop()
 

@@ -5,14 +5,19 @@ import org.apache.spark.sql.catalyst.FunctionIdentifier
 
 /**
  * What millrace adds to every Spark session it starts (`spark.sql.extensions`): the planning
- * of an input's low watermark, [[LowWatermarkStrategy]], the aggregate that reports its
- * buckets' progress, [[BucketMaxima]], and the UTF-8 check of every record read, [[IsUtf8]].
+ * of an input's low watermark, [[LowWatermarkStrategy]], and of a query's filter below its
+ * input's deduplication, [[RecordDedupStrategy]], the aggregate that reports its
+ * buckets' progress, [[BucketMaxima]], the parse of every record's value, [[ParseValue]], and
+ * its UTF-8 check, [[IsUtf8]].
  */
 class MillraceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     extensions.injectPlannerStrategy(new LowWatermarkStrategy(_))
+    extensions.injectPlannerStrategy(_ => new RecordDedupStrategy)
     extensions.injectFunction(
       (FunctionIdentifier(BucketMaxima.Name), BucketMaxima.info, BucketMaxima.build _))
     extensions.injectFunction((FunctionIdentifier(IsUtf8.Name), IsUtf8.info, IsUtf8.build _))
+    extensions.injectFunction(
+      (FunctionIdentifier(ParseValue.Name), ParseValue.info, ParseValue.build _))
   }
 }
