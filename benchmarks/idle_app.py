@@ -8,8 +8,11 @@ seconds'`, mode `final`, exactly-once) into a result table:
 
 - `quiet`: the app as it is: once its window closed and the record's id is forgotten, nothing
   is due, its ticker stops ticking, and Spark asks its sources for new offsets every
-  `spark.poll_delay` (1 s by default);
-- `spark_polling`: the same with `spark.poll_delay` at Spark's own default, 10 ms;
+  `spark.poll_delay` (1 s by default), then, once Spark reports the query idle (10 s without
+  a micro-batch), every `spark.idle_poll_delay` (10 s by default);
+- `steady_polling`: the same asking every `spark.poll_delay` however long it has been quiet
+  (`spark.idle_poll_delay` at 1 s), as every quiet app did before the idle delay;
+- `spark_polling`: the same with both delays at Spark's own default, 10 ms;
 - `ticks_on` (the baseline): the same app also copying its input to a stream, which keeps
   its ticker ticking (its readers wait on its watermark markers): a micro-batch about every
   second, as every app with an idle timeout ran before.
@@ -33,7 +36,14 @@ from pathlib import Path
 
 from _harness import cli, cli_json, cpu_spent, group_cpu_seconds, isolated_workspace, write_results
 
-SIDES = ("quiet", "spark_polling", "ticks_on")
+SIDES = ("quiet", "steady_polling", "spark_polling", "ticks_on")
+ENVIRONMENTS = {
+    "steady_polling": {"MILLRACE_SPARK_IDLE_POLL_DELAY": "1s"},
+    "spark_polling": {
+        "MILLRACE_SPARK_POLL_DELAY": "10ms",
+        "MILLRACE_SPARK_IDLE_POLL_DELAY": "10ms",
+    },
+}
 STREAM = "idle.events"
 COPY_STREAM = "idle.copy"
 SETTLE_S = 15.0
@@ -55,9 +65,7 @@ def main() -> None:
                 app = f"idle_{side}_{number}"
                 source = Path(scratch) / f"{app}.sql"
                 source.write_text(app_sql(app, copies=side == "ticks_on"))
-                environment = (
-                    {"MILLRACE_SPARK_POLL_DELAY": "10ms"} if side == "spark_polling" else {}
-                )
+                environment = ENVIRONMENTS.get(side, {})
                 share, per_minute = _idle_cost(app, source, arguments.idle_s, environment)
                 shares[side].append(share)
                 batches[side].append(per_minute)

@@ -30,8 +30,7 @@ from millrace.apps.progress_lines import ProgressLines
 from millrace.apps.state_schema import record_state
 from millrace.config.workspace import Workspace
 from millrace.engine.progress import watch
-from millrace.engine.session import command_session
-from millrace.engine.triggers import poll_less_when_idle
+from millrace.engine.session import command_session, poll_less_when_idle
 
 GRACE_S = 60.0
 """How long a stopping app waits for a query to be between micro-batches before stopping it."""

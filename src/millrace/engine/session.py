@@ -186,6 +186,25 @@ def remove_listener(spark: SparkSession, listener: StreamingQueryListener) -> No
         attached.remove(listener)
 
 
+_polling_less: set[str] = set()
+
+
+def poll_less_when_idle(spark: SparkSession, idle_delay_ms: int) -> None:
+    """Make `spark`'s quiet queries that hold no state ask their inputs every `idle_delay_ms`.
+
+    Such a query has nothing due (no window to close, no id to forget): it waits for a record,
+    and each ask is a request to every source, which a quiet app would pay for every
+    `spark.poll_delay`. millrace's Spark extension (`IdlePolling`) lengthens a query's wait
+    when Spark reports it idle (10 s without a micro-batch) and puts it back after the query's
+    next micro-batch; the first record after a quiet spell is read up to `idle_delay_ms` after
+    it comes. Calling it again for the same session changes nothing.
+    """
+    session = spark_internals.session_uuid(spark)
+    if session not in _polling_less:
+        spark_internals.add_idle_polling(spark, idle_delay_ms)
+        _polling_less.add(session)
+
+
 @contextmanager
 def state_store(spark: SparkSession, name: str) -> Iterator[None]:
     """Queries started inside keep their state in store `name` (a key of `STATE_STORES`).

@@ -15,8 +15,9 @@ Four triggers, written as `--trigger` takes them:
   `foreachBatch` (result tables, processors) cannot use it.
 
 Between micro-batches, a query whose inputs had nothing new asks them again after
-`spark.poll_delay`; `poll_less_when_idle` makes a query that has been quiet for 10 s and holds
-no state ask after `spark.idle_poll_delay` instead, until its next micro-batch.
+`spark.poll_delay`; `millrace.engine.session.poll_less_when_idle` makes a query that has been
+quiet for 10 s and holds no state ask after `spark.idle_poll_delay` instead, until its next
+micro-batch.
 """
 
 from __future__ import annotations
@@ -25,11 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from millrace.config.durations import parse_duration_ms
-from millrace.engine import spark_internals
 from millrace.errors import ConfigError, EngineError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 TriggerKind = Literal["micro-batch", "interval", "available-now", "real-time"]
@@ -104,22 +103,3 @@ class Trigger:
         # PySpark 4.2's overloads of trigger() leave out realTime, which its implementation takes.
         real_time: DataStreamWriter = writer.outputMode("update").trigger(realTime=milliseconds)  # type: ignore[call-overload]
         return real_time
-
-
-_polling_less: set[str] = set()
-
-
-def poll_less_when_idle(spark: SparkSession, idle_delay_ms: int) -> None:
-    """Make `spark`'s quiet queries that hold no state ask their inputs every `idle_delay_ms`.
-
-    Such a query has nothing due (no window to close, no id to forget): it waits for a record,
-    and each ask is a request to every source, which a quiet app would pay for every
-    `spark.poll_delay`. millrace's Spark extension (`IdlePolling`) lengthens a query's wait
-    when Spark reports it idle (10 s without a micro-batch) and puts it back after the query's
-    next micro-batch; the first record after a quiet spell is read up to `idle_delay_ms` after
-    it comes. Calling it again for the same session changes nothing.
-    """
-    session = spark_internals.session_uuid(spark)
-    if session not in _polling_less:
-        spark_internals.add_idle_polling(spark, idle_delay_ms)
-        _polling_less.add(session)

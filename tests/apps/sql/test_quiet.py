@@ -12,8 +12,8 @@ from millrace.bus.streams import create_stream
 from millrace.config.storage import StoragePath
 from millrace.config.workspace import Workspace
 from millrace.engine.checkpoint_log import batch_ids, commits_log
+from millrace.engine.session import poll_less_when_idle
 from millrace.engine.spark_internals import polling_delay_ms
-from millrace.engine.triggers import poll_less_when_idle
 from millrace.sql.parser import parse_app
 from millrace.warehouse.result_tables import ResultTableNotFoundError, read_result_rows
 from tests.plain_producer import plain_producer

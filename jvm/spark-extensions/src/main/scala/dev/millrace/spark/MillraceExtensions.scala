@@ -4,11 +4,12 @@ import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 
 /**
- * What millrace adds to every Spark session it starts (`spark.sql.extensions`): the planning
- * of an input's low watermark, [[LowWatermarkStrategy]], and of a query's filter below its
- * input's deduplication, [[RecordDedupStrategy]], the aggregate that reports its
- * buckets' progress, [[BucketMaxima]], the parse of every record's value, [[ParseValue]], and
- * its UTF-8 check, [[IsUtf8]].
+ * What millrace adds to every Spark session it starts (`spark.sql.extensions`):
+ *  - the planning of an input's low watermark, [[LowWatermarkStrategy]];
+ *  - the planning of a query's filter below its input's deduplication, [[RecordDedupStrategy]];
+ *  - the aggregate that reports an input's buckets' progress, [[BucketMaxima]];
+ *  - the parse of every record's value, [[ParseValue]], and its UTF-8 check, [[IsUtf8]].
+ * ([[IdlePolling]], a listener, is attached by millrace to the sessions that run apps.)
  */
 class MillraceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
