@@ -100,17 +100,21 @@ class ProgressLines:
         # The recent progress is 100 reports built through Py4J, and while the input is quiet
         # Spark adds a report only every 10 seconds: look at it only when the last one changed.
         last = last_progress(query)
-        if last is None or self._last_seen.get(query.name) == (last.batchId, last.timestamp):
+        if last is None:
             return []
-        self._last_seen[query.name] = (last.batchId, last.timestamp)
+        # The name the progress carries: asking the query goes into the JVM.
+        name = last.name or query.name
+        if self._last_seen.get(name) == (last.batchId, last.timestamp):
+            return []
+        self._last_seen[name] = (last.batchId, last.timestamp)
         lines = []
         for progress in query.recentProgress:
-            if progress.batchId <= self._printed.get(query.name, -1):
+            if progress.batchId <= self._printed.get(name, -1):
                 continue
             record = metrics_record(progress, {self.app})
             if record is None:
                 continue
-            self._printed[query.name] = progress.batchId
+            self._printed[name] = progress.batchId
             self._inputs.follow(record)
             lines.append(self._line(record, progress.sink.numOutputRows))
         return lines

@@ -14,6 +14,7 @@ every time, and a quiet app would pay for it every second for nothing.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
@@ -64,7 +65,7 @@ def last_progress(query: StreamingQuery) -> StreamingQueryProgress | None:
 
     Raises EngineError for a query started before `watch` was called on its session.
     """
-    run_id = query.runId
+    run_id = _run_id(query)
     with _changed:
         run = _runs.get(run_id)
     if run is None:
@@ -103,13 +104,24 @@ def late_rows(query: StreamingQuery) -> int:
 
 
 def _totals(query: StreamingQuery) -> _Run:
-    run, stopped = query.runId, not query.isActive
+    run, stopped = _run_id(query), not query.isActive
     with _changed:
         if run not in _runs:
             return _Run()
         if stopped:
             _changed.wait_for(lambda: _runs[run].ended, timeout=_LAST_EVENT_WAIT_S)
         return replace(_runs[run])
+
+
+def _run_id(query: StreamingQuery) -> str:
+    """`query`'s run id, asked of the JVM once per query: a quiet app's loop looks every 2 s."""
+    run_id = _run_ids.get(query)
+    if run_id is None:
+        run_id = _run_ids[query] = query.runId
+    return run_id
+
+
+_run_ids: weakref.WeakKeyDictionary[StreamingQuery, str] = weakref.WeakKeyDictionary()
 
 
 class _Runs(StreamingQueryListener):

@@ -46,6 +46,9 @@ _ROCKSDB_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpoint
 _LISTENERS: dict[int, list[StreamingQueryListener]] = {}
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 _THREAD_STACK = "-Xss16m"
+# The JVM samples its performance counters (what jstat and jcmd read) every 50 ms by default,
+# a tenth of what a quiet app's driver kept using (benchmarks/idle_app.py); once a second.
+_COUNTER_SAMPLING = "-XX:PerfDataSamplingInterval=1000"
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+)-(?P<version>\d+\.\d+[\w.\-]*)\.jar$")
 
 
@@ -277,6 +280,7 @@ def spark_config(settings: Settings) -> dict[str, str]:
         for option in (
             quiet_logs,
             _THREAD_STACK,
+            _COUNTER_SAMPLING,
             class_archive.driver_options(settings, connectors),
             settings.spark_driver_java_options,
         )
