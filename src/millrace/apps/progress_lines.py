@@ -3,13 +3,12 @@
 `millrace run` prints them to the terminal, a deployed app's process to its log (where `ps`
 reads its input rate), an archive job to its terminal.
 
-Each query's micro-batches are read from Spark's recent progress (the last 100 of them), not
-only its last, so that a look every few seconds prints every batch finished since the one
-before; the recent progress is asked for only when the session's listener
-(`millrace.engine.progress.watch`, which the session must run) got a new one. A line accounts
-for the records the batch read: those written (by a query that writes a stream),
-dead-lettered, dropped as late and dropped as copies of records already processed; it shows
-the watermark, and for an input of several buckets the bucket holding its watermark back
+Each query's micro-batches are read from its recent progress as the session's listener
+(`millrace.engine.progress.watch`, which the session must run) got it, the last 100, not only
+its last, so that a look every few seconds prints every batch finished since the one before.
+A line accounts for the records the batch read: those written (by a query that writes a
+stream), dead-lettered, dropped as late and dropped as copies of records already processed;
+it shows the watermark, and for an input of several buckets the bucket holding its watermark back
 (`engine.metrics.InputProgress`, as `millrace ps --json` shows it).
 """
 
@@ -24,7 +23,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from millrace.bus.internal import is_internal_stream
 from millrace.bus.streams import dead_letter_stream
 from millrace.engine.metrics import InputProgress, InputRecord, MetricsRecord, metrics_record
-from millrace.engine.progress import last_progress
+from millrace.engine.progress import recent_progress
 
 
 def count(number: int, noun: str) -> str:
@@ -92,23 +91,16 @@ class ProgressLines:
         self.totals: dict[str, QueryTotals] = {}
         """Each query's totals over the batches printed, by query name."""
         self._printed: dict[str, int] = {}
-        self._last_seen: dict[str, tuple[int, str]] = {}
         self._inputs = InputProgress()
 
-    def new_batches(self, query: StreamingQuery) -> list[str]:
-        """The lines of `query`'s micro-batches finished since the last call, oldest first."""
-        # The recent progress is 100 reports built through Py4J, and while the input is quiet
-        # Spark adds a report only every 10 seconds: look at it only when the last one changed.
-        last = last_progress(query)
-        if last is None:
-            return []
-        # The name the progress carries: asking the query goes into the JVM.
-        name = last.name or query.name
-        if self._last_seen.get(name) == (last.batchId, last.timestamp):
-            return []
-        self._last_seen[name] = (last.batchId, last.timestamp)
+    def new_batches(self, query: StreamingQuery, *, stopped: bool = False) -> list[str]:
+        """The lines of `query`'s micro-batches finished since the last call, oldest first.
+
+        With `stopped`, said of a query that has stopped, they are all it ran.
+        """
         lines = []
-        for progress in query.recentProgress:
+        for progress in recent_progress(query, stopped=stopped):
+            name = progress.name or ""
             if progress.batchId <= self._printed.get(name, -1):
                 continue
             record = metrics_record(progress, {self.app})
@@ -119,14 +111,21 @@ class ProgressLines:
             lines.append(self._line(record, progress.sink.numOutputRows))
         return lines
 
-    def say_new(self, queries: Iterable[StreamingQuery], say: Callable[[str], None]) -> bool:
+    def say_new(
+        self,
+        queries: Iterable[StreamingQuery],
+        say: Callable[[str], None],
+        *,
+        stopped: bool = False,
+    ) -> bool:
         """Say the line of each micro-batch the queries finished since the last look.
 
-        Returns whether any had.
+        Returns whether any had. With `stopped`, said once the queries have stopped, it says
+        all that they ran.
         """
         said = False
         for query in queries:
-            for line in self.new_batches(query):
+            for line in self.new_batches(query, stopped=stopped):
                 say(line)
                 said = True
         return said

@@ -158,7 +158,7 @@ def _watch(
     else:
         running.await_termination()
     # The last batches may have ended after the last look: their lines give the totals.
-    lines.say_new(running.queries, say)
+    lines.say_new(running.queries, say, stopped=True)
     for line in running.summary(lines.totals):
         say(line)
     if stopping.is_set():

@@ -63,7 +63,7 @@ def archive(
                 time.sleep(_PROGRESS_EVERY_S)
             for query in queries:
                 query.awaitTermination()
-            lines.say_new(queries, click.echo)
+            lines.say_new(queries, click.echo, stopped=True)
             for name in names:
                 records = read_archive(spark, workspace, name).count()
                 path = workspace.archive(name)

@@ -1,21 +1,25 @@
-"""The progress of streaming queries as the session reports it: each run's last, its late rows.
+"""The progress of streaming queries as the session reports it: each run's batches, its late rows.
 
 Spark reports each micro-batch of a query in a progress event. One listener per session,
 installed by `watch`, keeps for each run of a query its name, its last progress
-(`last_progress`, `app_progresses`) and the rows its state operators dropped as later than
-the watermark (`late_rows`). The totals of a running query are those so far; those of a
-stopped query are final, since reading them waits for the listener to have had its last event.
+(`last_progress`, `app_progresses`), its recent ones (`recent_progress`) and the rows its
+state operators dropped as later than the watermark (`late_rows`). The totals of a running
+query are those so far; those of a stopped query are final, since reading them waits for the
+listener to have had its last event.
 
 What follows a query (the idle ticker, the lines an app prints) reads its progress here
 rather than asking the query: asking goes into the JVM, which builds the progress again,
-every time, and a quiet app would pay for it every second for nothing.
+every time, and a quiet app would pay for it every second for nothing. The query's own
+`recentProgress` also holds the reports Spark makes while the query is idle, which carry the
+id of the micro-batch to come and no record; the listener gets only micro-batches that ran.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass, replace
+from collections import deque
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import (
@@ -35,12 +39,15 @@ from millrace.errors import EngineError
 # Spark hands events to listeners on a queue of its own, after the query has moved on; it
 # drops them when that queue overflows, so waiting for a stopped query's last one is bounded.
 _LAST_EVENT_WAIT_S = 10.0
+# As many as Spark keeps of a query's (`spark.sql.streaming.numRecentProgressUpdates`).
+_RECENT = 100
 
 
 @dataclass
 class _Run:
     name: str | None = None
     last: StreamingQueryProgress | None = None
+    recent: deque[StreamingQueryProgress] = field(default_factory=lambda: deque(maxlen=_RECENT))
     late_rows: int = 0
     ended: bool = False
 
@@ -91,6 +98,24 @@ def app_progresses(app: str) -> list[StreamingQueryProgress | None]:
         return [run.last for run in latest.values() if not run.ended]
 
 
+def recent_progress(
+    query: StreamingQuery, *, stopped: bool = False
+) -> list[StreamingQueryProgress]:
+    """The progress of the last micro-batches `query` ran in this run (at most 100), oldest first.
+
+    With `stopped`, said of a query that has stopped, it waits for the query's last event
+    first, so that they are all it ran.
+    """
+    run_id = _run_id(query)
+    with _changed:
+        if stopped:
+            _changed.wait_for(
+                lambda: run_id not in _runs or _runs[run_id].ended, timeout=_LAST_EVENT_WAIT_S
+            )
+        run = _runs.get(run_id)
+        return list(run.recent) if run is not None else []
+
+
 def late_rows(query: StreamingQuery) -> int:
     """The rows the state operators of `query` dropped as later than the watermark, this run.
 
@@ -110,7 +135,8 @@ def _totals(query: StreamingQuery) -> _Run:
             return _Run()
         if stopped:
             _changed.wait_for(lambda: _runs[run].ended, timeout=_LAST_EVENT_WAIT_S)
-        return replace(_runs[run])
+        current = _runs[run]
+        return replace(current, recent=current.recent.copy())
 
 
 def _run_id(query: StreamingQuery) -> str:
@@ -138,6 +164,7 @@ class _Runs(StreamingQueryListener):
         with _changed:
             run = _runs.setdefault(str(progress.runId), _Run(name=progress.name))
             run.last = progress
+            run.recent.append(progress)
             run.late_rows += dropped
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
