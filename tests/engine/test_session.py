@@ -1,5 +1,6 @@
 import json
 import math
+import stat
 import subprocess
 import sys
 import threading
@@ -89,6 +90,32 @@ def test_state_is_committed_as_changelogs_and_restored_from_them_on_restart(
     assert run_once(["a", "b", "a"], "first_run") == {"a": 2, "b": 1}
     assert run_once(["a", "c"], "second_run") == {"a": 3, "b": 1, "c": 1}
     assert list(checkpoint.glob("state/0/*/2.changelog"))
+
+
+def test_local_checkpoint_files_are_written_whole_with_their_mode_and_no_process_each(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Hadoop's own local file system starts a `chmod` and a `readlink` per checkpoint file:
+    # millrace's manager (jvm/spark-extensions/.../LocalFiles.scala) sets the mode through Java.
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    checkpointing = jvm.org.apache.spark.sql.execution.streaming.checkpointing
+    hadoop_conf = spark._jsparkSession.sessionState().newHadoopConf()
+    folder = tmp_path / "checkpoint"
+    manager = checkpointing.CheckpointFileManager.create(
+        jvm.org.apache.hadoop.fs.Path(str(folder)), hadoop_conf
+    )
+    assert manager.getClass().getName() == "dev.millrace.spark.LocalCheckpointFileManager"
+    manager.mkdirs(jvm.org.apache.hadoop.fs.Path(str(folder)))
+
+    for text in (b"first", b"second"):
+        written = manager.createAtomic(jvm.org.apache.hadoop.fs.Path(str(folder / "0")), True)
+        written.write(bytearray(text))
+        written.close()
+
+    assert (folder / "0").read_bytes() == b"second"
+    assert stat.S_IMODE((folder / "0").stat().st_mode) == 0o644
+    assert sorted(path.name for path in folder.iterdir()) == [".0.crc", "0"]
 
 
 def test_the_kafka_connector_and_delta_are_on_the_classpath_without_pyspark_duplicates(

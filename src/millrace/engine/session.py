@@ -309,6 +309,12 @@ def spark_config(settings: Settings) -> dict[str, str]:
         # RocksDB and copying a snapshot of its files every batch; snapshots are made in the
         # background. It halved the commit of each state store in benchmarks/batch_costs.py.
         _ROCKSDB_CHANGELOG: "true",
+        # millrace's own (jvm/spark-extensions/.../LocalFiles.scala): local checkpoint files
+        # written and renamed without a `chmod` or `readlink` process each, which Hadoop
+        # otherwise starts for every one, 60 a micro-batch of a windowed count.
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "dev.millrace.spark.LocalCheckpointFileManager"
+        ),
         # millrace's own (jvm/spark-extensions): an input's low watermark over its buckets.
         "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{_MILLRACE_EXTENSIONS}",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
