@@ -159,8 +159,17 @@ def group_cpu_seconds(group: int) -> dict[int, float]:
 
 
 def batches_started(apps: list[str]) -> int:
-    """The micro-batches the queries of `apps` have started so far (`millrace history`)."""
-    return sum(len(cli_json("history", app)) for app in apps)
+    """The micro-batches the queries of `apps` have started so far (`millrace history`).
+
+    Counted from each query's newest batch id, not from the batches listed: Spark keeps only
+    the last 100 of a query's batches in its log, so a count of them stops growing.
+    """
+    newest: dict[tuple[str, str], int] = {}
+    for app in apps:
+        for batch in cli_json("history", app):
+            query = (app, batch["query"])
+            newest[query] = max(newest.get(query, -1), batch["batch"])
+    return sum(batch_id + 1 for batch_id in newest.values())
 
 
 def group_thread_cpu_seconds(group: int) -> dict[str, float]:
