@@ -46,6 +46,7 @@ _REFUSED_LOGINS = (
     KafkaError.SASL_AUTHENTICATION_FAILED,
 )
 _NO_ANSWER_YET = (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 
 @dataclass(frozen=True)
@@ -253,9 +254,12 @@ def _offsets(
                 for tp, future in futures.items()
             }
         except KafkaException as error:
-            # A bucket whose leader just moved or was just created answers with a retriable
-            # error for a moment.
-            if not error.args[0].retriable() or time.monotonic() > deadline:
+            # A bucket whose leader just moved or was just created answers with an error for
+            # a moment, which librdkafka does not always mark retriable: a broker not yet told
+            # it leads a bucket just created answered NOT_LEADER_FOR_PARTITION in CI.
+            failure = error.args[0]
+            moving = failure.retriable() or failure.code() in _LEADER_MOVING
+            if not moving or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
 
