@@ -92,7 +92,7 @@ def test_state_is_committed_as_changelogs_and_restored_from_them_on_restart(
     assert list(checkpoint.glob("state/0/*/2.changelog"))
 
 
-def test_local_checkpoint_files_are_written_whole_with_their_mode_and_no_process_each(
+def test_local_checkpoint_files_are_written_whole_with_their_mode_by_millraces_own_manager(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     # Hadoop's own local file system starts a `chmod` and a `readlink` per checkpoint file:
