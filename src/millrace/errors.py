@@ -118,9 +118,21 @@ class SchemaError(MillraceError):
 
 
 class SqlError(MillraceError):
-    """A SQL app is not valid; the message starts with `file:line:column`."""
+    """A SQL app or query is not valid; the message starts with `file:line:column`."""
 
     code = "sql"
+
+
+class QueryLimitError(SqlError):
+    """An ad-hoc query went over its time limit or its row limit and was stopped."""
+
+    code = "sql-limit"
+
+
+class QueryTooBigError(SqlError):
+    """An ad-hoc query's tables hold more than the engine in this process may read."""
+
+    code = "sql-size"
 
 
 class EngineError(MillraceError):

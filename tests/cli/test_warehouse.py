@@ -10,7 +10,7 @@ import pytest
 
 from millrace.bus.publisher import Publisher
 from millrace.config.workspace import Workspace
-from millrace.warehouse.adhoc_sql import QueryResult
+from millrace.warehouse.adhoc_query import QueryResult
 from millrace.warehouse.layout import streams_marked_for_archive
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -104,7 +104,40 @@ def test_sql_reads_the_archive_the_decoded_inputs_and_the_result_tables(
     }
 
 
-def test_sql_prints_a_table_of_the_rows_and_their_count(
+def test_sql_answers_small_questions_in_its_own_process_as_spark_does(
+    archived: Archived, millrace: Callable[..., CompletedProcess[str]]
+) -> None:
+    view = "warehouse__" + archived.stream.replace(".", "_")
+    query = (
+        "SELECT get_json_object(value, '$.category') AS category, COUNT(*) AS n,\n"
+        f"  SUM(CAST(get_json_object(value, '$.n') AS INT)) AS total FROM {view}\n"
+        "GROUP BY 1 ORDER BY 1"
+    )
+
+    local = millrace("sql", "--json", query)
+    on_spark = millrace("sql", "--json", "--spark", query)
+    too_big = millrace("sql", "--json", query, environment={"MILLRACE_SQL_LOCAL_MAX_MB": "0"})
+    shown = millrace("sql", query)
+
+    assert local.returncode == on_spark.returncode == too_big.returncode == 0, local.stderr
+    assert shown.returncode == 0, shown.stderr
+    categories = sorted({event["category"] for event in EVENTS})
+    assert [json.loads(line) for line in local.stdout.splitlines()] == [
+        {
+            "category": category,
+            "n": sum(1 for event in EVENTS if event["category"] == category),
+            "total": sum(event["n"] for event in EVENTS if event["category"] == category),
+        }
+        for category in categories
+    ]
+    assert local.stdout == on_spark.stdout == too_big.stdout
+    assert local.stderr.splitlines()[-1].startswith("2 rows, answered by duckdb in ")
+    assert on_spark.stderr.splitlines()[-1].startswith("2 rows, answered by spark in ")
+    assert too_big.stderr.splitlines()[-1].startswith("2 rows, answered by spark in ")
+    assert shown.stdout.splitlines()[-1].startswith("2 rows, answered by duckdb in ")
+
+
+def test_sql_prints_a_table_of_the_rows(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from millrace.cli.warehouse import print_table
@@ -121,7 +154,6 @@ def test_sql_prints_a_table_of_the_rows_and_their_count(
         ["movies", "43", "2026-01-01", '[{"item": "a"}]', "2026-01-01T12:00:05.250Z"],
         ["news", "NULL", "2026-01-02", "[]", "NULL"],
     ]
-    assert lines[-1] == "2 rows"
 
 
 PROCESSOR = """

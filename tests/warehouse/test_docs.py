@@ -12,6 +12,7 @@ from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
 from millrace.warehouse.adhoc_sql import run_query
+from millrace.warehouse.local_sql import run_local_query
 from millrace.warehouse.result_tables import read_result_rows
 
 ROOT = Path(__file__).parents[2]
@@ -60,15 +61,19 @@ def test_the_python_example_archives_backfills_and_queries(
     assert namespace["run"].tables == {"top_events_5min": len(expected)}
 
 
-def test_the_error_example_is_what_millrace_sql_prints(
+def test_the_error_examples_are_what_millrace_sql_prints_on_each_engine(
     spark: SparkSession, workspace: Workspace
 ) -> None:
-    [example] = re.findall(
-        r'\$ millrace sql "(SELECT COUNT\(\*\)\n.*?)"\n(error\[sql\].*?)\n```',
+    examples = re.findall(
+        r'\$ millrace sql (--spark )?"(SELECT COUNT\(\*\)\n.*?)"\n(error\[sql\].*?)(?=\n\$|\n```)',
         PAGE.read_text(),
         flags=re.DOTALL,
     )
-    query, printed = example
-    with pytest.raises(SqlError) as raised:
-        run_query(spark, workspace, query)
-    assert raised.value.render() == printed
+    assert [on_spark for on_spark, _, _ in examples] == ["", "--spark "]
+    for on_spark, query, printed in examples:
+        with pytest.raises(SqlError) as raised:
+            if on_spark:
+                run_query(spark, workspace, query)
+            else:
+                run_local_query(workspace, query)
+        assert raised.value.render() == printed

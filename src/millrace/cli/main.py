@@ -1,24 +1,71 @@
 """The `millrace` command: the root group, and how errors reach the terminal.
 
 Each verb is a thin function in a sibling module that parses its options, calls one service
-function of the layer below, and renders the result. A `MillraceError` is printed as
+function of the layer below, and renders the result; the group imports a verb's module when
+that verb runs, so the modules import at their top only what is cheap (a verb that needs
+Spark, Delta or pandas imports them in its function). A `MillraceError` is printed as
 `error[code]: message` with its hint, never with a traceback, and exits with status 1.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterator, MutableMapping
 
 import click
 
-# Every verb's module is imported to list it in --help, so the modules import at their top
-# only what is cheap: a verb that needs Spark, Delta, pandas or the SQL compiler imports them
-# when it runs (in its function, with the runtime modules it calls), and `--help`, `status`,
-# `tail`, `publish` and `ps` answer without loading them.
-from millrace.cli import apps, infra, lifecycle, monitor, records, streams, tables, warehouse
 from millrace.config.workspace import Workspace
 from millrace.engine.disk_full import disk_full_on_write
 from millrace.errors import MillraceError
+
+# Where each verb is: `module` of this package, or `module:function` when the function's
+# name is not the verb's.
+_VERBS = {
+    **dict.fromkeys(("init", "up", "down", "status", "demo"), "infra"),
+    "stream": "streams",
+    **dict.fromkeys(("publish", "tail", "pipe"), "records"),
+    **dict.fromkeys(("check", "run", "query"), "apps"),
+    "table": "tables",
+    **dict.fromkeys(("archive", "backfill", "sql"), "warehouse"),
+    **dict.fromkeys(
+        ("deploy", "ps", "logs", "stop", "restart", "history", "rollback"), "lifecycle"
+    ),
+    **dict.fromkeys(("serve", "top"), "monitor"),
+    "monitor": "monitor:monitor_",
+}
+
+
+class _Verbs(MutableMapping[str, click.Command]):
+    """The verbs of `millrace`, each imported from its module when it is first looked up.
+
+    A command runs after importing only its own verb's module: importing them all (pyarrow
+    for the checkpoints of `ps`, Redis's client for `serve`...) took 0.5 s before any verb
+    ran, twice what `millrace sql` takes to answer a small question. `--help` lists them all,
+    and imports them all.
+    """
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            module, _, function = _VERBS[name].partition(":")
+            found = getattr(importlib.import_module(f"millrace.cli.{module}"), function or name)
+            self._loaded[name] = found
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_VERBS.keys() | self._loaded.keys())
+
+    def __len__(self) -> int:
+        return len(_VERBS.keys() | self._loaded.keys())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,35 +78,7 @@ def cli() -> None:
     """
 
 
-for command in (
-    infra.init,
-    infra.up,
-    infra.down,
-    infra.status,
-    infra.demo,
-    streams.stream,
-    records.publish,
-    records.tail,
-    records.pipe,
-    apps.check,
-    apps.run,
-    apps.query,
-    tables.table,
-    warehouse.archive,
-    warehouse.backfill,
-    warehouse.sql,
-    lifecycle.deploy,
-    lifecycle.ps,
-    lifecycle.logs,
-    lifecycle.stop,
-    lifecycle.restart,
-    lifecycle.history,
-    lifecycle.rollback,
-    monitor.serve,
-    monitor.top,
-    monitor.monitor_,
-):
-    cli.add_command(command)
+cli.commands = _Verbs()
 
 
 def main() -> None:

@@ -12,10 +12,11 @@ from rich.table import Table
 from millrace.cli.rows import cell, json_line
 from millrace.cli.times import epoch_ms
 from millrace.config.workspace import ARCHIVE_APP, Workspace
+from millrace.errors import QueryTooBigError
 from millrace.warehouse.layout import streams_marked_for_archive
 
 if TYPE_CHECKING:
-    from millrace.warehouse.adhoc_sql import QueryResult
+    from millrace.warehouse.adhoc_query import QueryResult
 
 _PROGRESS_EVERY_S = 2.0
 
@@ -115,38 +116,66 @@ def backfill(app: str, start: str, end: str, into: tuple[str, ...]) -> None:
     help="An app whose archived inputs to add, decoded, as <app>__<input>; may be repeated.",
 )
 @click.option("--limit", type=int, default=1000, show_default=True, help="Rows to print at most.")
-def sql(query: str, as_json: bool, app_sources: tuple[str, ...], limit: int) -> None:
+@click.option("--spark", "on_spark", is_flag=True, help="Answer with Spark, not in this process.")
+def sql(
+    query: str, as_json: bool, app_sources: tuple[str, ...], limit: int, on_spark: bool
+) -> None:
     """Run the Spark SQL QUERY over the warehouse and the SQL apps' result tables.
 
     Tables: warehouse__<stream> for each archived stream (value as JSON text) and
     <app>__<table> for each result table; a '.' or '-' in a name becomes '_'. --app takes a
     SQL app's file (its input tables, decoded) or a processor as module:Class or
-    file.py:Class (its input streams, with the event time it reads).
+    file.py:Class (its input streams, with the event time it reads). DuckDB answers in this
+    process, in well under a second; Spark answers with --spark, with --app (it decodes
+    with the app's own code) and when the tables hold more than sql.local_max_mb. The last
+    line names the engine that answered.
     """
+    from millrace.warehouse.local_sql import run_local_query
+
+    workspace = Workspace.locate().require_initialized()
+    started = time.monotonic()
+    try:
+        if on_spark or app_sources:
+            result = _run_on_spark(workspace, query, app_sources, limit)
+        else:
+            result = run_local_query(workspace, query, limit=limit)
+    except QueryTooBigError:
+        result = _run_on_spark(workspace, query, app_sources, limit)
+    answered = _answered(result, time.monotonic() - started)
+    if as_json:
+        for row in result.rows:
+            click.echo(json_line(row))
+        click.echo(answered, err=True)
+        return
+    print_table(result)
+    click.echo(answered)
+
+
+def _run_on_spark(
+    workspace: Workspace, query: str, app_sources: tuple[str, ...], limit: int
+) -> QueryResult:
     from millrace.apps.app import App
     from millrace.engine.session import command_session
     from millrace.warehouse.adhoc_sql import run_query
 
     apps = [App.load(source) for source in app_sources]
-    workspace = Workspace.locate().require_initialized()
     with command_session(workspace.settings, "millrace-sql") as spark:
         views = {
             name: view for app in apps for name, view in app.input_views(spark, workspace).items()
         }
-        result = run_query(spark, workspace, query, views=views, limit=limit)
-    if as_json:
-        for row in result.rows:
-            click.echo(json_line(row))
-        return
-    print_table(result)
+        return run_query(spark, workspace, query, views=views, limit=limit)
+
+
+def _answered(result: QueryResult, seconds: float) -> str:
+    """The line after the rows: how many, whether more matched, which engine, how long."""
+    rows = f"{len(result.rows)} row{'' if len(result.rows) == 1 else 's'}"
+    more = "" if result.complete else f" (more matched: --limit {len(result.rows)} cut them)"
+    return f"{rows}{more}, answered by {result.engine} in {seconds:.2f} s"
 
 
 def print_table(result: QueryResult) -> None:
-    """Print the rows of `result` as a table, then their count."""
-    from millrace.apps.progress_lines import count
-
+    """Print the rows of `result` as a table."""
     table = Table(*result.columns)
     for row in result.rows:
         table.add_row(*(cell(row[column]) for column in result.columns))
     Console(soft_wrap=True).print(table)
-    click.echo(count(len(result.rows), "row"))

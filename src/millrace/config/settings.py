@@ -246,6 +246,17 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds between two evaluations of the alert rules by `millrace serve` and `monitor`.",
     ),
     Setting(
+        "sql.local_max_mb",
+        "MILLRACE_SQL_LOCAL_MAX_MB",
+        "Most MiB of Delta files a query's tables may hold for `millrace sql` to answer it in "
+        "its own process (DuckDB); above it, Spark answers, and `POST /sql` refuses.",
+    ),
+    Setting(
+        "sql.time_limit_s",
+        "MILLRACE_SQL_TIME_LIMIT_S",
+        "Seconds a query of `POST /sql` or the dashboard's query page may run before it stops.",
+    ),
+    Setting(
         "storage.root",
         "MILLRACE_STORAGE_ROOT",
         "Where checkpoints, result tables, the warehouse and at-most-once marks are kept, "
@@ -340,6 +351,8 @@ class Settings:
     jvm_jars_dir: str = ""
     monitor_webhook_url: str = ""
     monitor_interval_s: float = 10.0
+    sql_local_max_mb: int = 1024
+    sql_time_limit_s: float = 30.0
 
     @property
     def uses_local_broker(self) -> bool:
@@ -654,5 +667,7 @@ _RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
     "spark.shuffle_partitions": ("0 (one per core) or more", lambda value: value >= 0),
     "spark.codegen_cache": ("1 or more", lambda value: value >= 1),
     "monitor.interval_s": ("more than 0 seconds", lambda value: value > 0),
+    "sql.local_max_mb": ("0 or more", lambda value: value >= 0),
+    "sql.time_limit_s": ("more than 0 seconds", lambda value: value > 0),
 }
 """The values a numeric setting may take, and how to say so."""

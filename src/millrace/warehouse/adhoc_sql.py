@@ -1,6 +1,6 @@
-"""Ad-hoc SQL over the warehouse and the SQL apps' current results (`millrace sql`).
+"""Ad-hoc SQL answered by Spark (`millrace sql --spark`, and queries too big for DuckDB).
 
-For the paper's slice-and-dice use on small data: one Spark SQL query over views of
+For the paper's slice-and-dice use: one Spark SQL query over views of
 
 - each archived stream, as `warehouse__<stream>`: the records as people read them, with
   `value` as text for `get_json_object` and `from_json` (see `warehouse.archive.archive_view`);
@@ -9,7 +9,8 @@ For the paper's slice-and-dice use on small data: one Spark SQL query over views
   (`millrace.apps.app.App.input_views`, for `millrace sql --app`).
 
 Characters Spark does not allow in a name (such as the `.` of `test.clicks`) become `_`.
-Errors name the line and column of the query, as a SQL app's errors do.
+Errors name the line and column of the query, as a SQL app's errors do; the rules both
+engines share are in `millrace.warehouse.adhoc_query`.
 """
 
 from __future__ import annotations
@@ -26,16 +27,13 @@ from pyspark.sql import DataFrame, SparkSession
 from millrace.config.storage import listing
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
+from millrace.warehouse.adhoc_query import QueryResult, query_error, require_query, tables_hint
 from millrace.warehouse.archive import archive_view
 from millrace.warehouse.delta import spark_read
 from millrace.warehouse.layout import archived_streams, view_name
-from millrace.warehouse.result_tables import TableRow, result_tables
+from millrace.warehouse.result_tables import result_tables
 
-_QUERY_START = re.compile(
-    r"^\s*(?:\(\s*)*(SELECT|WITH|FROM|VALUES|TABLE|SHOW|DESCRIBE|DESC|EXPLAIN)\b", re.I
-)
 _SPARK_POSITION = re.compile(r"\(line (?P<line>\d+), pos (?P<pos>\d+)\)")
-_NAME = "<query>"
 
 
 @dataclass(frozen=True)
@@ -50,15 +48,6 @@ class View:
 
     description: str
     read: Callable[[], DataFrame]
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    """The columns and rows of a query, and the views it could read."""
-
-    columns: list[str]
-    rows: list[TableRow]
-    views: dict[str, str]
 
 
 def register_views(
@@ -107,30 +96,29 @@ def run_query(
     warehouse is written by archive jobs and apps, never by hand. A query that Spark cannot
     parse or analyse raises `SqlError` starting with `<query>:line:column`.
     """
-    if not _QUERY_START.match(_without_comments(text)):
-        raise SqlError(
-            f"{_NAME}:1:1: millrace sql runs queries only",
-            hint="start with SELECT, WITH, FROM, VALUES, TABLE, SHOW, DESCRIBE or EXPLAIN",
-        )
+    require_query(text)
     described = register_views(spark, workspace, views, used_by=text)
     try:
         frame = spark.sql(text)
         if limit is not None:
-            frame = frame.limit(limit)
+            frame = frame.limit(limit + 1)
         rows = [row.asDict(recursive=True) for row in frame.collect()]
     except ParseException as error:
         raise _parse_error(text, error) from None
     except AnalysisException as error:
         raise _analysis_error(text, error, described) from None
-    return QueryResult(frame.columns, rows, described)
+    complete = limit is None or len(rows) <= limit
+    return QueryResult(frame.columns, rows[:limit], described, "spark", complete)
 
 
 def _parse_error(text: str, error: ParseException) -> SqlError:
-    summary = _summary(error)
     match = _SPARK_POSITION.search(str(error))
     line, column = (int(match["line"]), int(match["pos"]) + 1) if match else (1, 1)
-    return SqlError(
-        f"{_NAME}:{line}:{column}: {summary}\n{_pointer(text, line, column)}",
+    return query_error(
+        text,
+        line,
+        column,
+        _summary(error),
         hint="fix the SQL at the mark; it is Spark SQL, as in a SQL app's statements",
     )
 
@@ -148,26 +136,13 @@ def _analysis_error(text: str, error: AnalysisException, views: dict[str, str]) 
         if match:
             line, column = int(match["line"]), int(match["pos"]) + 1
     if error.getCondition() == "TABLE_OR_VIEW_NOT_FOUND":
-        hint = "the tables there are: " + (
-            ", ".join(views) or "none yet (archive a stream, or run a SQL app)"
-        )
+        hint = tables_hint(views)
     else:
         hint = "check the names against the tables' columns (DESCRIBE <table> lists them)"
-    pointer = _pointer(text, line, column)
-    return SqlError(f"{_NAME}:{line}:{column}: {summary}\n{pointer}", hint=hint)
+    return query_error(text, line, column, summary, hint=hint)
 
 
 def _summary(error: Exception) -> str:
     first = str(error).strip().splitlines()[0]
     # Spark's text ends with its SQLSTATE and, for some errors, a position we give ourselves.
     return re.sub(r"\s*SQLSTATE: \w+.*$", "", first).strip()
-
-
-def _pointer(text: str, line: int, column: int) -> str:
-    lines = text.split("\n")
-    shown = lines[line - 1] if 0 < line <= len(lines) else ""
-    return f"  {shown}\n  {' ' * (column - 1)}^"
-
-
-def _without_comments(text: str) -> str:
-    return re.sub(r"--[^\n]*|/\*.*?\*/", " ", text, flags=re.S)

@@ -16,9 +16,11 @@ process at exit (`millrace.config.storage.arrow_filesystem`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+# Reader features of Delta's protocol that leave a data file's rows as Parquet reads them.
+_PLAIN_PARQUET_FEATURES = {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
 # How many of the newest commits are read first for a commit's metadata: the one looked for
 # is nearly always among them, and a table's whole history can be thousands of commits.
 _RECENT_COMMITS = 32
@@ -54,11 +58,16 @@ class DeltaSnapshot:
     def __init__(self, path: StoragePath, table: DeltaTable) -> None:
         self.path = path
         self._table = table
-        filesystem = arrow_filesystem(path)
-        self._dataset = (
-            None if filesystem is None else table.to_pyarrow_dataset(filesystem=filesystem)
-        )
         self._rows: pa.Table | None = None
+
+    @functools.cached_property
+    def _dataset(self) -> ds.Dataset | None:
+        """The table as pyarrow's dataset, None under `hdfs://` (see the module).
+
+        Made on first use: pyarrow's datasets import pandas, which `millrace sql` need not.
+        """
+        filesystem = arrow_filesystem(self.path)
+        return None if filesystem is None else self._table.to_pyarrow_dataset(filesystem=filesystem)
 
     @property
     def schema(self) -> pa.Schema:
@@ -81,10 +90,63 @@ class DeltaSnapshot:
             >>> open_delta_table(tmp_path / "counts").file_maxima("n")
             [3]
         """
-        files = pa.table(self._table.get_add_actions(flatten=True))
+        files = self._add_actions()
         if f"max.{column}" not in files.column_names:
             return []
         return [value for value in files.column(f"max.{column}").to_pylist() if value is not None]
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of the table's data files, as its log records them."""
+        files = self._add_actions()
+        return sum(int(size or 0) for size in files.column("size_bytes").to_pylist())
+
+    def parquet_files(self) -> list[str] | None:
+        """The paths of the table's data files, when reading them as Parquet gives its rows.
+
+        That is for a table in a local folder whose protocol asks a reader for nothing beyond
+        Parquet (no deletion vectors, no column mapping); None otherwise, and the rows are read
+        through `arrow_rows`. Partition columns are in the paths, as `name=value` folders.
+
+        Example:
+            >>> from deltalake import write_deltalake
+            >>> write_deltalake(str(tmp_path / "counts"), pa.table({"n": [3, 1, 2]}))
+            >>> [file] = open_delta_table(tmp_path / "counts").parquet_files()
+            >>> Path(file).suffix
+            '.parquet'
+        """
+        protocol = self._table.protocol()
+        features = set(protocol.reader_features or ())
+        plain = protocol.min_reader_version == 1 or (
+            protocol.min_reader_version == 3 and features <= _PLAIN_PARQUET_FEATURES
+        )
+        if not (plain and isinstance(self.path, Path)):
+            return None
+        return [
+            unquote(urlparse(uri).path) if "://" in uri else uri for uri in self._table.file_uris()
+        ]
+
+    @property
+    def partition_columns(self) -> list[str]:
+        """The table's partition columns, whose values are in its files' folders."""
+        return list(self._table.metadata().partition_columns)
+
+    def arrow_rows(self) -> ds.Dataset | pa.Table:
+        """The rows for an engine that reads Arrow (DuckDB), in the types of `schema`.
+
+        A dataset, from which the engine reads the files and columns its filters leave;
+        under `hdfs://` every row, read once by delta-rs's own engine (see the module).
+
+        Example:
+            >>> from deltalake import write_deltalake
+            >>> write_deltalake(str(tmp_path / "counts"), pa.table({"n": [3, 1, 2]}))
+            >>> open_delta_table(tmp_path / "counts").arrow_rows().count_rows()
+            3
+        """
+        try:
+            return self._dataset if self._dataset is not None else self._all_rows()
+        except (DeltaError, OSError, pa.ArrowException) as error:
+            raise _unreadable(self.path, error) from None
 
     def scan(
         self, where: ds.Expression | None = None, *, columns: list[str] | None = None
@@ -108,6 +170,14 @@ class DeltaSnapshot:
             return matching if columns is None else matching.select(columns)
         except (DeltaError, OSError, pa.ArrowException) as error:
             raise _unreadable(self.path, error) from None
+
+    def _add_actions(self) -> pa.Table:
+        """The log's entry of each data file: its path, size, partition values, statistics."""
+        # Read as a stream: `pa.table` asks first whether it was given pandas' DataFrame, and
+        # that imports pandas, more than the rest of `millrace sql` takes to answer.
+        return pa.RecordBatchReader.from_stream(
+            self._table.get_add_actions(flatten=True)
+        ).read_all()
 
     def _all_rows(self) -> pa.Table:
         """Every row, read once by delta-rs's own engine, in the types of `schema`."""

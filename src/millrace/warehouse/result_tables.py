@@ -16,7 +16,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from millrace.config.workspace import Workspace
 from millrace.errors import ResultTableNotFoundError, SqlError
@@ -25,7 +24,6 @@ from millrace.warehouse.delta import DeltaSnapshot, is_delta_table, open_delta_t
 TableRow = dict[str, Any]  # Any: each value is of its column's type, which the table decides
 """A row read from a table: its columns' values, by column name."""
 
-_NOTHING = ds.scalar(False)
 _ORDER = ("window_start", "window_end")
 
 
@@ -95,7 +93,7 @@ def result_tables(workspace: Workspace, app: str) -> list[str]:
     return sorted(path.name for path in folder.iterdir() if is_delta_table(path))
 
 
-def _latest_windows(snapshot: DeltaSnapshot, matches: ds.Expression, last: int) -> pa.Table:
+def _latest_windows(snapshot: DeltaSnapshot, matches: pc.Expression, last: int) -> pa.Table:
     """The rows that `matches` of the `last` (at least 1) latest windows, from few files.
 
     The `last`-th greatest window start in the log's statistics is a guess of where those
@@ -106,7 +104,7 @@ def _latest_windows(snapshot: DeltaSnapshot, matches: ds.Expression, last: int) 
     maxima = sorted(set(snapshot.file_maxima("window_start")), reverse=True)
     if len(maxima) >= last:
         kind = snapshot.schema.field("window_start").type
-        guess = ds.field("window_start") >= pa.scalar(maxima[last - 1], type=kind)
+        guess = pc.field("window_start") >= pa.scalar(maxima[last - 1], type=kind)
         rows, windows = _keep_latest(snapshot.scan(matches & guess), last)
         if windows >= last:
             return rows
@@ -122,9 +120,9 @@ def _keep_latest(rows: pa.Table, last: int) -> tuple[pa.Table, int]:
     return rows.filter(pc.field("window_start") >= oldest_kept), len(windows)
 
 
-def _matches(schema: pa.Schema, where: dict[str, str], name: str) -> ds.Expression:
+def _matches(schema: pa.Schema, where: dict[str, str], name: str) -> pc.Expression:
     """The scan filter of column equalities `where`; `SqlError` for a column not in `schema`."""
-    condition = ds.scalar(True)
+    condition = pc.scalar(True)
     for column, value in where.items():
         if column not in schema.names:
             raise SqlError(
@@ -135,18 +133,18 @@ def _matches(schema: pa.Schema, where: dict[str, str], name: str) -> ds.Expressi
     return condition
 
 
-def _equals(field: pa.Field[pa.DataType], value: str) -> ds.Expression:
+def _equals(field: pa.Field[pa.DataType], value: str) -> pc.Expression:
     """Column `field` equals the text `value` read as a value of the column's type."""
     kind = field.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return ds.field(field.name) == value
+        return pc.field(field.name) == value
     if pa.types.is_timestamp(kind):
         moment = _instant(value)
         if moment is None:
-            return _NOTHING
+            return pc.scalar(False)
         if kind.tz is None:
             moment = moment.astimezone(UTC).replace(tzinfo=None)
-        return ds.field(field.name) == pa.scalar(moment, type=kind)
+        return pc.field(field.name) == pa.scalar(moment, type=kind)
     if pa.types.is_nested(kind):
         raise SqlError(
             f"column {field.name!r} holds {kind}, which filters cannot compare",
@@ -155,8 +153,8 @@ def _equals(field: pa.Field[pa.DataType], value: str) -> ds.Expression:
     try:
         typed = pa.scalar(value).cast(kind)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return _NOTHING  # text that is no value of the column's type matches no row
-    return ds.field(field.name) == typed
+        return pc.scalar(False)  # text that is no value of the column's type matches no row
+    return pc.field(field.name) == typed
 
 
 def _instant(value: str) -> datetime | None:
