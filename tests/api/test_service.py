@@ -6,6 +6,7 @@ import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from schemathesis import checks
 
 from millrace.api.app import create_app, serve
 from millrace.bus.internal import end_offsets
@@ -178,6 +179,7 @@ def test_the_openapi_document_matches_the_implementation(
         "/streams/{name}/records",
         "/streams/{name}/dead-letters",
         "/alerts/recent",
+        "/sql",
     }
     for operation in operations:
 
@@ -186,6 +188,10 @@ def test_the_openapi_document_matches_the_implementation(
             max_examples=10, deadline=None, suppress_health_check=list(hypothesis.HealthCheck)
         )
         def check(case) -> None:
-            case.call_and_validate(headers=headers)
+            # Any text is a schema-valid query, and only SQL's parser tells the good ones: a
+            # 400 for `{"query": "0"}` is the right answer, which that check calls a rejection.
+            sql = case.operation.path == "/sql"
+            excluded = [checks.positive_data_acceptance] if sql else []
+            case.call_and_validate(headers=headers, excluded_checks=excluded)
 
         check()

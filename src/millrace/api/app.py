@@ -26,7 +26,16 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from millrace.api import app_details, history, monitoring, pipeline, records, results, tables
+from millrace.api import (
+    app_details,
+    history,
+    monitoring,
+    pipeline,
+    records,
+    results,
+    sql,
+    tables,
+)
 from millrace.api.dashboard.pages import install_dashboard
 from millrace.api.deps import require_token
 from millrace.api.errors import install_error_handlers
@@ -43,6 +52,7 @@ ROUTERS: list[APIRouter] = [
     records.router,
     results.router,
     tables.router,
+    sql.router,
 ]
 """The routers the service includes, in order."""
 

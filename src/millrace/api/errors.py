@@ -3,7 +3,9 @@
 Every error a route raises is a `MillraceError` and becomes
 `{"error": {"code": ..., "message": ..., "hint": ...}}`; a request whose parameters do not
 validate gets the same shape with code `bad-request`. Anything else is a 500 with the same
-shape and no traceback (the traceback goes to the server's log).
+shape and no traceback (the traceback goes to the server's log). A query over its time or
+row limit (code `sql-limit`), or whose tables are too big for the service to read
+(`sql-size`), is a 422, which `POST /sql` documents besides `ERROR_RESPONSES`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ _STATUS_BY_CODE = {
     "config": 400,
     "schema": 400,
     "sql": 400,
+    "sql-limit": 422,
+    "sql-size": 422,
     "stream-invalid": 400,
     "table-invalid": 400,
     "bad-request": 400,

@@ -1,8 +1,10 @@
 """The dashboard's HTML: the frame every page shares, tables, values, and the login page.
 
 Every piece of text from outside (names, record values, log lines) goes through `escape`.
-The stylesheet and the script are files of this package (`assets/`), put inline in each page,
-so a page needs nothing else from the network, nor from the service without the token.
+The stylesheet and the scripts are files of this package (`assets/`), put inline in each page,
+so a page needs nothing else from the network, nor from the service without the token. The
+query page's script is in every page too: a page reached through the login form is swapped
+in by the script, which runs no script the new page carries.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from importlib import resources
 
 from fastapi.responses import HTMLResponse
 
-NAVIGATION = (("/ui/", "pipeline"), ("/ui/alerts", "alerts"))
+NAVIGATION = (("/ui/", "pipeline"), ("/ui/alerts", "alerts"), ("/ui/query", "query"))
 REFRESH_S = 5
 """How often a page fetches itself again."""
 
@@ -140,6 +142,7 @@ def _frame(title: str, main: str, refresh_s: int) -> str:
         f"<title>{escape(title)} · millrace</title><style>{_asset('dashboard.css')}</style>"
         f'</head><body data-refresh="{refresh_s}"><header><a class="brand" href="/ui/">'
         f"millrace</a>{links}</header>{main}<script>{_asset('dashboard.js')}</script>"
+        f"<script>{_asset('query.js')}</script>"
         "</body></html>"
     )
 

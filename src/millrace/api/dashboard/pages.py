@@ -1,9 +1,10 @@
-"""The dashboard's pages under `/ui/`: the pipeline, an app, a stream, results and alerts.
+"""The dashboard's pages under `/ui/`: the pipeline, an app, a stream, results, alerts, query.
 
 Each page is HTML rendered here from the same functions as the JSON routes
 (`build_pipeline`, `app_figures`, `app_details`, `stream_summary`, `newest_records`,
 `read_result_rows`), with its charts as SVG, and fetches itself again every few seconds
-(`assets/dashboard.js`).
+(`assets/dashboard.js`). The query page is the exception: it stays as it is, and its script
+(`assets/query.js`) sends the SQL box's query to `POST /sql` and draws the answer.
 A name that does not exist gets a page saying so (404), a failure the service knows (the bus
 down) a page with the error's message and hint; neither is a 500.
 
@@ -39,12 +40,14 @@ from millrace.api.history import app_figures
 from millrace.api.monitoring import iso_time, stream_summary
 from millrace.api.pipeline import build_pipeline
 from millrace.api.records import newest_records
+from millrace.api.sql import DEFAULT_ROWS, MAX_ROWS
 from millrace.bus.streams import dead_letter_stream
 from millrace.config.workspace import Workspace
 from millrace.errors import MillraceError, StreamNotFoundError
 from millrace.monitor.service import Monitor
 from millrace.monitor.status import AppStatus
 from millrace.ops import registry
+from millrace.warehouse.local_sql import run_local_query
 from millrace.warehouse.result_tables import read_result_rows, result_tables
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -298,6 +301,53 @@ def alerts_page(
             f'<div class="panel">{recent_table}</div>'
         )
         return page("alerts", body)
+
+    return _shown(request, render)
+
+
+@router.get("/query", response_class=HTMLResponse)
+def query_page(
+    request: Request,
+    workspace: Workspace = Depends(get_workspace),  # noqa: B008
+) -> HTMLResponse:
+    """A SQL box over the warehouse's tables; the answer as a table, and a chart over time."""
+
+    def render() -> HTMLResponse:
+        # SHOW TABLES lists the tables as the engine names them, without reading one.
+        tables = run_local_query(workspace, "SHOW TABLES").views
+        rows = [
+            [
+                f'<button type="button" class="link" data-table="{escape(name)}">'
+                f"{escape(name)}</button>",
+                escape(description),
+            ]
+            for name, description in tables.items()
+        ]
+        time_limit_s = workspace.settings.sql_time_limit_s
+        empty = "none yet: archive a stream, or run a SQL app"
+        body = (
+            "<h1>Query</h1>"
+            '<p class="muted">One query in Spark SQL over the tables below, answered by DuckDB '
+            f"in the service: it stops after {time_limit_s:g} s (sql.time_limit_s) and returns "
+            f"at most the rows asked for (up to {MAX_ROWS:,}). Queries only: nothing is "
+            "written.</p>"
+            '<form id="query"><textarea name="query" rows="7" spellcheck="false" '
+            'aria-label="SQL query" placeholder="SELECT ... FROM a table below '
+            '(Ctrl+Enter runs it)"></textarea>'
+            '<div class="controls"><button type="submit">Run</button>'
+            f'<label>at most <input name="limit" type="number" min="1" max="{MAX_ROWS}" '
+            f'value="{DEFAULT_ROWS}"> rows</label>'
+            '<span id="query-status" class="muted" role="status"></span></div></form>'
+            '<div id="query-error" class="panel query-error" role="alert" hidden>'
+            '<pre class="message"></pre><p class="hint"></p></div>'
+            '<section id="query-answer" hidden>'
+            '<h2>Answer <span id="query-summary" class="muted"></span></h2>'
+            '<div id="query-chart"></div><div class="panel"><table id="query-table">'
+            "<thead></thead><tbody></tbody></table></div></section>"
+            '<h2>Tables</h2><div class="panel">'
+            f"{table(['table', 'holds'], rows, empty=empty)}</div>"
+        )
+        return page("query", body, refresh_s=0)
 
     return _shown(request, render)
 

@@ -17,6 +17,8 @@
     const token = sessionStorage.getItem(KEY);
     return token ? { Authorization: "Bearer " + token } : {};
   }
+  // The query page's script (query.js) sends its requests with the same header.
+  window.millrace = Object.freeze({ headers });
 
   async function refresh() {
     const hadToken = sessionStorage.getItem(KEY) !== null;
@@ -58,6 +60,8 @@
   }
 
   function wire() {
+    // A page swapped in after the login form is wired by its script (query.js) too.
+    document.dispatchEvent(new Event("millrace:main"));
     const form = document.querySelector("form#login");
     if (form !== null) {
       form.addEventListener("submit", (event) => {
