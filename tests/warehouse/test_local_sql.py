@@ -223,3 +223,19 @@ def test_show_tables_lists_what_a_query_can_read(
     listed = {row["tableName"]: row["description"] for row in answer.rows}
     assert listed[tables["weights"]].startswith("result table weights of app adhoc_")
     assert listed[tables["archive"]].startswith("archive of stream test.adhoc_")
+
+
+def test_an_answer_with_two_columns_of_one_name_is_refused_by_both_engines(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    text = "SELECT 1 AS n, 2 AS n"
+
+    for run in (
+        lambda: run_local_query(workspace, text),
+        lambda: run_query(spark, workspace, text),
+    ):
+        with pytest.raises(SqlError) as raised:
+            run()
+        assert raised.value.message.splitlines()[0] == (
+            "<query>:1:1: the answer has two columns named n"
+        )

@@ -169,7 +169,7 @@ def _run_on_spark(
 def _answered(result: QueryResult, seconds: float) -> str:
     """The line after the rows: how many, whether more matched, which engine, how long."""
     rows = f"{len(result.rows)} row{'' if len(result.rows) == 1 else 's'}"
-    more = "" if result.complete else f" (more matched: --limit {len(result.rows)} cut them)"
+    more = "" if result.complete else " (more matched: a higher --limit shows them)"
     return f"{rows}{more}, answered by {result.engine} in {seconds:.2f} s"
 
 

@@ -75,6 +75,29 @@ def query_error(text: str, line: int, column: int, summary: str, *, hint: str) -
     )
 
 
+def require_distinct_columns(text: str, columns: list[str]) -> None:
+    """Raise `SqlError` when two of an answer's `columns` share a name.
+
+    A row is a mapping of names to values, so the second would hide the first.
+
+    Example:
+        >>> require_distinct_columns("SELECT 1 AS n, 2 AS n", ["n", "n"])
+        Traceback (most recent call last):
+        millrace.errors.SqlError: <query>:1:1: the answer has two columns named n
+          SELECT 1 AS n, 2 AS n
+          ^
+    """
+    repeated = sorted({column for column in columns if columns.count(column) > 1})
+    if repeated:
+        raise query_error(
+            text,
+            1,
+            1,
+            f"the answer has two columns named {', '.join(repeated)}",
+            hint="name each column of the SELECT differently, with AS",
+        )
+
+
 def tables_hint(views: dict[str, str]) -> str:
     """The hint of an unknown table: the tables a query can read."""
     return "the tables there are: " + (

@@ -27,7 +27,13 @@ from pyspark.sql import DataFrame, SparkSession
 from millrace.config.storage import listing
 from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
-from millrace.warehouse.adhoc_query import QueryResult, query_error, require_query, tables_hint
+from millrace.warehouse.adhoc_query import (
+    QueryResult,
+    query_error,
+    require_distinct_columns,
+    require_query,
+    tables_hint,
+)
 from millrace.warehouse.archive import archive_view
 from millrace.warehouse.delta import spark_read
 from millrace.warehouse.layout import archived_streams, view_name
@@ -100,6 +106,7 @@ def run_query(
     described = register_views(spark, workspace, views, used_by=text)
     try:
         frame = spark.sql(text)
+        require_distinct_columns(text, frame.columns)
         if limit is not None:
             frame = frame.limit(limit + 1)
         rows = [row.asDict(recursive=True) for row in frame.collect()]

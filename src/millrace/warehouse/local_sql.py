@@ -3,8 +3,9 @@
 A query is Spark SQL, as for `millrace sql --spark` and in SQL apps: sqlglot translates it to
 DuckDB's dialect (`get_json_object(value, '$.page')` becomes `value ->> '$.page'`), and
 DuckDB runs it over the tables `millrace.warehouse.adhoc_sql` gives Spark, by the same names
-and with the same columns. Each is its Delta table as delta-rs's Arrow dataset, so DuckDB
-reads only the files, row groups and columns the query needs. Times are DuckDB's `TIMESTAMP`
+and with the same columns. DuckDB reads each Delta table's Parquet files itself, or
+delta-rs's Arrow where the table needs delta-rs (see `_register`), and so only the files,
+row groups and columns the query needs. Times are DuckDB's `TIMESTAMP`
 in UTC, as Spark's are in millrace's sessions (`spark.sql.session.timeZone` is UTC), so that
 `date_trunc` and comparisons with literals give Spark's answers.
 
@@ -36,6 +37,7 @@ from millrace.records import ID_HEADER
 from millrace.warehouse.adhoc_query import (
     QueryResult,
     query_error,
+    require_distinct_columns,
     require_query,
     tables_hint,
 )
@@ -116,14 +118,16 @@ def run_local_query(
         return QueryResult(["tableName", "description"], listed, described, "duckdb")
     tree = _parse(text)
     snapshots = _snapshots(workspace, tables, text)
-    connection = _connect(tables, snapshots)
-    statement = _duckdb_sql(tree, connection)
+    connection = duckdb.connect(":memory:")
     timer = threading.Timer(time_limit_s, connection.interrupt) if time_limit_s else None
     try:
+        _register(connection, tables, snapshots)
+        statement = _duckdb_sql(text, tree, connection)
         if timer is not None:
             timer.start()
         cursor = connection.execute(statement)
         columns = [column[0] for column in cursor.description or []]
+        require_distinct_columns(text, columns)
         found: list[tuple[Any, ...]] = (
             cursor.fetchmany(limit + 1) if limit is not None else cursor.fetchall()
         )
@@ -219,8 +223,10 @@ def _parse(text: str) -> exp.Query | exp.Describe:
     return tree
 
 
-def _duckdb_sql(tree: exp.Query | exp.Describe, connection: duckdb.DuckDBPyConnection) -> str:
-    """`tree` in DuckDB's dialect, with the casts Spark makes without being asked.
+def _duckdb_sql(
+    text: str, tree: exp.Query | exp.Describe, connection: duckdb.DuckDBPyConnection
+) -> str:
+    """`tree` (of the query `text`) in DuckDB's dialect, with the casts Spark makes unasked.
 
     Spark reads text as a number where a number is wanted (`get_json_object(value, '$.n') > 3`,
     `SUM(get_json_object(...))`, `... / 1000`); DuckDB refuses, or worse, compares as text
@@ -248,7 +254,8 @@ def _duckdb_sql(tree: exp.Query | exp.Describe, connection: duckdb.DuckDBPyConne
     try:
         return tree.sql(dialect="duckdb", unsupported_level=sqlglot.ErrorLevel.RAISE)
     except sqlglot.errors.UnsupportedError as error:
-        raise SqlError(f"no translation for the local engine: {error}", hint=_SPARK_HINT) from None
+        summary = f"no translation for the local engine (DuckDB): {error}"
+        raise query_error(text, 1, 1, summary, hint=_SPARK_HINT) from None
 
 
 def _cast_text(node: exp.Expr, kinds: dict[str, set[str]], to: str) -> None:
@@ -273,17 +280,18 @@ def _parse_error(text: str, error: sqlglot.errors.ParseError) -> SqlError:
     return query_error(text, line, column, summary, hint=_FIX_HINT)
 
 
-def _connect(
-    tables: dict[str, _Table], snapshots: dict[str, DeltaSnapshot]
-) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with `snapshots` as views, that can reach nothing else.
+def _register(
+    connection: duckdb.DuckDBPyConnection,
+    tables: dict[str, _Table],
+    snapshots: dict[str, DeltaSnapshot],
+) -> None:
+    """Make `snapshots` views of `connection`, then lock it away from everything else.
 
     DuckDB reads a table's Parquet files itself where that gives the table's rows
     (`DeltaSnapshot.parquet_files`): its reader is the faster, and it spares this process
     pyarrow's datasets, whose import (pandas) costs more than most queries. Elsewhere it
     reads delta-rs's Arrow.
     """
-    connection = duckdb.connect(":memory:")
     connection.execute("SET TimeZone = 'UTC'")
     folders = []
     for name, snapshot in snapshots.items():
@@ -306,7 +314,6 @@ def _connect(
     connection.execute(f"SET allowed_directories = {_sql_list(folders)}")
     connection.execute("SET enable_external_access = false")
     connection.execute("SET lock_configuration = true")
-    return connection
 
 
 def _result_view(connection: duckdb.DuckDBPyConnection, source: str) -> str:
