@@ -79,6 +79,10 @@ def main() -> None:
         help="Run only this workload (repeatable); default: all, in this order.",
     )
     arguments = parser.parse_args()
+    # The demo is stopped with Ctrl-C's signal. Started in the background by a shell (`cmd &`)
+    # this script would ignore SIGINT, and so would the demo it starts, which then ran on past
+    # its stop; with a handler of our own, the demo gets the default one.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     results: dict[str, object] = {
         "warm_up_s": arguments.warm_up_s,
         "measure_s": arguments.measure_s,
