@@ -46,9 +46,7 @@ def read_stream(
     """`stream`'s records as a streaming DataFrame of Kafka's columns.
 
     All its buckets are read by the one source. `max_records_per_batch` caps what each
-    micro-batch reads over all the buckets (by default the `spark.max_records_per_batch`
-    setting, so that a burst or a backlog is read in micro-batches of bounded time and memory
-    rather than one huge one); `fail_on_data_loss=False` skips records that the
+    micro-batch reads over all the buckets; `fail_on_data_loss=False` skips records that the
     stream's retention removed before they were read, instead of stopping the query;
     `headers=False` leaves the `headers` column out (millrace's control streams carry none).
     """
@@ -61,9 +59,8 @@ def read_stream(
     )
     if headers:
         reader = reader.option("includeHeaders", "true")
-    cap = settings.spark_max_records_per_batch if max_records_per_batch is None else None
-    if max_records_per_batch is not None or cap:
-        reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch or cap)
+    if max_records_per_batch is not None:
+        reader = reader.option("maxOffsetsPerTrigger", max_records_per_batch)
     if not fail_on_data_loss:
         reader = reader.option("failOnDataLoss", "false")
     return reader.load()
