@@ -8,8 +8,9 @@ Each query's micro-batches are read from its recent progress as the session's li
 its last, so that a look every few seconds prints every batch finished since the one before.
 A line accounts for the records the batch read: those written (by a query that writes a
 stream), dead-lettered, dropped as late and dropped as copies of records already processed;
-it shows the watermark, and for an input of several buckets the bucket holding its watermark back
-(`engine.metrics.InputProgress`, as `millrace ps --json` shows it).
+it shows the watermark, for an input of several buckets the bucket holding its watermark back
+(`engine.metrics.InputProgress`, as `millrace ps --json` shows it), and the records the batch
+left waiting, when it read less than there was (a capped batch, while the app catches up).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from millrace.bus.internal import is_internal_stream
 from millrace.bus.streams import dead_letter_stream
+from millrace.engine.checkpoint_log import records_waiting
 from millrace.engine.metrics import InputProgress, InputRecord, MetricsRecord, metrics_record
 from millrace.engine.progress import recent_progress
 
@@ -159,6 +161,10 @@ class ProgressLines:
         ahead = sum(read["future_dated"] for read in record["inputs"].values())
         if ahead:
             line += f"; {count(ahead, 'record')} dated ahead (dead-lettered)"
+        # A batch capped at max_records_per_batch leaves records for the next ones.
+        waiting = records_waiting(record["sources"])
+        if waiting:
+            line += f"; catching up: {count(waiting, 'record')} waiting"
         return line + "".join(
             f"; {held}"
             for stream, read in record["inputs"].items()

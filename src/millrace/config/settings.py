@@ -210,6 +210,13 @@ SETTINGS: tuple[Setting, ...] = (
         "spark.sql.codegen.cache.maxEntries, 100 there): a host of many apps needs many.",
     ),
     Setting(
+        "spark.max_records_per_batch",
+        "MILLRACE_SPARK_MAX_RECORDS_PER_BATCH",
+        "Most records one micro-batch reads from one input of an app that sets no "
+        "max_records_per_batch of its own: a burst or a backlog is read in several micro-"
+        "batches of bounded time and memory. 0 reads all there is in one.",
+    ),
+    Setting(
         "deploy.isolated",
         "MILLRACE_DEPLOY_ISOLATED",
         "Apps (names, comma-separated) that `deploy` runs each in a Spark application of "
@@ -338,6 +345,7 @@ class Settings:
     spark_poll_delay: str = "1s"
     spark_idle_poll_delay: str = "10s"
     spark_codegen_cache: int = 2000
+    spark_max_records_per_batch: int = 500_000
     deploy_isolated: str = ""
     events_time_field: str = "time"
     events_max_future: str = "5m"
@@ -666,6 +674,7 @@ _RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
     "redis.lookup_cache_s": ("0 seconds or more", lambda value: value >= 0),
     "spark.shuffle_partitions": ("0 (one per core) or more", lambda value: value >= 0),
     "spark.codegen_cache": ("1 or more", lambda value: value >= 1),
+    "spark.max_records_per_batch": ("0 (no limit) or more", lambda value: value >= 0),
     "monitor.interval_s": ("more than 0 seconds", lambda value: value > 0),
     "sql.local_max_mb": ("0 or more", lambda value: value >= 0),
     "sql.time_limit_s": ("more than 0 seconds", lambda value: value > 0),

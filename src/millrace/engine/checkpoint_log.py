@@ -9,15 +9,19 @@ as JSON (for Kafka, `{"stream": {"bucket": offset}}`), or `-` for a source witho
 A `commits/N` file is the version, then the commit's metadata. The operator's view
 (`millrace.ops.checkpoints`), the monitor, the dead-letter routers and the state store's
 choice all read the log here, and a Kafka source's offsets JSON, in the log or in a query's
-progress, is parsed here too (`kafka_offsets`, `stream_offsets`); a file that is not as
-Spark writes it is an `UnreadableLogError` naming it.
+progress, is parsed and counted here too (`kafka_offsets`, `stream_offsets`,
+`records_waiting`); a file that is not as Spark writes it is an `UnreadableLogError` naming
+it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from millrace.bus.internal import is_internal_stream
 from millrace.config.storage import StoragePath, listing
 from millrace.errors import CheckpointCorruptError
 from millrace.records import JsonObject
@@ -283,3 +287,26 @@ def _json(path: StoragePath, line: str, number: int, what: str) -> object:
         raise UnreadableLogError(
             path, f"line {number} is not {what} as JSON ({error.msg} at column {error.colno})"
         ) from None
+
+
+def records_waiting(sources: Iterable[Mapping[str, Any]]) -> int:
+    """The records a batch's input streams had beyond what it read, when it was planned.
+
+    `sources` are the `sources` of a metrics record (`SourceRecord`s, or the same read back
+    from the bus); an app's own internal streams (its ticks and wake-ups) are no input.
+
+    Example:
+        >>> records_waiting([{"end_offsets": {"clicks": {"0": 9, "1": 4}},
+        ...                   "latest_offsets": {"clicks": {"0": 12, "1": 4}}}])
+        3
+    """
+    waiting = 0
+    for source in sources:
+        ended = source.get("end_offsets") or {}
+        for stream, latest in (source.get("latest_offsets") or {}).items():
+            if is_internal_stream(stream):
+                continue
+            for bucket, offset in (latest or {}).items():
+                reached = (ended.get(stream) or {}).get(bucket, offset)
+                waiting += max(0, int(offset) - int(reached))
+    return waiting

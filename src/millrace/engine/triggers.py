@@ -17,7 +17,8 @@ Four triggers, written as `--trigger` takes them:
 Between micro-batches, a query whose inputs had nothing new asks them again after
 `spark.poll_delay`; `millrace.engine.session.poll_less_when_idle` makes a query that has been
 quiet for 10 s and holds no state ask after `spark.idle_poll_delay` instead, until its next
-micro-batch.
+micro-batch. `records_cap` bounds what one micro-batch reads, so that a burst or a backlog is
+read in micro-batches of bounded time and memory.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from millrace.config.durations import parse_duration_ms
+from millrace.config.settings import Settings
 from millrace.errors import ConfigError, EngineError
 
 if TYPE_CHECKING:
@@ -103,3 +105,24 @@ class Trigger:
         # PySpark 4.2's overloads of trigger() leave out realTime, which its implementation takes.
         real_time: DataStreamWriter = writer.outputMode("update").trigger(realTime=milliseconds)  # type: ignore[call-overload]
         return real_time
+
+
+def records_cap(settings: Settings, own: int | None, trigger: Trigger | None) -> int | None:
+    """The records one micro-batch reads at most from one input; None for no limit.
+
+    `own` is the app's own cap, when it sets one; otherwise the `spark.max_records_per_batch`
+    setting (0 for no limit), except in real-time mode, whose long-running tasks read each
+    record as it comes and which Spark refuses to run with a cap.
+
+    Example:
+        >>> settings = Settings(spark_max_records_per_batch=500_000)
+        >>> records_cap(settings, None, None), records_cap(settings, 1_000, None)
+        (500000, 1000)
+        >>> records_cap(settings, None, Trigger.parse("real-time")) is None
+        True
+    """
+    if own is not None:
+        return own
+    if trigger is not None and trigger.kind == "real-time":
+        return None
+    return settings.spark_max_records_per_batch or None

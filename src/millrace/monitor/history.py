@@ -22,34 +22,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from millrace.bus.internal import METRICS_STREAM, is_internal_stream, read_after
+from millrace.bus.internal import METRICS_STREAM, read_after
 from millrace.config.settings import Settings
+from millrace.engine.checkpoint_log import records_waiting
 from millrace.errors import StreamNotFoundError
 from millrace.monitor.metrics_log import Batch, batch_of
-from millrace.records import JsonObject
 
 CHUNK_RECORDS = 2_000
 """Metrics records read from the bus at a time."""
 DEFAULT_BUCKETS = 120
-
-
-def _lag_records(fields: JsonObject) -> float | None:
-    """Records the batch's input streams had beyond what it read, when it was planned.
-
-    An app's own internal streams (its ticks and wake-ups) are no input: left out, as from the
-    app's status (`millrace.monitor.status`).
-    """
-    behind = 0
-    for source in fields.get("sources") or []:
-        latest = source.get("latest_offsets") or {}
-        ended = source.get("end_offsets") or {}
-        for stream, offsets in latest.items():
-            if is_internal_stream(stream):
-                continue
-            for bucket, offset in (offsets or {}).items():
-                reached = (ended.get(stream) or {}).get(bucket, offset)
-                behind += max(0, int(offset) - int(reached))
-    return float(behind)
 
 
 def _lag_s(batch: Batch) -> float | None:
@@ -80,7 +61,7 @@ SERIES: dict[str, tuple[str, Callable[[Batch], float | None]]] = {
     "input_rows_per_second": ("input rows/s", _field("input_rows_per_second")),
     "processed_rows_per_second": ("processed rows/s", _field("processed_rows_per_second")),
     "batch_duration_seconds": ("batch duration (s)", _field("batch_duration_ms", 0.001)),
-    "lag_records": ("lag (records)", lambda batch: _lag_records(batch.fields)),
+    "lag_records": ("lag (records)", lambda batch: float(records_waiting(batch.sources))),
     "lag_seconds": ("lag (s)", _lag_s),
     "watermark_lag_seconds": ("watermark lag (s)", _watermark_lag_s),
     "state_rows": ("state rows", _field("state_rows")),

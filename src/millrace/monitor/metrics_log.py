@@ -39,6 +39,11 @@ class Batch:
         return _epoch_ms(self.fields.get("watermark"))
 
     @property
+    def sources(self) -> list[JsonObject]:
+        """Each Kafka source's offsets in this batch, as `engine.metrics.SourceRecord`s."""
+        return [source for source in self.fields.get("sources") or [] if isinstance(source, dict)]
+
+    @property
     def max_event_ms(self) -> int | None:
         """The newest event time this batch read, or None."""
         return _epoch_ms((self.fields.get("event_time") or {}).get("max"))

@@ -28,6 +28,7 @@ from millrace.config.storage import delete_tree
 from millrace.config.workspace import Workspace
 from millrace.engine.dead_letter_routing import dead_letter_records, write_dead_letters
 from millrace.engine.streams import StreamInput, read_stream
+from millrace.engine.triggers import records_cap
 from millrace.errors import TableSpecError
 from millrace.serving.sink import write_table
 from millrace.serving.tables import TableSpec, create_table, describe_table, drop_table
@@ -123,8 +124,9 @@ def start_table_feed(
 
     It resumes from its checkpoint, so starting it again after a stop (or in another process,
     such as a deployed app) goes on where it stopped. With `available_now` it stops once it
-    has written what the stream holds. Raises `TableNotFoundError` for an unknown table and
-    `TableSpecError` for a table that no stream feeds.
+    has written what the stream holds. `max_records_per_batch` caps the records of each
+    micro-batch (by default `engine.triggers.records_cap`'s). Raises `TableNotFoundError` for
+    an unknown table and `TableSpecError` for a table that no stream feeds.
     """
     settings = workspace.settings
     spec = describe_table(settings, name)
@@ -142,7 +144,7 @@ def start_table_feed(
         spec.stream,
         schema,
         time=settings.events_time_field,
-        max_records_per_batch=max_records_per_batch,
+        max_records_per_batch=records_cap(settings, max_records_per_batch, None),
     )
     # Filled by the micro-batches, which may start before `start()` returns.
     counts = {"rows": 0, "keyless": 0}

@@ -22,6 +22,7 @@ from millrace.engine import kafka
 from millrace.engine.event_time import carried_time, event_time_column
 from millrace.engine.headers import record_id_column
 from millrace.engine.low_watermark import marker_columns
+from millrace.engine.triggers import records_cap
 from millrace.warehouse.delta import spark_read, spark_stream_writer, spark_version
 from millrace.warehouse.layout import ARCHIVE_COLUMNS, EVENT_DATE, require_archive
 
@@ -43,13 +44,17 @@ def start_archive(
     `events.time_field` setting, which the publisher uses too): its UTC date is the record's
     `event_date`; without the field, the date of the time its `time` header carries, else of
     its arrival; the date it reached the bus when it holds no readable time.
-    `max_records_per_batch` caps the records of each micro-batch. A record the bus dropped
+    `max_records_per_batch` caps the records of each micro-batch (by default
+    `engine.triggers.records_cap`'s). A record the bus dropped
     (its retention passed) before the job archived it stops the query with Spark's data-loss
     error, rather than leaving a silent gap in the archive.
     """
     require_stream(workspace.settings, stream)
     raw = kafka.read_stream(
-        spark, workspace.settings, stream, max_records_per_batch=max_records_per_batch
+        spark,
+        workspace.settings,
+        stream,
+        max_records_per_batch=records_cap(workspace.settings, max_records_per_batch, None),
     )
     time_field = time_field or workspace.settings.events_time_field
     raw_time = F.get_json_object(F.col("value").cast("string"), f"$.{time_field}")

@@ -112,7 +112,7 @@ from millrace.engine.output_watermark import OutputWatermark
 from millrace.engine.plans import logical_plans
 from millrace.engine.progress import watch
 from millrace.engine.session import state_store
-from millrace.engine.triggers import Trigger
+from millrace.engine.triggers import Trigger, records_cap
 from millrace.errors import ProcessorError
 from millrace.processor.execution import run_batch
 from millrace.processor.lookups import LookupSource
@@ -229,11 +229,11 @@ def start_processor_app(
     """Start `processor_class` on Spark; with `available_now` it stops at the end of input.
 
     `max_records_per_batch` caps the records each micro-batch reads from an input (by
-    default the class's `max_records_per_batch`); `buckets` is the number of hash buckets of
-    keys (keep it once the app has a checkpoint: a key's state lives in its bucket). Its input
-    streams must exist; an output stream that does not exist stops the app at the first
-    micro-batch that produces to it, before anything of that micro-batch is written.
-    `trigger` sets when micro-batches run.
+    default the class's `max_records_per_batch`, else `engine.triggers.records_cap`'s);
+    `buckets` is the number of hash buckets of keys (keep it once the app has a checkpoint: a
+    key's state lives in its bucket). Its input streams must exist; an output stream that does
+    not exist stops the app at the first micro-batch that produces to it, before anything of
+    that micro-batch is written. `trigger` sets when micro-batches run.
     """
     processor_class.validate()
     if buckets < 1:
@@ -246,8 +246,9 @@ def start_processor_app(
         create_dead_letter_stream(workspace, source.stream)
     if processor_class.on_error == "dlq":
         create_dead_letter_stream(workspace, processor_class.name)
-    if max_records_per_batch is None:
-        max_records_per_batch = processor_class.max_records_per_batch
+    max_records_per_batch = records_cap(
+        workspace.settings, max_records_per_batch or processor_class.max_records_per_batch, trigger
+    )
     idle_ticks = not available_now and (trigger is None or trigger.kind != "available-now")
     name = processor_class.name
     watch(spark)

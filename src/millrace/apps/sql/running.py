@@ -41,7 +41,7 @@ from millrace.engine.output_watermark import OutputWatermark
 from millrace.engine.progress import late_rows, watch
 from millrace.engine.session import checkpoint_state_store, state_store
 from millrace.engine.streams import StreamInput
-from millrace.engine.triggers import Trigger
+from millrace.engine.triggers import Trigger, records_cap
 from millrace.engine.user_code import failure_in_user_code
 from millrace.engine.writes import write_batch, write_stream
 from millrace.sql.checks import require_output_streams
@@ -162,11 +162,15 @@ def start_sql_app(
 ) -> RunningApp:
     """Compile `app` and start its queries; with `available_now` they stop at the end of input.
 
-    `max_records_per_batch` caps the records each micro-batch reads from an input; `trigger`
-    sets when micro-batches run (`available_now` is short for `Trigger("available-now")`).
+    `max_records_per_batch` caps the records each micro-batch reads from an input (by
+    default the app's own cap, else `engine.triggers.records_cap`'s); `trigger` sets when
+    micro-batches run (`available_now` is short for `Trigger("available-now")`).
     What a start that fails has started (queries, dead-letter routers, tickers) is stopped.
     """
     require_output_streams(workspace, app)
+    max_records_per_batch = records_cap(
+        workspace.settings, max_records_per_batch or app.max_records_per_batch, trigger
+    )
     if trigger is not None:
         for table in app.tables:
             # Checked before any query starts, so that none is left running.
