@@ -40,7 +40,7 @@ def main() -> None:
         _probe(Path(arguments.probe))
         return
     from millrace.config.jvm import java_executable
-    from millrace.config.settings import load_settings
+    from millrace.config.settings_loader import load_settings
     from millrace.engine.class_archive import driver_options
     from millrace.engine.session import connector_jars
 

@@ -6,7 +6,7 @@ import pytest
 
 from millrace.bus.broker import broker_status, start_broker, stop_broker
 from millrace.bus.streams import list_streams
-from millrace.config.settings import LOCAL_BROKER_CA
+from millrace.config.settings_loader import LOCAL_BROKER_CA
 from millrace.config.workspace import Workspace
 from millrace.errors import BrokerError, SetupError
 

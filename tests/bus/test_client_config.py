@@ -17,7 +17,8 @@ from confluent_kafka.admin import (
 
 from millrace.bus.client_config import kafka_client_config, spark_kafka_options
 from millrace.bus.streams import admin_client
-from millrace.config.settings import Settings, load_settings
+from millrace.config.settings import Settings
+from millrace.config.settings_loader import load_settings
 from millrace.config.workspace import Workspace
 from millrace.errors import ConfigError
 from millrace.ops.checkpoints import app_checkpoints

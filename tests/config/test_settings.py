@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from millrace.config.settings import SETTINGS, Settings, load_settings
+from millrace.config.settings import SETTINGS, Settings
+from millrace.config.settings_loader import load_settings
 from millrace.config.workspace import commented_config
 from millrace.errors import ConfigError
 

@@ -20,7 +20,8 @@ import pytest
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
-from millrace.config.settings import Settings, load_settings
+from millrace.config.settings import Settings
+from millrace.config.settings_loader import load_settings
 from millrace.config.storage import RemotePath, listing, move, storage_root, write_whole
 from millrace.config.workspace import Workspace
 from millrace.engine.delivery import AtMostOnce

@@ -22,7 +22,8 @@ import pytest
 from deltalake import write_deltalake
 
 from millrace.bus.streams import create_stream
-from millrace.config.settings import Settings, load_settings
+from millrace.config.settings import Settings
+from millrace.config.settings_loader import load_settings
 from millrace.config.storage import storage_root
 from millrace.config.workspace import Workspace, init_workspace
 from millrace.errors import StorageError

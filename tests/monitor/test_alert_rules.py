@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from millrace.config.alerts import AlertRule, load_alert_rules
-from millrace.config.settings import load_settings
+from millrace.config.settings_loader import load_settings
 from millrace.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from millrace.config.alerts import load_alert_rules
-from millrace.config.settings import load_settings
+from millrace.config.settings_loader import load_settings
 from millrace.monitor.alerts import Alert
 
 PAGE = Path(__file__).parents[2] / "docs" / "monitoring.md"

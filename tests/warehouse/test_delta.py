@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 import pytest
 from deltalake import CommitProperties, write_deltalake
 
-from millrace.config.settings import load_settings
+from millrace.config.settings_loader import load_settings
 from millrace.config.storage import delta_storage_options
 from millrace.config.workspace import Workspace, init_workspace
 from millrace.errors import WarehouseError

@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from millrace.config.settings import LOCAL_BROKER_CA, SETTINGS, Settings, load_settings
+from millrace.config.settings import SETTINGS, Settings
+from millrace.config.settings_loader import LOCAL_BROKER_CA, load_settings
 from millrace.config.storage import StoragePath, storage_root
 from millrace.errors import ConfigError
 

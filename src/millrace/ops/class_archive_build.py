@@ -29,7 +29,8 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from millrace.config.settings import Settings, load_settings
+from millrace.config.settings import Settings
+from millrace.config.settings_loader import load_settings
 from millrace.engine import spark_internals
 from millrace.engine.class_archive import QUIET_SHARING, archive_file, is_complete
 from millrace.engine.session import connector_jars, spark_session, stop_spark_session
