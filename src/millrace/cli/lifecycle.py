@@ -150,8 +150,10 @@ def logs(app: str, follow: bool, lines: int) -> None:
             line = log.readline()
             if line:
                 click.echo(line, nl=False)
-            else:
-                time.sleep(_FOLLOW_POLL_S)
+                continue
+            if path.stat().st_size < log.tell():
+                log.seek(0)  # rotated: its lines so far were moved to app.log.1
+            time.sleep(_FOLLOW_POLL_S)
 
 
 @click.command()

@@ -254,6 +254,23 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds a query of `POST /sql` or the dashboard's query page may run before it stops.",
     ),
     Setting(
+        "logs.max_mb",
+        "MILLRACE_LOGS_MAX_MB",
+        "MiB an app's log or the host's may reach before it is rotated: app.log moves to "
+        "app.log.1 (the older ones up by one) and a new app.log begins.",
+    ),
+    Setting(
+        "logs.keep",
+        "MILLRACE_LOGS_KEEP",
+        "Rotated logs kept of each (app.log.1 to app.log.N); 0 keeps none.",
+    ),
+    Setting(
+        "tables.keep_removed",
+        "MILLRACE_TABLES_KEEP_REMOVED",
+        "How long a result table keeps the files that newer versions replaced, for readers "
+        "of an older version, before its writer deletes them (Delta's VACUUM).",
+    ),
+    Setting(
         "storage.root",
         "MILLRACE_STORAGE_ROOT",
         "Where checkpoints, result tables, the warehouse and at-most-once marks are kept, "
@@ -351,6 +368,9 @@ class Settings:
     monitor_interval_s: float = 10.0
     sql_local_max_mb: int = 1024
     sql_time_limit_s: float = 30.0
+    logs_max_mb: float = 10.0
+    logs_keep: int = 3
+    tables_keep_removed: str = "1h"
 
     @property
     def uses_local_broker(self) -> bool:
@@ -396,6 +416,11 @@ class Settings:
     def max_future_ms(self) -> int:
         """`events.max_future` in milliseconds."""
         return parse_duration_ms(self.events_max_future, what="events.max_future")
+
+    @property
+    def keep_removed_ms(self) -> int:
+        """`tables.keep_removed` in milliseconds."""
+        return parse_duration_ms(self.tables_keep_removed, what="tables.keep_removed")
 
     @property
     def poll_delay_ms(self) -> int:

@@ -142,6 +142,7 @@ _DURATION_KEYS = (
     "spark.idle_poll_delay",
     "events.max_future",
     "events.idle_timeout",
+    "tables.keep_removed",
 )
 
 
@@ -222,5 +223,7 @@ _RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
     "monitor.interval_s": ("more than 0 seconds", lambda value: value > 0),
     "sql.local_max_mb": ("0 or more", lambda value: value >= 0),
     "sql.time_limit_s": ("more than 0 seconds", lambda value: value > 0),
+    "logs.max_mb": ("more than 0", lambda value: value > 0),
+    "logs.keep": ("0 or more", lambda value: value >= 0),
 }
 """The values a numeric setting may take, and how to say so."""

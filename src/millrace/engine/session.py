@@ -43,6 +43,8 @@ _PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
 _MILLRACE_EXTENSIONS = "dev.millrace.spark.MillraceExtensions"
 _STATE_STORE_SWITCH = threading.Lock()
 _ROCKSDB_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+_DELTA_DEFAULTS = "spark.databricks.delta.properties.defaults"
+"""Where Spark takes the table properties of a Delta table it creates."""
 _LISTENERS: dict[int, list[StreamingQueryListener]] = {}
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 _THREAD_STACK = "-Xss16m"
@@ -269,6 +271,7 @@ def spark_config(settings: Settings) -> dict[str, str]:
     # a fixed cost per partition: partitions beyond the cores add commits, not parallelism
     # (benchmarks/batch_costs.py).
     partitions = settings.spark_shuffle_partitions or os.cpu_count() or 1
+    keep_s = settings.keep_removed_ms // 1000
     quiet_logs = f"-Dlog4j2.configurationFile={_LOG_CONFIG.as_uri()}"
     # A query stopped during a foreachBatch call fails with Py4J's message, which Spark
     # matches against a regex that recurses once per character (`(.|\n)*`, in
@@ -295,6 +298,13 @@ def spark_config(settings: Settings) -> dict[str, str]:
         # Delta rebuilds a table's state from its log in this many tasks (50 by default):
         # result tables are small, and 50 tasks cost seconds on every write.
         "spark.databricks.delta.snapshotPartitions": str(partitions),
+        # New tables (result tables, archives) compact their small files as they are written
+        # (one or more per micro-batch otherwise), and keep their log and the files newer
+        # versions replaced for `tables.keep_removed`, not Delta's 30 days and 7: a table
+        # written every second would keep millions of each (Delta rounds the log's to days).
+        f"{_DELTA_DEFAULTS}.autoOptimize.autoCompact": "true",
+        f"{_DELTA_DEFAULTS}.logRetentionDuration": f"interval {keep_s} seconds",
+        f"{_DELTA_DEFAULTS}.deletedFileRetentionDuration": f"interval {keep_s} seconds",
         "spark.sql.session.timeZone": "UTC",
         # Spark's 100 compiled operators were too few for the demo's four apps in one host:
         # every micro-batch compiled its classes again (Janino, then the JIT), 25 to 45

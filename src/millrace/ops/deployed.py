@@ -1,15 +1,16 @@
 """The process of a deployed app: its driver, started by `deploy`, detached from any terminal.
 
-`millrace.ops.lifecycle` starts it as `python -m millrace.ops.deployed`, in a process group of
-its own, its output appended to `<workspace>/apps/<app>/app.log`, handing it the app's
+`millrace.ops.lifecycle` starts it as `python -m millrace.ops.deployed`, in a process group
+of its own, its output appended to `<workspace>/apps/<app>/app.log`, handing it the app's
 driver lock (`millrace.ops.driver_lock`) and what to run: the app's name, its source and its
 `RunOptions`, as JSON in its environment (`DeployedRun`), checked by the verb that started
 it (`millrace.ops.lifecycle.check_start`), so nothing is checked or parsed again here. It
 runs the app as `millrace run` does (`millrace.apps.runner.drive`), saying its progress to
-the log and recording the CPU it uses (`millrace.ops.driver_cpu`), and records in the
-registry how it ended (`millrace.ops.registry.record_exit`), which `ps` and the demo read: 0
-once stopped or at the end of its input, else 1 (130 when interrupted). A millrace error is
-written to the log as the CLI prints it (`error[code]: ...`), without a traceback.
+the log (rotated by `millrace.ops.app_logs`) and recording the CPU it uses
+(`millrace.ops.driver_cpu`), and records in the registry how it ended
+(`millrace.ops.registry.record_exit`), which `ps` and the demo read: 0 once stopped or at
+the end of its input, else 1 (130 when interrupted). A millrace error is written to the log
+as the CLI prints it (`error[code]: ...`), without a traceback.
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from millrace.apps.app import App
 from millrace.apps.options import RunOptions
 from millrace.apps.runner import drive
+from millrace.config.settings import Settings
 from millrace.config.workspace import Workspace
 from millrace.engine.disk_full import disk_full_on_write
 from millrace.errors import LifecycleError, MillraceError
 from millrace.ops import checkpoints, driver_cpu, driver_lock, registry
+from millrace.ops.app_logs import rotate_if_large
 
 DEPLOYED_MODULE = "millrace.ops.deployed"
 """The module a deployed app's process runs (`python -m`): the app's driver."""
@@ -91,7 +95,7 @@ def main() -> None:
                     workspace.require_initialized(),
                     app,
                     run.options,
-                    say=functools.partial(print, flush=True),
+                    say=functools.partial(_say, workspace.app_log(run.app), workspace.settings),
                     on_progress=lambda: checkpoints.remember(workspace, app.name),
                 )
             finally:
@@ -109,6 +113,12 @@ def main() -> None:
     finally:
         registry.record_exit(workspace, run.app, code)
     sys.exit(code)
+
+
+def _say(log: Path, settings: Settings, line: str) -> None:
+    """Print `line` to the app's log, which is this process's output, and rotate it if large."""
+    print(line, flush=True)
+    rotate_if_large(log, settings)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ inbox; `stop`, `restart` and `rollback` act on that app alone, and the others go
 Each app runs on a thread of its own, on a session of its own (`app_session`: its own SQL
 configuration, views, functions and query listeners) whose jobs run in a FAIR scheduler pool
 named after the app, with its own checkpoints and driver lock (`millrace.ops.driver_lock`),
-which its thread takes when it starts the app and lets go once the app has ended and its exit
-is recorded. The app's lines go to its own log (`apps/<app>/app.log`), as a deployed app's
-do; an app that fails (its query raises, a bad record under a strict policy) stops alone,
-with its error in its log and its exit recorded (`registry.record_exit`), which `ps` reads.
+which its thread takes when it starts the app and lets go once the app has ended and its
+exit is recorded. The app's lines go to its own log (`apps/<app>/app.log`), as a deployed
+app's do; the apps' logs and the host's are rotated by size (`millrace.ops.app_logs`); an
+app that fails (its query raises, a bad record under a strict policy) stops alone, with its
+error in its log and its exit recorded (`registry.record_exit`), which `ps` reads.
 
 What each app costs is recorded as an own driver's is (`millrace.ops.driver_cpu.recording_host`):
 its own CPU (its thread here, and in the JVM its pool's tasks and its micro-batch loops,
@@ -60,6 +61,7 @@ from millrace.engine.session import app_session, command_session, end_app_sessio
 from millrace.engine.user_code import is_users_module
 from millrace.errors import LifecycleError, MillraceError
 from millrace.ops import checkpoints, driver_cpu, driver_lock, registry
+from millrace.ops.app_logs import rotate_if_large
 from millrace.ops.host_inbox import HOST_MODULE, HostProcess, HostRequest, holding_host_lock, take
 
 LINGER_S = 30.0
@@ -284,6 +286,8 @@ def _serve(workspace: Workspace, host: Host, stopping: threading.Event) -> None:
                 _say(request.render())
             else:
                 host.handle(request)
+        # The JVM's output, which all the apps share, goes to the host's log.
+        rotate_if_large(workspace.host_log, workspace.settings)
         if host.apps:
             empty_since = time.monotonic()
         elif time.monotonic() - empty_since > LINGER_S:
@@ -322,6 +326,7 @@ def _app_log(workspace: Workspace, name: str) -> Iterator[Callable[[str], None]]
         def say(line: str) -> None:
             log.write(line + "\n")
             log.flush()
+            rotate_if_large(path, workspace.settings)
 
         yield say
 

@@ -5,7 +5,8 @@ This module is the one place that opens a Delta table. Spark writes millrace's D
 end, which load Spark's Delta client on first use, so that the readers without a JVM do not:
 `millrace query`, the HTTP service and the demo's live view read rows with delta-rs (the
 `deltalake` package), and a SQL app's driver reads which micro-batch it last appended from
-the commits' metadata. `is_delta_table` is the one test of whether a folder holds a table.
+the commits' metadata and deletes the files that newer versions replaced. `is_delta_table`
+is the one test of whether a folder holds a table.
 
 A scan takes a pyarrow filter and the columns it needs, so delta-rs skips the files and row
 groups whose statistics rule rows out and reads only what matches. A table under `hdfs://`
@@ -249,6 +250,34 @@ def newest_commit_metadata(path: StoragePath, prefix: str) -> str | None:
     except (DeltaError, OSError) as error:
         raise _unreadable(path, error) from None
     return None
+
+
+def delete_replaced_files(path: StoragePath, older_than_ms: int) -> int:
+    """Delete the files of the Delta table at `path` that versions replaced; how many.
+
+    Those replaced more than `older_than_ms` ago (rounded up to whole hours) go: Delta's
+    VACUUM, run by delta-rs in milliseconds where Spark's runs jobs for seconds. A reader of
+    a version older than that may then find its files gone. Raises `WarehouseError` when the
+    table cannot be read or changed.
+
+    Example:
+        >>> from deltalake import write_deltalake
+        >>> write_deltalake(str(tmp_path / "t"), pa.table({"n": [1]}))
+        >>> write_deltalake(str(tmp_path / "t"), pa.table({"n": [2]}), mode="overwrite")
+        >>> delete_replaced_files(tmp_path / "t", 0)
+        1
+    """
+    if not is_delta_table(path):
+        return 0
+    hours = -(-older_than_ms // 3_600_000)
+    try:
+        # `full`: also the files no version names, which Spark's merges leave behind too.
+        deleted = _delta_table(path).vacuum(
+            retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True
+        )
+    except (DeltaError, OSError) as error:
+        raise _unreadable(path, error) from None
+    return len(deleted)
 
 
 def _delta_table(path: StoragePath) -> DeltaTable:

@@ -4,12 +4,16 @@ A result table is a Delta table under `<workspace>/tables/<app>/<table>` (writte
 `millrace.warehouse.delta`), read by `millrace query`, the HTTP API and the demo
 (`millrace.warehouse.result_tables`). Mode `final` appends each window once, when the
 watermark closes it; mode `updates` merges every change by the table's key (its window
-bounds and group columns). A table that names a serving table (`serve`) upserts its rows into
+bounds and group columns); the files a merge replaced are deleted once `tables.keep_removed`
+has passed. A table that names a serving table (`serve`) upserts its rows into
 it, and one that names an `emit` stream writes them there too, each row with an id naming the
 result, so that a re-run writes the same ids.
 """
 
 from __future__ import annotations
+
+import logging
+import time
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
@@ -18,11 +22,21 @@ from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
 from millrace.engine.delivery import run_without_writing
 from millrace.engine.writes import write_batch
-from millrace.errors import ServingError, SqlError
+from millrace.errors import ServingError, SqlError, WarehouseError
 from millrace.serving.sink import write_table
 from millrace.serving.tables import TableSpec, create_table
 from millrace.sql.parser import ResultTable, group_key_columns
-from millrace.warehouse.delta import newest_commit_metadata, spark_append, spark_merge
+from millrace.warehouse.delta import (
+    delete_replaced_files,
+    newest_commit_metadata,
+    spark_append,
+    spark_merge,
+)
+
+_log = logging.getLogger(__name__)
+# Files replaced within `tables.keep_removed` stay; those before are deleted this often (or
+# as often as that span, if shorter), so a table holds at most two such spans of them.
+_DELETE_REPLACED_EVERY_S = 300.0
 
 
 class ResultTableWriter:
@@ -46,6 +60,7 @@ class ResultTableWriter:
         self.serving: TableSpec | None = None
         self._appended: int | None = None
         """The micro-batch this writer last appended; before its first, read from the table."""
+        self._deleted_replaced_at: float | None = None
 
     def serve(self, rows: DataFrame) -> None:
         """Register the serving table of `serve = '...'`, its columns taken from `rows`.
@@ -98,6 +113,25 @@ class ResultTableWriter:
                 self._emit(batch, self.table.emit, revision)
         finally:
             batch.unpersist()
+        self._delete_replaced_files()
+
+    def _delete_replaced_files(self) -> None:
+        """Delete the files that newer versions replaced `tables.keep_removed` ago.
+
+        Every merge replaces the files it changes, and Delta keeps the old ones for readers
+        of older versions until a VACUUM: without one, a table written every second grows
+        by thousands of files an hour. A failure is logged, and the app goes on.
+        """
+        keep_ms = self.workspace.settings.keep_removed_ms
+        now = time.monotonic()
+        last = self._deleted_replaced_at
+        if last is not None and now - last < min(_DELETE_REPLACED_EVERY_S, keep_ms / 1000):
+            return
+        self._deleted_replaced_at = now
+        try:
+            delete_replaced_files(self.location, keep_ms)
+        except WarehouseError as error:
+            _log.warning("replaced files of %s not deleted: %s", self.location, error.message)
 
     @property
     def _marker(self) -> str:
