@@ -1,18 +1,22 @@
-"""`millrace up` when the serving store cannot start: nothing is left half up."""
+"""`millrace up` and `down`: a local Spark cluster beside the broker and Redis; and when the
+serving store cannot start, nothing is left half up."""
 
 import os
 import re
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 
 from millrace.bus.broker import broker_status, stop_broker
 from millrace.config.local_processes import live_command_line
 from millrace.config.workspace import Workspace
+from millrace.engine.local_cluster import cluster_status
+from tests.ports import free_port
 
 
-def up(workspace: Workspace) -> subprocess.CompletedProcess[str]:
-    """`millrace up` in `workspace`, on its own ports."""
+def millrace(workspace: Workspace, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """`millrace ARGUMENTS` in `workspace`, on its own ports."""
     settings = workspace.settings
     environment = {
         name: value
@@ -24,9 +28,10 @@ def up(workspace: Workspace) -> subprocess.CompletedProcess[str]:
         "MILLRACE_KAFKA_PORT": str(settings.kafka_port),
         "MILLRACE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
         "MILLRACE_REDIS_PORT": str(settings.redis_port),
+        "MILLRACE_SPARK_CLUSTER_PORT": str(settings.spark_cluster_port),
     }
     return subprocess.run(
-        [sys.executable, "-m", "millrace.cli.main", "up"],
+        [sys.executable, "-m", "millrace.cli.main", *arguments],
         capture_output=True,
         text=True,
         check=False,
@@ -40,7 +45,7 @@ def test_up_with_the_redis_port_taken_starts_nothing(fresh_workspace: Workspace)
         taken.bind(("127.0.0.1", fresh_workspace.settings.redis_port))
         taken.listen()
         try:
-            result = up(fresh_workspace)
+            result = millrace(fresh_workspace, "up")
             left_running = broker_status(fresh_workspace).running
         finally:
             stop_broker(fresh_workspace)
@@ -58,7 +63,7 @@ def test_up_stops_the_broker_it_started_when_redis_then_fails(fresh_workspace: W
     fresh_workspace.redis_dir.mkdir(parents=True)
     (fresh_workspace.redis_dir / "dump.rdb").write_bytes(b"REDIS0011 not a snapshot")
     try:
-        result = up(fresh_workspace)
+        result = millrace(fresh_workspace, "up")
         left_running = broker_status(fresh_workspace).running
     finally:
         stop_broker(fresh_workspace)  # whatever the outcome, no broker outlives the test
@@ -72,3 +77,25 @@ def test_up_stops_the_broker_it_started_when_redis_then_fails(fresh_workspace: W
     ) in result.stderr
     assert not left_running
     assert live_command_line(int(started[1])) is None
+
+
+def test_up_with_spark_workers_starts_a_local_cluster_that_status_shows_and_down_stops(
+    fresh_workspace: Workspace,
+) -> None:
+    settings = replace(fresh_workspace.settings, spark_cluster_port=free_port())
+    workspace = replace(fresh_workspace, settings=settings)
+    try:
+        started = millrace(workspace, "up", "--spark-workers", "2")
+        shown = millrace(workspace, "status")
+    finally:
+        stopped = millrace(workspace, "down")
+    url = f"spark://127.0.0.1:{settings.spark_cluster_port}"
+    assert started.returncode == 0, started.stderr
+    line = re.search(
+        rf"spark: local cluster running, {url}: .*\(pids (\d+), (\d+)\)", started.stdout
+    )
+    assert line is not None, started.stdout
+    assert f"spark: local cluster running, {url}" in shown.stdout
+    assert f"spark: local cluster stopped (was {url}" in stopped.stdout
+    assert all(live_command_line(int(pid)) is None for pid in line.groups())
+    assert cluster_status(workspace) is None

@@ -10,6 +10,7 @@ from millrace.bus.broker import broker_status, start_broker, stop_broker
 from millrace.bus.streams import list_streams
 from millrace.config.local_processes import loopback_port_is_free
 from millrace.config.workspace import Workspace, init_workspace
+from millrace.engine.local_cluster import cluster_status, start_cluster, stop_cluster
 from millrace.errors import BusError, ConfigError, MillraceError, ServingError
 from millrace.serving.server import redis_status, start_redis, stop_redis
 from millrace.serving.tables import list_tables
@@ -30,11 +31,19 @@ def init(force: bool) -> None:
 
 
 @click.command()
-def up() -> None:
+@click.option(
+    "--spark-workers",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Also start a local Spark standalone master and this many workers (spark.* settings).",
+)
+def up(spark_workers: int) -> None:
     """Start the local Kafka broker and Redis, and wait until they accept clients.
 
     When Redis cannot start, a broker this command started is stopped again: either both
-    run afterwards, or what ran before.
+    run afterwards, or what ran before. With --spark-workers N, a local Spark cluster starts
+    after them, for apps deployed with --master spark://127.0.0.1:PORT.
     """
     workspace = Workspace.locate().require_initialized()
     _require_free_redis_port(workspace)
@@ -67,6 +76,9 @@ def up() -> None:
         else:
             left = f"the Kafka broker (pid {status.pid}), which ran before, keeps running"
         raise type(error)(f"{error.message}\n{left}", hint=error.hint) from None
+    if spark_workers:
+        cluster = start_cluster(workspace, spark_workers)
+        click.echo(f"spark: local cluster running, {cluster.summary()}")
 
 
 def _require_free_redis_port(workspace: Workspace) -> None:
@@ -98,7 +110,7 @@ def _redis_up(workspace: Workspace) -> None:
 
 @click.command()
 def down() -> None:
-    """Stop the local Kafka broker and Redis cleanly; their data stays in the workspace."""
+    """Stop the local Kafka broker, Redis and Spark cluster; their data stays in the workspace."""
     workspace = Workspace.locate()
     before = broker_status(workspace)
     stop_broker(workspace)
@@ -116,11 +128,14 @@ def down() -> None:
         click.echo(f"serving: Redis stopped (was pid {serving.pid})")
     else:
         click.echo("serving: no local Redis was running")
+    cluster = stop_cluster(workspace)
+    if cluster is not None:
+        click.echo(f"spark: local cluster stopped (was {cluster.summary()})")
 
 
 @click.command()
 def status() -> None:
-    """Show the workspace and whether the bus and the serving store run."""
+    """Show the workspace and whether the bus, the serving store and a local cluster run."""
     workspace = Workspace.locate()
     click.echo(
         f"workspace: {workspace.root}"
@@ -155,6 +170,9 @@ def status() -> None:
             click.echo(f"serving: {where}, NOT reachable")
     else:
         click.echo("serving: local Redis not running (start it with `millrace up`)")
+    cluster = cluster_status(workspace)
+    if cluster is not None:
+        click.echo(f"spark: local cluster running, {cluster.summary()}")
 
 
 @click.command()

@@ -207,6 +207,22 @@ SETTINGS: tuple[Setting, ...] = (
         "batches of bounded time and memory. 0 reads all there is in one.",
     ),
     Setting(
+        "spark.cluster_port",
+        "MILLRACE_SPARK_CLUSTER_PORT",
+        "Port of the local Spark standalone master that `millrace up --spark-workers N` "
+        "starts on 127.0.0.1; apps run on it with --master spark://127.0.0.1:PORT.",
+    ),
+    Setting(
+        "spark.worker_cores",
+        "MILLRACE_SPARK_WORKER_CORES",
+        "Cores each worker of the local Spark cluster offers to apps.",
+    ),
+    Setting(
+        "spark.worker_memory",
+        "MILLRACE_SPARK_WORKER_MEMORY",
+        "Memory each worker of the local Spark cluster offers to apps, as Spark writes it (1g).",
+    ),
+    Setting(
         "deploy.isolated",
         "MILLRACE_DEPLOY_ISOLATED",
         "Apps (names, comma-separated) that `deploy` runs each in a Spark application of "
@@ -353,6 +369,9 @@ class Settings:
     spark_idle_poll_delay: str = "10s"
     spark_codegen_cache: int = 2000
     spark_max_records_per_batch: int = 500_000
+    spark_cluster_port: int = 7077
+    spark_worker_cores: int = 1
+    spark_worker_memory: str = "1g"
     deploy_isolated: str = ""
     events_time_field: str = "time"
     events_max_future: str = "5m"

@@ -213,6 +213,8 @@ _KIND_NAMES = {str: "a string", int: "an integer", float: "a finite number"}
 _PORT = ("a port from 1 to 65535", lambda value: 1 <= value <= 65_535)
 _RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
     "kafka.port": _PORT,
+    "spark.cluster_port": _PORT,
+    "spark.worker_cores": ("1 or more", lambda value: value >= 1),
     "kafka.controller_port": _PORT,
     "redis.port": _PORT,
     "kafka.start_timeout_s": ("more than 0 seconds", lambda value: value > 0),

@@ -81,6 +81,11 @@ class Workspace:
         return self.root / LOCAL_BROKER_CA
 
     @property
+    def spark_cluster_dir(self) -> Path:
+        """Record, logs and workers' folders of the local Spark standalone cluster."""
+        return self.root / "spark"
+
+    @property
     def redis_dir(self) -> Path:
         """Data, configuration and log of the local Redis that serves the serving tables."""
         return self.root / "redis"
