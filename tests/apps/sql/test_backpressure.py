@@ -1,5 +1,8 @@
-"""A backlog is read in micro-batches of bounded size: the setting's cap, or the app's own."""
+"""A backlog or a burst is read in micro-batches of bounded size (the setting's cap, or the
+app's own), and an app catches up after a burst with its results exact."""
 
+import threading
+import time
 import uuid
 from dataclasses import replace
 
@@ -12,6 +15,7 @@ from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
+from millrace.engine.checkpoint_log import kafka_offsets, records_waiting
 from millrace.sql.parser import parse_app
 
 RECORDS = 2_500
@@ -90,3 +94,72 @@ def test_an_apps_own_cap_wins_over_the_setting_and_0_reads_all_there_is_at_once(
 
     assert sum(own) == RECORDS and max(own) <= 400
     assert whole == [RECORDS]
+
+
+# Records per second: steady, then five times as many for the burst, then steady again.
+STEADY, BURST = 100, 500
+PHASES = ((STEADY, 15), (BURST, 30), (STEADY, 45))
+BURST_CAP = 1_000
+
+
+def _publish_at_rates(workspace: Workspace, stream: str, sent: list[int]) -> None:
+    """Publish `PHASES`' records, a second's worth at the start of each second."""
+    with Publisher(stream, settings=workspace.settings) as out:
+        for rate, seconds in PHASES:
+            for _ in range(seconds):
+                second_ends = time.monotonic() + 1
+                for _ in range(rate):
+                    out.send({"time": START_MS + len(sent), "n": len(sent)})
+                    sent.append(len(sent))
+                out.flush()
+                time.sleep(max(0.0, second_ends - time.monotonic()))
+
+
+def test_after_a_five_times_burst_the_lag_comes_back_and_no_micro_batch_passes_the_cap(
+    spark: SparkSession, workspace: Workspace
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    source, output = f"test.burst.{run}", f"test.burst-out.{run}"
+    create_stream(workspace.settings, source, buckets=2)
+    create_stream(workspace.settings, output)
+    capped = replace(
+        workspace, settings=replace(workspace.settings, spark_max_records_per_batch=BURST_CAP)
+    )
+    app = parse_app(_app(f"burst_{run}", source, output))
+    sent: list[int] = []
+    publisher = threading.Thread(target=_publish_at_rates, args=(workspace, source, sent))
+    # Batch id: (when it was seen, records read, records it left waiting).
+    batches: dict[int, tuple[float, int, int]] = {}
+    running = start_sql_app(spark, capped, app)
+    [query] = running.queries
+    started = time.monotonic()
+    publisher.start()
+    try:
+        while publisher.is_alive() or not batches or batches[max(batches)][2]:
+            assert time.monotonic() - started < sum(s for _, s in PHASES) + 120, batches
+            for progress in query.recentProgress:
+                if progress.numInputRows and progress.batchId not in batches:
+                    waiting = records_waiting(
+                        {
+                            "end_offsets": kafka_offsets(read.endOffset),
+                            "latest_offsets": kafka_offsets(read.latestOffset),
+                        }
+                        for read in progress.sources
+                    )
+                    seen = time.monotonic() - started
+                    batches[progress.batchId] = (seen, progress.numInputRows, waiting)
+            time.sleep(0.5)
+    finally:
+        publisher.join()
+        running.stop()
+
+    assert max(read for _, read, _ in batches.values()) <= BURST_CAP
+    # The lag before the burst, and how soon after the burst's end it is back to that.
+    burst_from, burst_to = PHASES[0][1], PHASES[0][1] + PHASES[1][1]
+    before = max((waiting for seen, _, waiting in batches.values() if seen < burst_from), default=0)
+    back_at = min(
+        seen for seen, _, waiting in batches.values() if seen > burst_to and waiting <= before
+    )
+    assert back_at - burst_to < 30, batches
+    written = tail(output, TailStart(from_beginning=True), settings=workspace.settings)
+    assert sorted(int(record.value["n"]) for record in written) == [n for n in sent if n % 3 == 0]
