@@ -1,16 +1,20 @@
 import time
+from dataclasses import replace
 
 import pytest
+from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
-from millrace.bus.internal import read_after
+from millrace.bus.internal import create_internal_stream, read_after
 from millrace.bus.publisher import Publisher
 from millrace.bus.streams import (
+    admin_client,
     appended_since,
     create_stream,
     delete_stream,
     describe_stream,
     format_retention,
     list_streams,
+    replicas,
 )
 from millrace.config.settings import Settings
 from millrace.errors import MillraceError, StreamExistsError, StreamNotFoundError
@@ -105,3 +109,34 @@ def test_retention_forever_keeps_records_without_a_time_limit(
 ) -> None:
     create_stream(settings, stream_name, retention="forever")
     assert format_retention(describe_stream(settings, stream_name).retention_ms) == "forever"
+
+
+def _topic_settings(settings: Settings, name: str) -> tuple[int, str]:
+    """The copies of bucket 0 of stream `name`, and its `min.insync.replicas`."""
+    admin = admin_client(settings)
+    metadata = admin.list_topics(topic=name, timeout=10).topics[name]
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    return len(metadata.partitions[0].replicas), configs["min.insync.replicas"].value
+
+
+def test_a_stream_has_a_copy_per_broker_up_to_three_and_writes_wait_for_two_of_three(
+    settings: Settings, stream_name: str
+) -> None:
+    create_stream(settings, stream_name)
+    create_internal_stream(settings, f"_millrace.test-{stream_name[5:]}")
+
+    # The test's bus has one broker: one copy, and a write waits for it alone.
+    assert _topic_settings(settings, stream_name) == (1, "1")
+    assert _topic_settings(settings, f"_millrace.test-{stream_name[5:]}") == (1, "1")
+    assert [replicas(0, brokers) for brokers in (1, 2, 3, 5)] == [1, 2, 3, 3]
+
+
+def test_more_copies_than_the_bus_has_brokers_is_an_error_naming_the_setting(
+    settings: Settings, stream_name: str
+) -> None:
+    with pytest.raises(MillraceError, match=stream_name) as refused:
+        create_stream(replace(settings, kafka_replication=3), stream_name)
+    assert "replication factor of 3 cannot be reached" in refused.value.message
+    assert refused.value.hint.startswith("set kafka.replication to at most the bus's brokers")
+    assert stream_name not in list_streams(settings)

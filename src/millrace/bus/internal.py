@@ -26,12 +26,18 @@ from confluent_kafka import (
 
 # confluent-kafka's admin package imports these without `__all__` or `as`: strict mypy takes
 # them as not exported.
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from millrace.bus.client_config import kafka_client_config
 from millrace.bus.markers import WATERMARK_HEADER, is_marker, writer_of
 from millrace.bus.messages import carried_time_ms, decode_message, header, origin
-from millrace.bus.streams import admin_client, bus_error, describe_stream, wait_for_leaders
+from millrace.bus.streams import (
+    admin_client,
+    bus_error,
+    describe_stream,
+    stream_topic,
+    wait_for_leaders,
+)
 from millrace.bus.timeouts import bounded
 from millrace.config.settings import Settings
 from millrace.errors import StreamNameError
@@ -72,12 +78,7 @@ def create_internal_stream(
             f"{name!r} is not an internal stream name",
             hint="internal streams are named _millrace.<lowercase name>",
         )
-    topic = NewTopic(
-        name,
-        num_partitions=buckets,
-        replication_factor=-1,
-        config={"retention.ms": str(retention_ms), "message.timestamp.type": "LogAppendTime"},
-    )
+    topic = stream_topic(settings, name, buckets, retention_ms)
     admin = admin_client(settings)
     future = admin.create_topics([topic], request_timeout=bounded(_TIMEOUT_S))[name]
     try:

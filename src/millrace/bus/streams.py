@@ -112,16 +112,8 @@ def create_stream(
             hint=f"choose between 1 and {MAX_BUCKETS} buckets",
         )
     retention_ms = _retention_ms(retention)
-    # Kafka's timestamp is the arrival time, not the event time: retention then counts from
-    # arrival, so replayed or backfilled events dated in the past are not deleted at once.
-    # The event time travels in the value's time field, where every millrace reader looks.
-    topic = NewTopic(
-        name,
-        num_partitions=buckets,
-        replication_factor=-1,
-        config={"retention.ms": str(retention_ms), "message.timestamp.type": "LogAppendTime"},
-    )
     admin = admin_client(settings)
+    topic = stream_topic(settings, name, buckets, retention_ms)
     future = admin.create_topics([topic], request_timeout=bounded(_TIMEOUT_S))[name]
     try:
         future.result(timeout=bounded(_TIMEOUT_S))
@@ -218,6 +210,40 @@ def _retention_ms(retention: str) -> int:
             hint="write a duration such as 3d, or 'forever'",
         )
     return retention_ms
+
+
+def stream_topic(settings: Settings, name: str, buckets: int, retention_ms: int) -> NewTopic:
+    """The Kafka topic of a new stream: its buckets, its retention, and its copies.
+
+    Retention counts from arrival: Kafka's timestamp is the arrival time, not the event
+    time, so replayed or backfilled events dated in the past are not deleted at once (the
+    event time travels in the value's time field, where every millrace reader looks).
+    Every bucket is kept on `replicas(...)` brokers (`kafka.replication`, or as many as the
+    bus has, up to 3), and a write waits for 2 of 3 copies (`min.insync.replicas`), so that
+    a broker lost loses no record that a writer was told was stored, and stops no writer.
+    """
+    brokers = _metadata(settings, None, f"could not create stream {name!r}").brokers
+    copies = replicas(settings.kafka_replication, len(brokers))
+    return NewTopic(
+        name,
+        num_partitions=buckets,
+        replication_factor=copies,
+        config={
+            "retention.ms": str(retention_ms),
+            "message.timestamp.type": "LogAppendTime",
+            "min.insync.replicas": str(max(1, min(2, copies - 1))),
+        },
+    )
+
+
+def replicas(setting: int, brokers: int) -> int:
+    """The copies of each bucket: `setting` (`kafka.replication`), or if 0 one per broker, up to 3.
+
+    Example:
+        >>> replicas(0, 1), replicas(0, 5), replicas(2, 5)
+        (1, 3, 2)
+    """
+    return setting or max(1, min(3, brokers))
 
 
 def wait_for_leaders(admin: AdminClient, name: str) -> None:
@@ -342,6 +368,11 @@ def bus_error(what: str, error: KafkaException, settings: Settings) -> BusError:
     hint = "is the broker up? `millrace status` tells, `millrace up` starts it"
     if error.args[0].code() == KafkaError._SSL:
         hint = "check kafka.ssl_ca_file: it must hold the CA that signed the brokers' certificates"
+    elif error.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR:
+        hint = (
+            "set kafka.replication to at most the bus's brokers, or to 0 for one copy per "
+            "broker up to 3 (MILLRACE_KAFKA_REPLICATION)"
+        )
     elif error.args[0].code() in _REFUSED_LOGINS:
         hint = (
             "check kafka.user and the password (MILLRACE_KAFKA_PASSWORD or "

@@ -68,6 +68,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Java heap of the local broker (-Xmx).",
     ),
     Setting(
+        "kafka.replication",
+        "MILLRACE_KAFKA_REPLICATION",
+        "Copies of each bucket of the streams millrace creates (its own too); 0 keeps as many "
+        "as the bus has brokers, up to 3. With 3 or more, a write waits for 2 of them.",
+    ),
+    Setting(
         "kafka.start_timeout_s",
         "MILLRACE_KAFKA_START_TIMEOUT_S",
         "Seconds `millrace up` waits for the local broker to accept connections.",
@@ -346,6 +352,7 @@ class Settings:
     kafka_controller_port: int = 9093
     kafka_heap: str = "1g"
     kafka_start_timeout_s: float = 90.0
+    kafka_replication: int = 0
     kafka_security_protocol: str = "PLAINTEXT"
     kafka_sasl_mechanism: str = "SCRAM-SHA-512"
     kafka_user: str = ""
