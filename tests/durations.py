@@ -35,6 +35,7 @@ SECONDS_BY_FILE = {
     "tests/engine/test_output_watermark.py": 91,
     "tests/apps/processors/test_streaming.py": 89,
     "tests/cli/test_cluster.py": 120,
+    "tests/bus/test_broker_cluster.py": 110,
     "tests/cli/test_app_starts.py": 62,
     "tests/apps/sql/test_backpressure.py": 60,
     "tests/apps/processors/test_watermarks.py": 52,

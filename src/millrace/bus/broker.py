@@ -1,8 +1,13 @@
-"""The local Kafka broker: one KRaft node started from the resolved jars, data in the workspace.
+"""The local Kafka bus: KRaft nodes started from the resolved jars, data in the workspace.
 
 `millrace up` calls `start_broker`, `millrace down` calls `stop_broker`, `millrace status`
-calls `broker_status`. The broker runs as a detached background process, so it outlives the
-command that started it; its pid, configuration, data and logs live in `<workspace>/kafka/`.
+calls `broker_status`. Each node runs as a detached background process, so it outlives the
+command that started it; the first node's pid, configuration, data and logs live in
+`<workspace>/kafka/`. With `kafka.brokers` at 3, a cluster of three nodes runs instead, each
+a broker and a controller of one KRaft quorum, node N on `kafka.port` + 2(N - 1) and its
+controller on `kafka.controller_port` + 2(N - 1) (with the default ports: 9092 and 9093,
+9094 and 9095, 9096 and 9097), nodes 2 and 3 in `<workspace>/kafka/node-N/`: a cluster that
+survives the loss of one node, for trying what a replicated bus does.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -41,6 +46,7 @@ class BrokerStatus:
     external: bool
     pid: int | None = None
     started_now: bool = False
+    node_pids: tuple[int | None, ...] = ()
 
 
 def start_broker(workspace: Workspace) -> BrokerStatus:
@@ -54,16 +60,30 @@ def start_broker(workspace: Workspace) -> BrokerStatus:
     current = broker_status(workspace)
     if current.external or current.running:
         return current
-    for port in (settings.kafka_port, settings.kafka_controller_port):
-        _require_free_port(port)
+    nodes = _nodes(workspace)
+    for paths in nodes:
+        if paths.running_pid() is None:
+            for port in (paths.port, paths.controller_port):
+                _require_free_port(port)
     classpath = os.pathsep.join(str(jar) for jar in jars(settings, "kafka"))
-    paths = _BrokerPaths(workspace.kafka_dir)
     if settings.kafka_uses_tls:
-        _make_certificates(paths.tls, workspace.local_broker_ca)
-    paths.write_config(settings)
-    if not (paths.data / "meta.properties").exists():
-        _format_storage(paths, classpath, settings)
-    _require_same_login(paths, settings)
+        _make_certificates(nodes[0].tls, workspace.local_broker_ca)
+    # The nodes of one cluster are formatted with its one id.
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    started = []
+    for paths in nodes:
+        paths.write_config(settings, nodes[0].tls)
+        if not (paths.data / "meta.properties").exists():
+            _format_storage(paths, classpath, settings, cluster_id)
+        _require_same_login(paths, settings)
+        if paths.running_pid() is None:
+            started.append((_start_node(paths, classpath, settings), paths))
+    _wait_until_ready(started, settings, len(nodes))
+    return replace(broker_status(workspace), started_now=True)
+
+
+def _start_node(paths: _BrokerPaths, classpath: str, settings: Settings) -> subprocess.Popen[bytes]:
+    """Start one node of the bus, detached, its pid in its pid file."""
     paths.logs.mkdir(parents=True, exist_ok=True)
     with open(paths.console_log, "ab") as console:
         process = subprocess.Popen(
@@ -86,34 +106,56 @@ def start_broker(workspace: Workspace) -> BrokerStatus:
             start_new_session=True,
         )
     paths.pid_file.write_text(str(process.pid))
-    _wait_until_ready(process, settings, paths)
-    return BrokerStatus(settings.bootstrap_servers, True, False, process.pid, started_now=True)
+    return process
 
 
 def stop_broker(workspace: Workspace) -> BrokerStatus:
     """Stop the workspace's broker cleanly (SIGTERM, then SIGKILL after 30 s); safe to repeat."""
     status = broker_status(workspace)
-    if status.running and status.pid is not None:
-        stop_process(status.pid, _STOP_GRACE_S)
-    _BrokerPaths(workspace.kafka_dir).pid_file.unlink(missing_ok=True)
+    if not status.external:
+        for paths in _nodes(workspace):
+            pid = paths.running_pid()
+            if pid is not None:
+                stop_process(pid, _STOP_GRACE_S)
+            paths.pid_file.unlink(missing_ok=True)
     return BrokerStatus(status.bootstrap_servers, False, status.external)
 
 
 def broker_status(workspace: Workspace) -> BrokerStatus:
-    """Whether the workspace's broker runs, judged by its pid file and its process."""
+    """Whether the workspace's brokers all run, judged by their pid files and processes.
+
+    `pid` is the first node's; `node_pids` has each node's, None for one that is down.
+    """
     settings = workspace.settings
     if not settings.uses_local_broker:
         return BrokerStatus(settings.bootstrap_servers, True, True)
-    paths = _BrokerPaths(workspace.kafka_dir)
-    pid = paths.running_pid()
-    return BrokerStatus(settings.bootstrap_servers, pid is not None, False, pid)
+    pids = tuple(paths.running_pid() for paths in _nodes(workspace))
+    running = all(pid is not None for pid in pids)
+    return BrokerStatus(settings.bootstrap_servers, running, False, pids[0], node_pids=pids)
+
+
+def _nodes(workspace: Workspace) -> list[_BrokerPaths]:
+    """The files and ports of each node of the workspace's local bus, the first one first."""
+    settings = workspace.settings
+    return [
+        _BrokerPaths(
+            workspace.kafka_dir if node == 1 else workspace.kafka_dir / f"node-{node}",
+            node,
+            settings.kafka_port + 2 * (node - 1),
+            settings.kafka_controller_port + 2 * (node - 1),
+        )
+        for node in range(1, settings.kafka_brokers + 1)
+    ]
 
 
 class _BrokerPaths:
-    """The files of one local broker, all under `<workspace>/kafka/`."""
+    """The files and ports of one node of the local bus, under `<workspace>/kafka/`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, node: int, port: int, controller_port: int) -> None:
         self.root = root
+        self.node = node
+        self.port = port
+        self.controller_port = controller_port
         self.data = root / "data"
         self.logs = root / "logs"
         self.config = root / "server.properties"
@@ -125,18 +167,30 @@ class _BrokerPaths:
         self.keystore = self.tls / "broker.pem"
         self.login = self.data / "millrace-login"
 
-    def write_config(self, settings: Settings) -> None:
-        """Write the broker's configuration, readable by this user only: it may hold a password."""
+    def write_config(self, settings: Settings, tls: Path) -> None:
+        """Write the node's configuration, readable by this user only: it may hold a password.
+
+        `tls` is the folder of the certificates the nodes share.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         protocol = settings.kafka_security_protocol
+        nodes = settings.kafka_brokers
+        voters = ",".join(
+            f"{node}@127.0.0.1:{settings.kafka_controller_port + 2 * (node - 1)}"
+            for node in range(1, nodes + 1)
+        )
         text = _SERVER_PROPERTIES.format(
+            node=self.node,
+            voters=voters,
             protocol=protocol,
-            port=settings.kafka_port,
-            controller_port=settings.kafka_controller_port,
+            port=self.port,
+            controller_port=self.controller_port,
             data=self.data,
+            copies=min(3, nodes),
+            min_copies=max(1, min(2, nodes - 1)),
         )
         if settings.kafka_uses_tls:
-            text += _TLS_PROPERTIES.format(keystore=self.keystore, ca=self.tls / "ca.pem")
+            text += _TLS_PROPERTIES.format(keystore=tls / "broker.pem", ca=tls / "ca.pem")
         if settings.kafka_uses_sasl:
             text += _sasl_properties(settings)
         self.config.touch(mode=0o600)
@@ -179,8 +233,9 @@ def _require_free_port(port: int) -> None:
         )
 
 
-def _format_storage(paths: _BrokerPaths, classpath: str, settings: Settings) -> None:
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+def _format_storage(
+    paths: _BrokerPaths, classpath: str, settings: Settings, cluster_id: str
+) -> None:
     arguments = [
         "-cp",
         classpath,
@@ -330,8 +385,10 @@ def _make_certificates(folder: Path, ca: Path) -> None:
 
 
 def _wait_until_ready(
-    process: subprocess.Popen[bytes], settings: Settings, paths: _BrokerPaths
+    started: list[tuple[subprocess.Popen[bytes], _BrokerPaths]], settings: Settings, nodes: int
 ) -> None:
+    """Wait until the bus's `nodes` nodes have registered; stop those `started` if one fails."""
+    paths = started[0][1]
     bootstrap, timeout_s = settings.bootstrap_servers, settings.kafka_start_timeout_s
     deadline = time.monotonic() + timeout_s
     admin = AdminClient(
@@ -343,20 +400,21 @@ def _wait_until_ready(
         }
     )
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            paths.pid_file.unlink(missing_ok=True)
-            raise BrokerError(
-                f"the Kafka broker exited with status {process.returncode} while starting; "
-                f"the end of its log ({paths.logs}):\n{paths.log_excerpt()}",
-                hint="fix what the log names, then run `millrace up` again",
-            )
+        for process, node in started:
+            if process.poll() is not None:
+                _kill(started)
+                raise BrokerError(
+                    f"the Kafka broker exited with status {process.returncode} while starting; "
+                    f"the end of its log ({node.logs}):\n{node.log_excerpt()}",
+                    hint="fix what the log names, then run `millrace up` again",
+                )
         try:
-            admin.list_topics(timeout=1.0)
-            return
+            if len(admin.list_topics(timeout=1.0).brokers) == nodes:
+                return
         except Exception:
-            time.sleep(0.2)
-    process.kill()
-    paths.pid_file.unlink(missing_ok=True)
+            pass
+        time.sleep(0.2)
+    _kill(started)
     raise BrokerError(
         f"the Kafka broker did not accept connections on {bootstrap} within {timeout_s:.0f} s; "
         f"the end of its log ({paths.logs}):\n{paths.log_excerpt()}",
@@ -364,11 +422,17 @@ def _wait_until_ready(
     )
 
 
+def _kill(started: list[tuple[subprocess.Popen[bytes], _BrokerPaths]]) -> None:
+    for process, node in started:
+        process.kill()
+        node.pid_file.unlink(missing_ok=True)
+
+
 _SERVER_PROPERTIES = """\
 # Written by `millrace up`; rewritten at every start from millrace.toml.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller_port}
+node.id={node}
+controller.quorum.voters={voters}
 listeners={protocol}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
 advertised.listeners={protocol}://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
@@ -378,13 +442,13 @@ log.dirs={data}
 num.partitions=1
 # Streams are created explicitly (`millrace stream create`), so a typo never makes a new one.
 auto.create.topics.enable=false
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor={copies}
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor={copies}
+transaction.state.log.min.isr={min_copies}
 transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor={copies}
+share.coordinator.state.topic.min.isr={min_copies}
 group.initial.rebalance.delay.ms=0
 """
 

@@ -40,6 +40,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _TIMEOUT_S = 15.0
 _FOREVER = ("forever", "infinite", "-1")
 _LOGIN_CHECK_S = 1.0
+_NEW_STREAM_SPREAD_S = 2.0
+"""How long a stream just created may stay unknown to some brokers of a bus of several."""
 _REFUSED_LOGINS = (
     KafkaError._AUTHENTICATION,
     KafkaError._SSL,
@@ -337,11 +339,17 @@ def _metadata(settings: Settings, topic: str | None, what: str) -> ClusterMetada
 
 
 def _topic(settings: Settings, name: str) -> TopicMetadata:
-    metadata = _metadata(settings, name, f"could not look up stream {name!r}")
-    topic = metadata.topics.get(name)
-    if topic is None or topic.error is not None:
-        raise _not_found(name)
-    return topic
+    deadline = time.monotonic() + _NEW_STREAM_SPREAD_S
+    while True:
+        metadata = _metadata(settings, name, f"could not look up stream {name!r}")
+        topic = metadata.topics.get(name)
+        if topic is not None and topic.error is None:
+            return topic
+        # On a bus of several brokers, one that has not yet heard of a stream just created
+        # elsewhere answers that it does not exist: ask again, maybe another, for a moment.
+        if len(metadata.brokers) < 2 or time.monotonic() > deadline:
+            raise _not_found(name)
+        time.sleep(0.2)
 
 
 def _not_found(name: str) -> StreamNotFoundError:

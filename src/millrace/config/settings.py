@@ -68,6 +68,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Java heap of the local broker (-Xmx).",
     ),
     Setting(
+        "kafka.brokers",
+        "MILLRACE_KAFKA_BROKERS",
+        "Nodes of the local bus `millrace up` starts: 1, or 3 for a cluster that survives "
+        "the loss of one: node N on kafka.port + 2(N - 1), its controller on "
+        "kafka.controller_port + 2(N - 1).",
+    ),
+    Setting(
         "kafka.replication",
         "MILLRACE_KAFKA_REPLICATION",
         "Copies of each bucket of the streams millrace creates (its own too); 0 keeps as many "
@@ -353,6 +360,7 @@ class Settings:
     kafka_heap: str = "1g"
     kafka_start_timeout_s: float = 90.0
     kafka_replication: int = 0
+    kafka_brokers: int = 1
     kafka_security_protocol: str = "PLAINTEXT"
     kafka_sasl_mechanism: str = "SCRAM-SHA-512"
     kafka_user: str = ""
@@ -406,7 +414,8 @@ class Settings:
     @property
     def bootstrap_servers(self) -> str:
         """Where Kafka clients connect: the configured cluster or the local broker."""
-        return self.kafka_bootstrap or f"127.0.0.1:{self.kafka_port}"
+        ports = range(self.kafka_port, self.kafka_port + 2 * self.kafka_brokers, 2)
+        return self.kafka_bootstrap or ",".join(f"127.0.0.1:{port}" for port in ports)
 
     @property
     def kafka_uses_sasl(self) -> bool:

@@ -1,0 +1,132 @@
+"""A local bus of three KRaft nodes (`kafka.brokers = 3`): one node killed with kill -9 while
+records are published and an app reads them, and started again, loses nothing."""
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from millrace.apps.sql.running import start_sql_app
+from millrace.bus.broker import broker_status, start_broker, stop_broker
+from millrace.bus.publisher import Publisher
+from millrace.bus.reader import TailStart, tail
+from millrace.bus.streams import admin_client, create_stream
+from millrace.config.workspace import Workspace, init_workspace
+from millrace.sql.parser import parse_app
+
+RECORDS = 3_000
+START_MS = 1_767_225_600_000
+
+
+def _free_block(size: int) -> int:
+    """The first of `size` consecutive loopback ports that are free now."""
+    for first in range(21_000, 60_000, size):
+        ports = range(first, first + size)
+        if all(_free(port) for port in ports):
+            return first
+    raise AssertionError("no block of free ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def cluster(tmp_path) -> Iterator[Workspace]:
+    """A workspace whose bus is three nodes, up; stopped at the end."""
+    first = _free_block(6)
+    environment = {
+        "MILLRACE_HOME": str(tmp_path / "workspace"),
+        "MILLRACE_KAFKA_BROKERS": "3",
+        "MILLRACE_KAFKA_PORT": str(first),
+        "MILLRACE_KAFKA_CONTROLLER_PORT": str(first + 1),
+        "MILLRACE_KAFKA_HEAP": "512m",
+    }
+    workspace = Workspace.locate({**os.environ, **environment})
+    init_workspace(workspace)
+    start_broker(workspace)
+    try:
+        yield workspace
+    finally:
+        stop_broker(workspace)
+
+
+def _in_sync(workspace: Workspace, stream: str) -> list[int]:
+    """The in-sync copies of each bucket of `stream`."""
+    topic = admin_client(workspace.settings).list_topics(topic=stream, timeout=10).topics[stream]
+    return [len(topic.partitions[bucket].isrs) for bucket in sorted(topic.partitions)]
+
+
+def test_a_node_lost_mid_run_loses_no_record_and_stops_no_app_and_then_rejoins(
+    cluster: Workspace, spark: SparkSession
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    source, output = f"test.replicated.{run}", f"test.replicated-out.{run}"
+    create_stream(cluster.settings, source, buckets=3)
+    create_stream(cluster.settings, output, buckets=3)
+    assert _in_sync(cluster, source) == [3, 3, 3]
+    app = parse_app(
+        f"CREATE APPLICATION replicated_{run};\n"
+        f"CREATE INPUT TABLE events (time, n INT) FROM STREAM('{source}') TIME time;\n"
+        f"INSERT INTO STREAM('{output}') SELECT n FROM events WHERE n % 2 = 0;\n"
+    )
+    running = start_sql_app(spark, cluster, app)
+    halfway = threading.Event()
+
+    def publish() -> None:
+        with Publisher(source, settings=cluster.settings) as out:
+            for number in range(RECORDS):
+                out.send({"time": START_MS + number, "n": number}, record_id=f"r{number}")
+                if number == RECORDS // 2:
+                    out.flush()
+                    halfway.set()
+                    time.sleep(2)  # the node goes while records are still coming
+                time.sleep(0.002)
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    try:
+        assert halfway.wait(120)
+        lost = broker_status(cluster).node_pids[1]
+        assert lost is not None
+        os.kill(lost, signal.SIGKILL)
+        publisher.join(300)
+        assert not publisher.is_alive()
+        running.process_all_available()
+        [query] = running.queries
+        assert query.isActive
+    finally:
+        publisher.join()
+        running.stop()
+
+    # A reader counts a record once by its id (a task run again after the loss may have
+    # written copies, which carry the same id): each id once, each record there.
+    published = _by_id(cluster, source)
+    assert sorted(published) == sorted(f"r{n}" for n in range(RECORDS))
+    assert sorted(_by_id(cluster, output).values()) == list(range(0, RECORDS, 2))
+    assert min(_in_sync(cluster, source)) == 2
+
+    start_broker(cluster)  # starts the node that is down
+    deadline = time.monotonic() + 120
+    while _in_sync(cluster, source) != [3, 3, 3]:
+        assert time.monotonic() < deadline, _in_sync(cluster, source)
+        time.sleep(1)
+
+
+def _by_id(workspace: Workspace, stream: str) -> dict[str, int]:
+    """Each record's `n` by its id; copies of a record must be the same record."""
+    found: dict[str, int] = {}
+    for record in tail(stream, TailStart(from_beginning=True), settings=workspace.settings):
+        assert found.setdefault(record.id, int(record.value["n"])) == int(record.value["n"])
+    return found
