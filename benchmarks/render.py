@@ -27,7 +27,8 @@ file, when the figures come from several runs, listed with their commands under 
   (`median_session_s`, `median_first_work_s`, `median_jvm_cpu_s`), idle costs
   (`median_core_share`, the share of one core, with each round's `core_share`), a pipeline's
   costs (`cores_used`, `rss_mib`, `batches_per_minute` of each app and of the machine, each
-  app's processing lag, `median_lag_s` and `max_lag_s`, and `first_top_k_s`) and
+  app's processing lag, `median_lag_s` and `max_lag_s`, and `first_top_k_s`), what grows
+  over a long run (`start_mib` and `end_mib`: memory and files' sizes) and
   runs of the test suite (`busy_share` of the cores, with `wall_s`, `passed` and the CPU
   seconds busy and idle);
 - for the tables that none of these show, the ratios the benchmark computed (keys
@@ -79,6 +80,7 @@ _BASELINES = (
     "no_ticks",
     "ticks_on",
     "no_check",
+    "1_worker",
 )
 _UNITS = ("events", "records", "rows")
 
@@ -506,6 +508,11 @@ def _whole(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def _mib(value: float) -> str:
+    """Whole MiB, or hundredths below 10, where a small file or log would read 0."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2f}"
+
+
 def _milliseconds(value: float) -> str:
     """Whole milliseconds, or hundredths below 10 ms, where whole ones would read 0 or 1."""
     return f"{value:,.0f}" if value >= 10 else f"{value:.2f}"
@@ -615,6 +622,14 @@ _KINDS = (
             _Column("of those, measuring", "measuring_cores", _share, ratio=False),
             _Column("resident MiB", "rss_mib", _whole, ratio=False),
             _Column("micro-batches per minute", "batches_per_minute", _whole, ratio=False),
+        ),
+        side_header="what",
+    ),
+    _Kind(
+        _children_with("end_mib"),
+        (
+            _Column("MiB at the start", "start_mib", _mib, ratio=False),
+            _Column("MiB at the end", "end_mib", _mib, ratio=False),
         ),
         side_header="what",
     ),
