@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -89,6 +91,23 @@ def cli_json(*arguments: str) -> list[dict]:
         check=True,
     ).stdout
     return [json.loads(line) for line in printed.splitlines() if line.strip()]
+
+
+_LAG = re.compile(r"^\d+ records, ([\d.]+)s$")
+"""How `millrace ps --json` shows a processing lag."""
+
+
+def sample_lags(until: float, every_s: float) -> dict[str, list[float]]:
+    """Each app's processing lag in seconds, from `millrace ps --json` every `every_s` until
+    `until` (a `time.monotonic()`), by app."""
+    lags: dict[str, list[float]] = {}
+    while time.monotonic() < until:
+        for row in cli_json("ps"):
+            lag = _LAG.search(str(row.get("processing_lag")))
+            if lag is not None:
+                lags.setdefault(row["app"], []).append(float(lag[1]))
+        time.sleep(max(0.0, min(every_s, until - time.monotonic())))
+    return lags
 
 
 def write_results(name: str, results: dict[str, object]) -> Path:

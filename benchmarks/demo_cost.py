@@ -47,6 +47,7 @@ from _harness import (
     group_thread_cpu_seconds,
     isolated_workspace,
     machine_cpu_seconds,
+    sample_lags,
     write_results,
 )
 
@@ -62,8 +63,7 @@ DEMO_RATE = 200.0
 """The demo's own rate; a workload run at another is named with its rate (`demo_5000eps`)."""
 LAG_EVERY_S = 5.0
 THREAD_KINDS = 12
-# How `millrace ps --json` shows a processing lag, and the demo its first top 3.
-LAG = re.compile(r"^\d+ records, ([\d.]+)s$")
+# How the demo shows its first top 3.
 FIRST_TOP_K = re.compile(r"^first top-K after (\d+) s$", re.M)
 
 
@@ -132,14 +132,7 @@ def _demo_cost(
             threads_before = {pid: group_thread_cpu_seconds(pid) for pid, _ in drivers.values()}
             busy_before, idle_before = machine_cpu_seconds()
             own_before = _waited_children_cpu_seconds()
-            lags: dict[str, list[float]] = {}
-            ending = time.monotonic() + measure_s
-            while time.monotonic() < ending:
-                for row in cli_json("ps"):
-                    lag = LAG.search(str(row.get("processing_lag")))
-                    if lag is not None:
-                        lags.setdefault(row["app"], []).append(float(lag[1]))
-                time.sleep(max(0.0, min(LAG_EVERY_S, ending - time.monotonic())))
+            lags = sample_lags(time.monotonic() + measure_s, LAG_EVERY_S)
             busy_after, idle_after = machine_cpu_seconds()
             own_after = _waited_children_cpu_seconds()
             cpu_after = {name: group_cpu_seconds(pid) for name, (pid, _) in drivers.items()}

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -40,11 +39,11 @@ from _harness import (
     group_rss_mib,
     isolated_workspace,
     process_group,
+    sample_lags,
     write_results,
 )
 
 LAG_EVERY_S = 10.0
-LAG = re.compile(r"^\d+ records, ([\d.]+)s$")
 
 
 def main() -> None:
@@ -98,13 +97,7 @@ def _measure(home: Path, measure_s: float, slice_s: float) -> dict[str, dict]:
         cpu_before, batches_before = group_cpu_seconds(host), batches_started(apps)
         slice_start = time.monotonic()
         ending = min(slice_start + slice_s, started + measure_s)
-        seen: dict[str, list[float]] = {}
-        while time.monotonic() < ending:
-            for row in cli_json("ps"):
-                lag = LAG.search(str(row.get("processing_lag")))
-                if lag is not None:
-                    seen.setdefault(row["app"], []).append(float(lag[1]))
-            time.sleep(max(0.0, min(LAG_EVERY_S, ending - time.monotonic())))
+        seen = sample_lags(ending, LAG_EVERY_S)
         seconds = time.monotonic() - slice_start
         first_minute = round((slice_start - started) / 60)
         slices[f"minutes {first_minute}-{round((time.monotonic() - started) / 60)}"] = {
