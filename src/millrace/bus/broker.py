@@ -110,7 +110,7 @@ def _start_node(paths: _BrokerPaths, classpath: str, settings: Settings) -> subp
 
 
 def stop_broker(workspace: Workspace) -> BrokerStatus:
-    """Stop the workspace's broker cleanly (SIGTERM, then SIGKILL after 30 s); safe to repeat."""
+    """Stop the workspace's brokers cleanly (SIGTERM, then SIGKILL after 30 s); safe to repeat."""
     status = broker_status(workspace)
     if not status.external:
         for paths in _nodes(workspace):

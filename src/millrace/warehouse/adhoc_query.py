@@ -59,6 +59,17 @@ def require_query(text: str) -> None:
         )
 
 
+def line_and_column(text: str, offset: int) -> tuple[int, int]:
+    r"""The line and column, from 1, of character `offset` of `text`.
+
+    Example:
+        >>> line_and_column("SELECT 1\nFROM t", 10)
+        (2, 2)
+    """
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
 def query_error(text: str, line: int, column: int, summary: str, *, hint: str) -> SqlError:
     r"""A `SqlError` at `line`:`column` of the query `text`, showing that line with a mark.
 

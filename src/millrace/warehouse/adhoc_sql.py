@@ -29,6 +29,7 @@ from millrace.config.workspace import Workspace
 from millrace.errors import SqlError
 from millrace.warehouse.adhoc_query import (
     QueryResult,
+    line_and_column,
     query_error,
     require_distinct_columns,
     require_query,
@@ -135,9 +136,7 @@ def _analysis_error(text: str, error: AnalysisException, views: dict[str, str]) 
     contexts = error.getQueryContext()
     line, column = 1, 1
     if contexts and contexts[0].startIndex() >= 0:
-        offset = contexts[0].startIndex()
-        line = text.count("\n", 0, offset) + 1
-        column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        line, column = line_and_column(text, contexts[0].startIndex())
     else:
         match = _SPARK_POSITION.search(str(error))
         if match:

@@ -36,6 +36,7 @@ from millrace.errors import QueryLimitError, QueryTooBigError, SqlError
 from millrace.records import ID_HEADER
 from millrace.warehouse.adhoc_query import (
     QueryResult,
+    line_and_column,
     query_error,
     require_distinct_columns,
     require_query,
@@ -198,9 +199,7 @@ def _parse(text: str) -> exp.Query | exp.Describe:
         raise _parse_error(text, error) from None
     except sqlglot.errors.TokenError:
         offset, summary, hint = untokenizable(text)
-        line = text.count("\n", 0, offset) + 1
-        column = offset - (text.rfind("\n", 0, offset) + 1) + 1
-        raise query_error(text, line, column, summary, hint=hint) from None
+        raise query_error(text, *line_and_column(text, offset), summary, hint=hint) from None
     if len(statements) != 1:
         raise query_error(
             text, 1, 1, f"{len(statements)} statements", hint="run one query at a time"
@@ -350,10 +349,7 @@ def _duckdb_error(text: str, error: duckdb.Error, views: dict[str, str]) -> SqlE
 def _position(text: str, name: str) -> tuple[int, int]:
     """The line and column of the first `name` in `text` as a word; 1:1 when it is not there."""
     found = re.search(rf"(?<![\w.]){re.escape(name)}\b", text, re.I)
-    if found is None:
-        return 1, 1
-    line = text.count("\n", 0, found.start()) + 1
-    return line, found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+    return (1, 1) if found is None else line_and_column(text, found.start())
 
 
 def _plain(value: object) -> object:
