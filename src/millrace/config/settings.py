@@ -220,6 +220,12 @@ SETTINGS: tuple[Setting, ...] = (
         "batches of bounded time and memory. 0 reads all there is in one.",
     ),
     Setting(
+        "spark.batches_kept",
+        "MILLRACE_SPARK_BATCHES_KEPT",
+        "Micro-batches of each query whose offsets, commits and state versions its checkpoint "
+        "keeps (Spark's spark.sql.streaming.minBatchesToRetain): how far back rollback reaches.",
+    ),
+    Setting(
         "spark.cluster_port",
         "MILLRACE_SPARK_CLUSTER_PORT",
         "Port of the local Spark standalone master that `millrace up --spark-workers N` "
@@ -384,6 +390,7 @@ class Settings:
     spark_idle_poll_delay: str = "10s"
     spark_codegen_cache: int = 2000
     spark_max_records_per_batch: int = 500_000
+    spark_batches_kept: int = 100
     spark_cluster_port: int = 7077
     spark_worker_cores: int = 1
     spark_worker_memory: str = "1g"

@@ -215,6 +215,7 @@ _RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
     "kafka.port": _PORT,
     "spark.cluster_port": _PORT,
     "spark.worker_cores": ("1 or more", lambda value: value >= 1),
+    "spark.batches_kept": ("1 or more", lambda value: value >= 1),
     "kafka.replication": ("0 (as many as the brokers, up to 3) or more", lambda v: v >= 0),
     "kafka.brokers": ("1 or 3", lambda value: value in (1, 3)),
     "kafka.controller_port": _PORT,

@@ -311,6 +311,8 @@ def spark_config(settings: Settings) -> dict[str, str]:
         # classes a second loaded and as many unloaded, against one or two with more; 13 %
         # less CPU per micro-batch with 2000 (benchmarks/demo_cost.py).
         "spark.sql.codegen.cache.maxEntries": str(settings.spark_codegen_cache),
+        # What a checkpoint keeps, so that it stays bounded however long the query runs.
+        "spark.sql.streaming.minBatchesToRetain": str(settings.spark_batches_kept),
         # A query whose sources had nothing new asks them all again after this long: at
         # Spark's 10 ms a quiet app kept a third of a core busy asking (benchmarks/idle_app.py).
         "spark.sql.streaming.pollingDelay": f"{settings.poll_delay_ms}ms",
