@@ -63,7 +63,7 @@ def main() -> None:
         {
             "records": arguments.records,
             "rounds": arguments.rounds,
-            "scale_out": {side: {"records_per_s": rounds} for side, rounds in rates.items()},
+            "scale_out": {f"{side}_records_per_s": rounds for side, rounds in rates.items()},
         },
     )
 
