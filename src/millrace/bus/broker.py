@@ -139,7 +139,7 @@ def _nodes(workspace: Workspace) -> list[_BrokerPaths]:
     settings = workspace.settings
     return [
         _BrokerPaths(
-            workspace.kafka_dir if node == 1 else workspace.kafka_dir / f"node-{node}",
+            workspace.kafka_node_dir(node),
             node,
             settings.kafka_port + 2 * (node - 1),
             settings.kafka_controller_port + 2 * (node - 1),

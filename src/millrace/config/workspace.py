@@ -75,6 +75,10 @@ class Workspace:
         """Data, configuration and logs of the local Kafka broker."""
         return self.root / "kafka"
 
+    def kafka_node_dir(self, node: int) -> Path:
+        """Data, configuration and logs of node `node` of the local bus (1 is `kafka_dir`)."""
+        return self.kafka_dir if node == 1 else self.kafka_dir / f"node-{node}"
+
     @property
     def local_broker_ca(self) -> Path:
         """The certificate authority of the local broker's TLS, which clients trust."""
