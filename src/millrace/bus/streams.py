@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import time
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -290,6 +291,15 @@ def _offsets(
             if not moving or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+        except FutureTimeoutError:
+            # A request to a broker just lost gets no answer; asked again once, it goes to the
+            # bucket's new leader, which the bus chooses within its session timeout (9 s).
+            if time.monotonic() > deadline + bounded(_TIMEOUT_S):
+                raise BusError(
+                    f"the bus did not answer for the offsets of stream {name!r} in "
+                    f"{2 * bounded(_TIMEOUT_S):.0f} s",
+                    hint="is the broker up? `millrace status` tells, `millrace up` starts it",
+                ) from None
 
 
 def admin_client(settings: Settings) -> AdminClient:
