@@ -11,7 +11,6 @@ lost node for offsets and ending on the request's time-out, which `bus.streams` 
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from millrace.bus.broker import broker_status, start_broker, stop_broker
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import admin_client, create_stream
+from millrace.config.local_processes import loopback_port_is_free
 from millrace.config.workspace import Workspace, init_workspace
 
 RECORDS = 3_000
@@ -36,18 +36,9 @@ def _free_block(size: int) -> int:
     """The first of `size` consecutive loopback ports that are free now."""
     for first in range(21_000, 60_000, size):
         ports = range(first, first + size)
-        if all(_free(port) for port in ports):
+        if all(loopback_port_is_free(port) for port in ports):
             return first
     raise AssertionError("no block of free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.fixture

@@ -225,7 +225,8 @@ def stream_topic(settings: Settings, name: str, buckets: int, retention_ms: int)
     bus has, up to 3), and a write waits for 2 of 3 copies (`min.insync.replicas`), so that
     a broker lost loses no record that a writer was told was stored, and stops no writer.
     """
-    brokers = _metadata(settings, None, f"could not create stream {name!r}").brokers
+    # Any metadata answer lists the brokers: asking of this stream alone, not of them all.
+    brokers = _metadata(settings, name, f"could not create stream {name!r}").brokers
     copies = replicas(settings.kafka_replication, len(brokers))
     return NewTopic(
         name,
