@@ -80,6 +80,8 @@ class AppProgress(BaseModel):
     processed_rows_per_second: float
     batches_last_minute: int
     driver_cpu_seconds_last_minute: float | None
+    latency_median_seconds: float | None
+    latency_p99_seconds: float | None
     last_batch_id: int | None
     last_batch_time: str | None
     state_rows: int
@@ -244,6 +246,8 @@ def _app(status: AppStatus, now_ms: int) -> AppProgress:
         driver_cpu_seconds_last_minute=(
             None if status.driver_cpu is None else status.driver_cpu.cpu_s
         ),
+        latency_median_seconds=None if status.latency is None else status.latency.median_s,
+        latency_p99_seconds=None if status.latency is None else status.latency.p99_s,
         last_batch_id=status.last_batch_id,
         last_batch_time=iso_time(status.last_batch_ms),
         state_rows=status.state_rows,

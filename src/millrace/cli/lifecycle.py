@@ -121,7 +121,7 @@ def _print_ps(rows: list[dict[str, object]], as_json: bool) -> None:
     columns: tuple[str, ...] = ("app", "status", "pid", "driver", "driver_memory", "uptime")
     columns += ("trigger", "last_batch")
     columns += ("last_batch_at", "input_rate", "batches_per_min", "driver_cpu_per_min")
-    columns += ("processing_lag", "watermark_lag")
+    columns += ("processing_lag", "latency", "watermark_lag")
     columns += ("output_watermark", "behind_source")
     table = [[_cell(row.get(column)) for column in columns] for row in rows]
     widths = [
@@ -332,6 +332,7 @@ def _lags(monitor: Monitor, app: str) -> dict[str, object]:
             "batches_per_min": None,
             "driver_cpu_per_min": None,
             "processing_lag": None,
+            "latency": None,
             "watermark_lag": None,
             "output_watermark": None,
             "behind_source": None,
@@ -344,6 +345,7 @@ def _lags(monitor: Monitor, app: str) -> dict[str, object]:
         "batches_per_min": status.batches_last_minute,
         "driver_cpu_per_min": None if status.driver_cpu is None else status.driver_cpu.described,
         "processing_lag": f"{status.lag_records} records, {status.lag_seconds:.1f}s",
+        "latency": None if status.latency is None else status.latency.described,
         "watermark_lag": None if watermark_lag is None else f"{watermark_lag:.1f}s",
         "output_watermark": None if output is None else format_time_ms(output),
         "behind_source": None if behind is None else f"{behind:.1f}s",

@@ -88,9 +88,13 @@ def apps_table(statuses: list[AppStatus]) -> Table:
     """The table `top` shows: one row per app."""
     now_ms = int(time.time() * 1000)
     table = Table(title="millrace apps", title_justify="left")
-    columns = ("app", "activity", "in rows/s", "batches/min", "driver cpu/min", "lag records")
-    for column in (*columns, "lag s", "watermark lag s"):
-        table.add_column(column, justify="left" if column in ("app", "activity") else "right")
+    # An app's name is never cut short on a narrow terminal: the figures' headings wrap.
+    longest_name = max((len(status.name) for status in statuses), default=3)
+    table.add_column("app", min_width=longest_name, no_wrap=True)
+    table.add_column("activity")
+    columns = ("in rows/s", "batches/min", "driver cpu/min", "lag records", "lag s")
+    for column in (*columns, "latency s", "watermark lag s"):
+        table.add_column(column, justify="right")
     table.add_column("out watermark")
     table.add_column("behind source s", justify="right")
     table.add_column("held back by")
@@ -111,6 +115,7 @@ def apps_table(statuses: list[AppStatus]) -> Table:
             "-" if status.driver_cpu is None else status.driver_cpu.described,
             str(status.lag_records),
             f"{status.lag_seconds:.1f}",
+            _latency(status),
             "-" if watermark_lag is None else f"{watermark_lag:.1f}",
             _clock(status.output_watermark_ms),
             "-" if behind is None else f"{behind:.1f}",
@@ -121,6 +126,12 @@ def apps_table(statuses: list[AppStatus]) -> Table:
     if not statuses:
         table.caption = "no apps yet: an app appears once it has run a batch"
     return table
+
+
+def _latency(status: AppStatus) -> str:
+    """The app's latency over the last minute as `median/p99` in seconds (`0.84/1.90`), or `-`."""
+    latency = status.latency
+    return "-" if latency is None else f"{latency.median_s:.2f}/{latency.p99_s:.2f}"
 
 
 def _clock(time_ms: int | None) -> str:

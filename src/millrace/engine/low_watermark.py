@@ -101,6 +101,9 @@ def input_metrics_name(app: str, stream: str) -> str:
     `max_ms` maps each bucket read in the micro-batch (its number as text) to the largest
     event time read from it: the bucket's progress, from which
     `millrace.engine.metrics` tells which bucket holds the input's watermark back.
+    `arrivals` counts the records read (markers left out) and `arrival_ms` holds when they
+    arrived on the bus, as quantiles at `ARRIVAL_LEVELS` (null without a record), from which
+    `millrace.engine.metrics` tells the batch's latency.
 
     Example:
         >>> input_metrics_name("demo", "clicks")
@@ -111,6 +114,11 @@ def input_metrics_name(app: str, stream: str) -> str:
 
 INPUT_METRICS_PREFIX = "millrace.input."
 """What the names of `input_metrics_name` start with."""
+ARRIVAL_LEVELS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
+"""The quantiles of a micro-batch's arrival times that `observed_input` keeps: symmetric about
+the median, so that the batch's end minus them, reversed, are its latency's at the same levels."""
+_ARRIVAL_ACCURACY = 1000
+"""Spark's `percentile_approx` accuracy: a quantile's rank is off by at most 1/1000 of the rows."""
 
 
 def read_input(
@@ -211,17 +219,20 @@ def observed_input(
     bad: Column,
     future: Column,
     time_ms: Column,
+    arrival_ms: Column,
 ) -> DataFrame:
     """An input's `records`, observed under `input_metrics_name`: what each micro-batch read.
 
     `bad` says which rows go to the dead-letter stream, `future` which of those are dated
-    too far ahead, `time_ms` a record's event time (epoch ms). The rows have the
-    `marker_columns` and `record_bucket`: a marker moves its bucket's progress to its
-    promise, a record no millrace app wrote to its event time (`max_ms`, per bucket).
+    too far ahead, `time_ms` a record's event time and `arrival_ms` its append time on the
+    bus (epoch ms). The rows have the `marker_columns` and `record_bucket`: a marker moves
+    its bucket's progress to its promise, a record no millrace app wrote to its event time
+    (`max_ms`, per bucket).
     """
     progress_ms = F.when(F.col(MARKER_MS).isNotNull(), F.col(MARKER_MS)).when(
         ~F.col(WRITTEN), time_ms
     )
+    record_arrival_ms = F.when(F.col(MARKER_MS).isNull(), arrival_ms)
     return records.observe(
         input_metrics_name(app, stream),
         F.count_if(bad).alias("bad"),
@@ -229,6 +240,12 @@ def observed_input(
         # millrace's Spark extension (`BucketMaxima`): one slot per row, whatever the count.
         F.call_function(_BUCKET_MAXIMA, F.col(BUCKET), progress_ms).alias("max_ms"),
         F.count(MARKER_MS).alias("markers"),
+        F.count(record_arrival_ms).alias("arrivals"),
+        F.percentile_approx(
+            record_arrival_ms,
+            F.array(*[F.lit(level) for level in ARRIVAL_LEVELS]),
+            _ARRIVAL_ACCURACY,
+        ).alias("arrival_ms"),
     )
 
 

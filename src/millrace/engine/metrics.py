@@ -77,12 +77,17 @@ class SourceRecord(TypedDict):
 class InputRecord(TypedDict):
     """One input stream of a metrics record: its records dated ahead and its buckets' times.
 
-    `max_event_ms` is the newest event time each bucket gave this batch; `InputProgress` adds
-    `progress_ms` and `held_back_by`.
+    `max_event_ms` is the newest event time each bucket gave this batch; `arrivals` counts
+    the records it read and `arrival_ms` holds when they arrived on the bus, as quantiles at
+    `millrace.engine.low_watermark.ARRIVAL_LEVELS` (None without a record), from which
+    `millrace.monitor.latency` tells the app's latency. `InputProgress` adds `progress_ms`
+    and `held_back_by`.
     """
 
     future_dated: int
     max_event_ms: dict[str, int]
+    arrivals: int
+    arrival_ms: list[int] | None
     progress_ms: NotRequired[dict[str, int]]
     held_back_by: NotRequired[str | None]
 
@@ -377,8 +382,12 @@ def metrics_record(progress: StreamingQueryProgress, apps: set[str]) -> MetricsR
         if metric.startswith(INPUT_METRICS_PREFIX + app + "."):
             stream = metric.removeprefix(INPUT_METRICS_PREFIX + app + ".")
             dead_letters[stream] = dead_letters.get(stream, 0) + int(row["bad"])
-            read = inputs.setdefault(stream, {"future_dated": 0, "max_event_ms": {}})
-            read["future_dated"] += int(row["future"])
+            read = inputs[stream] = {
+                "future_dated": int(row["future"]),
+                "max_event_ms": {},
+                "arrivals": int(row["arrivals"]),
+                "arrival_ms": [int(ms) for ms in row["arrival_ms"]] if row["arrival_ms"] else None,
+            }
             markers += int(row["markers"])
             for bucket, time_ms in (row["max_ms"] or {}).items():
                 if time_ms is not None:

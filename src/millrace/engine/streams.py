@@ -201,6 +201,7 @@ def read_stream(
             bad=F.col("_bad"),
             future=F.col("_time_read").isNotNull() & F.col("_event_time").isNull(),
             time_ms=F.unix_millis("_event_time"),
+            arrival_ms=F.unix_millis("_kafka_time"),
         )
         records = _good_records(decoded, fields, time, markers=lateness_ms is not None)
         if lateness_ms is not None:

@@ -12,7 +12,8 @@ keeps the memory bounded.
 The figures (`SERIES`), per batch: input and processed rows per second, the batch's duration,
 the processing lag in records when it was planned (the records its sources had beyond what it
 read) and in seconds (how long the oldest record it left waiting had waited when it started),
-the watermark lag (newest event time read minus the watermark), state rows and memory, and the
+the latency of the records it read (`millrace.monitor.latency`: median and p99), the
+watermark lag (newest event time read minus the watermark), state rows and memory, and the
 rows dropped as late, dropped as duplicates and dead-lettered.
 """
 
@@ -26,6 +27,7 @@ from millrace.bus.internal import METRICS_STREAM, read_after
 from millrace.config.settings import Settings
 from millrace.engine.checkpoint_log import records_waiting
 from millrace.errors import StreamNotFoundError
+from millrace.monitor.latency import recent_latency
 from millrace.monitor.metrics_log import Batch, batch_of
 
 CHUNK_RECORDS = 2_000
@@ -49,6 +51,16 @@ def _watermark_lag_s(batch: Batch) -> float | None:
     return max(0.0, (batch.max_event_ms - batch.watermark_ms) / 1000)
 
 
+def _latency_s(level: str) -> Callable[[Batch], float | None]:
+    def read(batch: Batch) -> float | None:
+        latency = recent_latency([batch])
+        if latency is None:
+            return None
+        return latency.median_s if level == "median" else latency.p99_s
+
+    return read
+
+
 def _field(name: str, scale: float = 1.0) -> Callable[[Batch], float | None]:
     def read(batch: Batch) -> float | None:
         value = batch.fields.get(name)
@@ -63,6 +75,8 @@ SERIES: dict[str, tuple[str, Callable[[Batch], float | None]]] = {
     "batch_duration_seconds": ("batch duration (s)", _field("batch_duration_ms", 0.001)),
     "lag_records": ("lag (records)", lambda batch: float(records_waiting(batch.sources))),
     "lag_seconds": ("lag (s)", _lag_s),
+    "latency_median_seconds": ("latency, median (s)", _latency_s("median")),
+    "latency_p99_seconds": ("latency, p99 (s)", _latency_s("p99")),
     "watermark_lag_seconds": ("watermark lag (s)", _watermark_lag_s),
     "state_rows": ("state rows", _field("state_rows")),
     "state_memory_bytes": ("state memory (bytes)", _field("state_memory_bytes")),

@@ -144,6 +144,7 @@ class _Snapshot(Collector):
                         lag.committed_offsets.get(bucket, 0),
                     )
         yield from (per_input, per_input_s, ends, committed)
+        yield self._latency()
         yield from self._watermarks()
         alerts = GaugeMetricFamily(
             "millrace_alert_firing", "1 for each alert firing now.", labels=["rule", "app"]
@@ -151,6 +152,20 @@ class _Snapshot(Collector):
         for alert in self.firing:
             alerts.add_metric([alert.rule, alert.app], 1.0)
         yield alerts
+
+    def _latency(self) -> GaugeMetricFamily:
+        """Each app's latency over the last minute, at the median and the 99th percentile."""
+        latency = GaugeMetricFamily(
+            "millrace_app_latency_seconds",
+            "From a record's arrival on the bus to the end of the micro-batch that read it, "
+            "over the records of the last minute's batches, at quantile 0.5 and 0.99.",
+            labels=["app", "quantile"],
+        )
+        for status in self.statuses:
+            if status.latency is not None:
+                latency.add_metric([status.name, "0.5"], status.latency.median_s)
+                latency.add_metric([status.name, "0.99"], status.latency.p99_s)
+        return latency
 
     def _watermarks(self) -> Iterator[GaugeMetricFamily]:
         """Each input bucket's progress, the bucket holding it back, and future-dated rows."""

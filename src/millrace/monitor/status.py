@@ -10,6 +10,8 @@ Definitions (docs/monitoring.md shows them with examples):
   the newest record minus that of the last record the app has processed (0 when caught up).
 - watermark lag: the newest event time the app has read minus its watermark (the smallest
   over its queries). `watermark_age_s` is the wall clock minus the watermark.
+- latency: from a record's arrival on the bus to the end of the batch that read it, median
+  and 99th percentile over the records of the last minute's batches (`millrace.monitor.latency`).
 - what the app costs: `batches_last_minute`, the micro-batches its queries ran in the last
   minute (from its published batches), and `driver_cpu`, the CPU seconds its driver's
   process tree used in the last minute, as the driver records it (`millrace.ops.driver_cpu`;
@@ -27,6 +29,7 @@ from millrace.bus.internal import append_times_at, end_offsets, is_internal_stre
 from millrace.config.workspace import Workspace
 from millrace.engine.checkpoint_log import Offsets
 from millrace.errors import StreamNotFoundError
+from millrace.monitor.latency import Latency, recent_latency
 from millrace.monitor.metrics_log import Batch, MetricsLog
 from millrace.ops.checkpoints import QueryCheckpoint, app_checkpoints
 from millrace.ops.driver_cpu import DriverCpu, last_minute
@@ -94,6 +97,8 @@ class AppStatus:
     """Micro-batches the app's queries ran in the last minute, all queries together."""
     driver_cpu: DriverCpu | None = None
     """The CPU the app's driver used in the last minute; None when no driver records it."""
+    latency: Latency | None = None
+    """The latency of the records the last minute's batches read; None when they read none."""
     output_watermark_ms: int | None = None
     """The least, over the streams the app writes, of the newest watermark it published."""
     sources: list[str] = field(default_factory=list)
@@ -211,6 +216,7 @@ def app_status(
         watermarks=_input_watermarks(list(latest.values()), recent),
         batches_last_minute=len(in_window),
         driver_cpu=last_minute(workspace, app, now_ms=now_ms),
+        latency=recent_latency(in_window),
     )
 
 

@@ -361,6 +361,7 @@ _APP_HEADERS = [
     "driver cpu/min",
     "lag records",
     "lag s",
+    "latency p50/p99 s",
     "watermark lag s",
     "last batch",
 ]
@@ -385,6 +386,7 @@ def _app_row(status: AppStatus, state: str | None) -> list[str]:
         _driver_cpu(status),
         _num(status.lag_records),
         _num(status.lag_seconds),
+        f'<td class="number">{escape(_latency(status))}</td>',
         _num(status.watermark_lag_seconds),
         escape(f"#{status.last_batch_id}" if status.last_batch_id is not None else "-"),
     ]
@@ -398,6 +400,12 @@ def _driver_cpu(status: AppStatus) -> str:
     """The CPU the app's driver used in the last minute, and the share of a core, or `-`."""
     shown = status.driver_cpu.described if status.driver_cpu is not None else "-"
     return f'<td class="number">{escape(shown)}</td>'
+
+
+def _latency(status: AppStatus) -> str:
+    """The app's latency over the last minute, `median / p99` in seconds, or `-`."""
+    latency = status.latency
+    return "-" if latency is None else f"{latency.median_s:.2f} / {latency.p99_s:.2f}"
 
 
 def _num(value: float | int | None) -> str:
@@ -418,6 +426,7 @@ def _summary(status: AppStatus | None) -> str:
         ("driver cpu/min", status.driver_cpu.described if status.driver_cpu else "-"),
         ("lag, records", number(status.lag_records)),
         ("lag, seconds", number(status.lag_seconds)),
+        ("latency p50 / p99 s", _latency(status)),
         ("watermark", iso_time(status.watermark_ms) or "-"),
         ("watermark lag s", number(status.watermark_lag_seconds)),
         ("output watermark", iso_time(status.output_watermark_ms) or "-"),

@@ -50,6 +50,7 @@ from millrace.apps.processors.errors import (
 from millrace.apps.processors.lookups import ServingLookups, require_tables
 from millrace.apps.processors.outputs import write_output_rows
 from millrace.apps.processors.rows import (
+    ARRIVAL_MS,
     DEAD_LETTER,
     LATE,
     OUTPUT_SCHEMA,
@@ -200,7 +201,7 @@ def _read_range(
     placed = (
         placed_rows(raw, source, buckets, input_max_future_ms(workspace, source))
         .where(F.col(MARKER_MS).isNull())
-        .drop("event_time", MARKER_MS, WRITTEN)
+        .drop("event_time", ARRIVAL_MS, MARKER_MS, WRITTEN)
     )
     # A null time is an unreadable record: it goes on, to be dead-lettered in its bucket.
     return placed.where(

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 OUTPUT_SCHEMA = "kind STRING, stream STRING, key STRING, value STRING, id STRING, time STRING"
 """The Spark schema of the operator's output rows, in the order of `OutputRow`'s fields."""
 
+ARRIVAL_MS = "arrival_ms"
+"""The column of `placed_rows` holding a record's append time on the bus (epoch ms)."""
 PRODUCTION = "production"
 """The kind of an output row that is a processor's production, written to its stream."""
 DEAD_LETTER = "dead_letter"
@@ -169,7 +171,8 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
     no watermark), and its `fault` says why: the bucket runner makes it a dead letter. A
     record dated before 1970 keeps no time either, and the execution core, reading it again,
     makes it a dead letter. The rows have the `marker_columns` too: the watermark markers
-    among them are for `low_watermarked`, and no reader's records.
+    among them are for `low_watermarked`, and no reader's records; and `ARRIVAL_MS`, for the
+    input's metrics, which the bucket runner is not given.
     """
     placement = _placement(source, buckets)(F.col("value"), carried_millis(F.col("headers")))
     # Spark's watermark starts at 1970 and never goes back: an earlier time would be late.
@@ -189,6 +192,7 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
         F.col("partition").alias("record_bucket"),
         F.col("offset").alias("record_offset"),
         fault.alias("fault"),
+        F.unix_millis(F.col("timestamp")).alias(ARRIVAL_MS),
         *marker_columns(F.col("value"), F.col("headers")),
     )
     kept = F.col("fault").isNull()
@@ -203,6 +207,7 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
         "record_bucket",
         "record_offset",
         "fault",
+        ARRIVAL_MS,
         MARKER_MS,
         WRITTEN,
     )

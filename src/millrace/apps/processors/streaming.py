@@ -74,6 +74,7 @@ from millrace.apps.processors.lookups import ServingLookups, require_tables
 from millrace.apps.processors.outputs import write_output_rows
 from millrace.apps.processors.pending_timers import PendingTimers
 from millrace.apps.processors.rows import (
+    ARRIVAL_MS,
     CLOCK,
     DEAD_LETTER,
     DUPLICATE,
@@ -405,6 +406,7 @@ def _read_input(
             bad=F.lit(False),
             future=F.col("fault").isNotNull(),
             time_ms=F.col("time_ms"),
+            arrival_ms=F.col(ARRIVAL_MS),
         ),
         time="event_time",
         lateness_ms=source.lateness_ms,
@@ -423,7 +425,7 @@ def _read_input(
             time_of=functools.partial(event_time_of, source=source, max_future_ms=max_future_ms),
             idle_timeout_ms=parse_duration_ms(idle_timeout, what="idle_timeout"),
         )
-    return records.drop("event_time"), ticker
+    return records.drop("event_time", ARRIVAL_MS), ticker
 
 
 def _wakeup_rows(

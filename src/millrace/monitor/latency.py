@@ -1,0 +1,122 @@
+"""An app's end-to-end latency: from a record's arrival on the bus to the end of its batch.
+
+A record's latency is the end of the micro-batch that read it minus its append time on the
+bus. What the batch produced from it (a processor's productions, a SQL app's rows) was
+written before that end, so this is the time to its productions' arrival plus the batch's
+last step, the commit of its offsets: an upper bound, by at most that step.
+
+Every batch's metrics record holds, per input, when its records arrived as quantiles at
+`ARRIVAL_LEVELS` (`millrace.engine.metrics.InputRecord`); the batch's end minus them,
+reversed, are its latencies at the same levels. Over several batches, each batch's latency
+is taken as spread linearly between its quantiles, weighted by its records, and the quantiles
+of the whole are read from that mixture.
+
+Example: a batch that ended at 2 s read 400 records that arrived evenly from 0 s to 1 s:
+
+    >>> arrived = [1000 * level for level in ARRIVAL_LEVELS]
+    >>> fields = {"batch_duration_ms": 2000, "inputs": {"clicks": {"arrivals": 400,
+    ...     "arrival_ms": arrived}}}
+    >>> latency = recent_latency([Batch("app", "app.q", "run", 7, 0, fields)])
+    >>> latency.records, latency.median_s, latency.p99_s
+    (400, 1.5, 1.99)
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from millrace.engine.low_watermark import ARRIVAL_LEVELS
+from millrace.monitor.metrics_log import Batch
+
+_LEVELS = ARRIVAL_LEVELS
+"""The levels of a batch's latency quantiles: `ARRIVAL_LEVELS`, which are symmetric."""
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The median and 99th percentile of the latency of `records` records, in seconds."""
+
+    records: int
+    median_s: float
+    p99_s: float
+
+    @property
+    def described(self) -> str:
+        """The two figures as `ps` shows them.
+
+        Example:
+            >>> Latency(1200, 0.84, 1.9).described
+            'p50 0.84s, p99 1.90s'
+        """
+        return f"p50 {self.median_s:.2f}s, p99 {self.p99_s:.2f}s"
+
+
+def recent_latency(batches: Sequence[Batch]) -> Latency | None:
+    """The latency of the records `batches` read, or None when they read none."""
+    parts: list[tuple[int, list[int]]] = []
+    for batch in batches:
+        end_ms = batch.time_ms + int(batch.fields.get("batch_duration_ms") or 0)
+        for read in (batch.fields.get("inputs") or {}).values():
+            arrivals = read.get("arrival_ms")
+            if read.get("arrivals") and arrivals and len(arrivals) == len(_LEVELS):
+                parts.append(
+                    (int(read["arrivals"]), [end_ms - int(ms) for ms in reversed(arrivals)])
+                )
+    if not parts:
+        return None
+    return Latency(
+        records=sum(weight for weight, _ in parts),
+        median_s=_mixture_quantile(parts, 0.5) / 1000,
+        p99_s=_mixture_quantile(parts, 0.99) / 1000,
+    )
+
+
+def _mixture_quantile(parts: list[tuple[int, list[int]]], level: float) -> float:
+    """The `level` quantile of the weighted mixture of `parts`' piecewise-linear distributions.
+
+    Each part is a weight and its quantiles at `_LEVELS`. Between two consecutive knots of all
+    the parts the mixture's distribution is linear, so the quantile is either a knot (where
+    the distribution jumps past `level`: a part's quantiles that are equal) or interpolated
+    between the two knots around it.
+    """
+    total = sum(weight for weight, _ in parts)
+
+    def share(knot: float, *, strictly_below: bool) -> float:
+        of = _share_below if strictly_below else _share_at_most
+        return sum(weight * of(quantiles, knot) for weight, quantiles in parts) / total
+
+    knots = sorted({ms for _, quantiles in parts for ms in quantiles})
+    reached = 0.0
+    for index, knot in enumerate(knots):
+        below = share(knot, strictly_below=True)
+        if index > 0 and below >= level:
+            previous = knots[index - 1]
+            return previous + (knot - previous) * (level - reached) / (below - reached)
+        reached = share(knot, strictly_below=False)
+        if reached >= level:
+            return float(knot)
+    return float(knots[-1])
+
+
+def _share_at_most(quantiles: list[int], value: float) -> float:
+    """The share of one part's distribution at or below `value`."""
+    if value < quantiles[0]:
+        return 0.0
+    if value >= quantiles[-1]:
+        return 1.0
+    index = bisect.bisect_right(quantiles, value) - 1
+    low, high = quantiles[index], quantiles[index + 1]
+    return _LEVELS[index] + (_LEVELS[index + 1] - _LEVELS[index]) * (value - low) / (high - low)
+
+
+def _share_below(quantiles: list[int], value: float) -> float:
+    """The share of one part's distribution strictly below `value`."""
+    if value <= quantiles[0]:
+        return 0.0
+    if value > quantiles[-1]:
+        return 1.0
+    index = bisect.bisect_left(quantiles, value) - 1
+    low, high = quantiles[index], quantiles[index + 1]
+    return _LEVELS[index] + (_LEVELS[index + 1] - _LEVELS[index]) * (value - low) / (high - low)
