@@ -3,11 +3,7 @@ records are published and an app reads them, and started again, loses nothing.
 
 The app runs in a `millrace run` process of its own: the test run's SparkSession publishes
 its apps' metrics to the bus of the first workspace it ran an app for, which must not be this
-one, stopped at the end of the test.
-
-Marked `soak` until it has passed many runs: it failed 2 of 6, the app's start asking the
-lost node for offsets and ending on the request's time-out, which `bus.streams` now asks again
-(issue 47's note)."""
+one, stopped at the end of the test."""
 
 import os
 import signal
@@ -72,7 +68,6 @@ def _in_sync(workspace: Workspace, stream: str) -> list[int]:
     return [len(topic.partitions[bucket].isrs) for bucket in sorted(topic.partitions)]
 
 
-@pytest.mark.soak
 def test_a_node_lost_mid_run_loses_no_record_and_stops_no_app_and_then_rejoins(
     cluster: Workspace, environment: dict[str, str], tmp_path: Path
 ) -> None:
