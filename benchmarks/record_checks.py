@@ -9,6 +9,10 @@ disk is measured, and times R interleaved rounds after a warm-up round that is n
   the check (`millrace`: the column every read of a stream computes; for UTF-8 also Spark's
   own `is_valid_utf8`, `spark_is_valid_utf8`, which millrace's Spark extension replaces) and
   without it (`no_check`, the baseline: the same aggregate over a column the check reads);
+- `arrival_quantiles`: the quantiles of the records' arrival times that every streaming
+  input's observation keeps for the app's latency (`millrace.engine.low_watermark.
+  observed_input`: Spark's `percentile_approx` at `ARRIVAL_LEVELS`, with a count), against
+  the count alone (`no_check`);
 - `decode`: every record decoded to its fields and event time, written to Spark's `noop`
   sink: `millrace` is `millrace.engine.streams.read_batch` over the records (every check,
   the dead-letter columns, the markers), `handwritten_pyspark` a `from_json` of the value
@@ -46,6 +50,7 @@ def main() -> None:
         from millrace.config.workspace import Workspace
         from millrace.engine.event_time import from_1970
         from millrace.engine.headers import header_text, record_id_column
+        from millrace.engine.low_watermark import ARRIVAL_ACCURACY, ARRIVAL_LEVELS
         from millrace.engine.session import spark_session
         from millrace.engine.streams import read_batch
 
@@ -55,8 +60,8 @@ def main() -> None:
         records.count()
         arrival = F.col("timestamp")
 
-        def aggregate(column: Column) -> Callable[[], None]:
-            return lambda: records.agg(column).collect()
+        def aggregate(*columns: Column) -> Callable[[], None]:
+            return lambda: records.agg(*columns).collect()
 
         def decoded(frame: DataFrame) -> Callable[[], None]:
             return lambda: frame.write.format("noop").mode("overwrite").save()
@@ -97,6 +102,17 @@ def main() -> None:
             "empty_id_check": {
                 "no_check": aggregate(F.max(header_text(F.col("headers"), ID_HEADER))),
                 "millrace": aggregate(F.max(record_id_column())),
+            },
+            "arrival_quantiles": {
+                "no_check": aggregate(F.count(arrival)),
+                "millrace": aggregate(
+                    F.count(arrival),
+                    F.percentile_approx(
+                        F.unix_millis(arrival),
+                        F.array(*[F.lit(level) for level in ARRIVAL_LEVELS]),
+                        ARRIVAL_ACCURACY,
+                    ),
+                ),
             },
             "decode": {
                 "handwritten_pyspark": decoded(handwritten_decode),

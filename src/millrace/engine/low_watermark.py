@@ -117,7 +117,7 @@ INPUT_METRICS_PREFIX = "millrace.input."
 ARRIVAL_LEVELS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 """The quantiles of a micro-batch's arrival times that `observed_input` keeps: symmetric about
 the median, so that the batch's end minus them, reversed, are its latency's at the same levels."""
-_ARRIVAL_ACCURACY = 1000
+ARRIVAL_ACCURACY = 1000
 """Spark's `percentile_approx` accuracy: a quantile's rank is off by at most 1/1000 of the rows."""
 
 
@@ -244,7 +244,7 @@ def observed_input(
         F.percentile_approx(
             record_arrival_ms,
             F.array(*[F.lit(level) for level in ARRIVAL_LEVELS]),
-            _ARRIVAL_ACCURACY,
+            ARRIVAL_ACCURACY,
         ).alias("arrival_ms"),
     )
 
