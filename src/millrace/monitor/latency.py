@@ -77,46 +77,48 @@ def _mixture_quantile(parts: list[tuple[int, list[int]]], level: float) -> float
     """The `level` quantile of the weighted mixture of `parts`' piecewise-linear distributions.
 
     Each part is a weight and its quantiles at `_LEVELS`. Between two consecutive knots of all
-    the parts the mixture's distribution is linear, so the quantile is either a knot (where
-    the distribution jumps past `level`: a part's quantiles that are equal) or interpolated
-    between the two knots around it.
+    the parts the mixture's distribution is linear, so the quantile is either the knot where
+    it reaches `level` or interpolated between that knot and the one before.
     """
     total = sum(weight for weight, _ in parts)
 
     def share(knot: float, *, strictly_below: bool) -> float:
-        of = _share_below if strictly_below else _share_at_most
-        return sum(weight * of(quantiles, knot) for weight, quantiles in parts) / total
+        return (
+            sum(
+                weight * _share(quantiles, knot, strictly_below=strictly_below)
+                for weight, quantiles in parts
+            )
+            / total
+        )
 
     knots = sorted({ms for _, quantiles in parts for ms in quantiles})
-    reached = 0.0
-    for index, knot in enumerate(knots):
-        below = share(knot, strictly_below=True)
-        if index > 0 and below >= level:
-            previous = knots[index - 1]
-            return previous + (knot - previous) * (level - reached) / (below - reached)
-        reached = share(knot, strictly_below=False)
-        if reached >= level:
-            return float(knot)
-    return float(knots[-1])
+    # The first knot at which the mixture reaches `level`, by bisection: it only grows.
+    first, last = 0, len(knots) - 1
+    while first < last:
+        middle = (first + last) // 2
+        if share(knots[middle], strictly_below=False) >= level:
+            last = middle
+        else:
+            first = middle + 1
+    knot = knots[first]
+    if first == 0:
+        return float(knot)
+    previous = knots[first - 1]
+    reached = share(previous, strictly_below=False)
+    below = share(knot, strictly_below=True)
+    if below < level:
+        # The mixture jumps past `level` at this knot: a part's quantiles that are equal.
+        return float(knot)
+    return previous + (knot - previous) * (level - reached) / (below - reached)
 
 
-def _share_at_most(quantiles: list[int], value: float) -> float:
-    """The share of one part's distribution at or below `value`."""
-    if value < quantiles[0]:
+def _share(quantiles: list[int], value: float, *, strictly_below: bool) -> float:
+    """The share of one part's distribution at or below `value` (or strictly below it)."""
+    if value < quantiles[0] or (strictly_below and value == quantiles[0]):
         return 0.0
-    if value >= quantiles[-1]:
+    if value > quantiles[-1] or (not strictly_below and value == quantiles[-1]):
         return 1.0
-    index = bisect.bisect_right(quantiles, value) - 1
-    low, high = quantiles[index], quantiles[index + 1]
-    return _LEVELS[index] + (_LEVELS[index + 1] - _LEVELS[index]) * (value - low) / (high - low)
-
-
-def _share_below(quantiles: list[int], value: float) -> float:
-    """The share of one part's distribution strictly below `value`."""
-    if value <= quantiles[0]:
-        return 0.0
-    if value > quantiles[-1]:
-        return 1.0
-    index = bisect.bisect_left(quantiles, value) - 1
+    # The last quantile below `value` (at or below, unless strictly), and the next one.
+    index = (bisect.bisect_left if strictly_below else bisect.bisect_right)(quantiles, value) - 1
     low, high = quantiles[index], quantiles[index + 1]
     return _LEVELS[index] + (_LEVELS[index + 1] - _LEVELS[index]) * (value - low) / (high - low)
