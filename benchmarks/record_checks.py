@@ -48,9 +48,9 @@ def main() -> None:
 
     with isolated_workspace():
         from millrace.config.workspace import Workspace
+        from millrace.engine.arrival_quantiles import ARRIVAL_ACCURACY, ARRIVAL_LEVELS
         from millrace.engine.event_time import from_1970
         from millrace.engine.headers import header_text, record_id_column
-        from millrace.engine.low_watermark import ARRIVAL_ACCURACY, ARRIVAL_LEVELS
         from millrace.engine.session import spark_session
         from millrace.engine.streams import read_batch
 

@@ -14,7 +14,7 @@ from millrace.apps.processors.streaming import start_processor_app
 from millrace.bus.internal import read_after
 from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
-from millrace.engine.low_watermark import ARRIVAL_LEVELS
+from millrace.engine.arrival_quantiles import ARRIVAL_LEVELS
 from millrace.monitor.latency import recent_latency
 from millrace.monitor.metrics_log import Batch, MetricsLog
 from millrace.monitor.status import app_status

@@ -61,6 +61,7 @@ from millrace.bus.internal import InternalWriter, StreamWatch, create_internal_s
 from millrace.bus.markers import WATERMARK_HEADER, WRITER_HEADER
 from millrace.config.workspace import Workspace
 from millrace.engine import kafka
+from millrace.engine.arrival_quantiles import ARRIVAL_ACCURACY, ARRIVAL_LEVELS
 from millrace.engine.checkpoint_log import stream_offsets
 from millrace.engine.headers import has_header, header_text
 from millrace.engine.kafka import StartingOffsets
@@ -103,7 +104,7 @@ def input_metrics_name(app: str, stream: str) -> str:
     `millrace.engine.metrics` tells which bucket holds the input's watermark back.
     `arrivals` counts the records read (markers left out) and `arrival_ms` holds when they
     arrived on the bus, as quantiles at `ARRIVAL_LEVELS` (null without a record), from which
-    `millrace.engine.metrics` tells the batch's latency.
+    `millrace.monitor.latency` tells the app's latency.
 
     Example:
         >>> input_metrics_name("demo", "clicks")
@@ -114,11 +115,6 @@ def input_metrics_name(app: str, stream: str) -> str:
 
 INPUT_METRICS_PREFIX = "millrace.input."
 """What the names of `input_metrics_name` start with."""
-ARRIVAL_LEVELS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
-"""The quantiles of a micro-batch's arrival times that `observed_input` keeps: symmetric about
-the median, so that the batch's end minus them, reversed, are its latency's at the same levels."""
-ARRIVAL_ACCURACY = 1000
-"""Spark's `percentile_approx` accuracy: a quantile's rank is off by at most 1/1000 of the rows."""
 
 
 def read_input(

@@ -79,7 +79,7 @@ class InputRecord(TypedDict):
 
     `max_event_ms` is the newest event time each bucket gave this batch; `arrivals` counts
     the records it read and `arrival_ms` holds when they arrived on the bus, as quantiles at
-    `millrace.engine.low_watermark.ARRIVAL_LEVELS` (None without a record), from which
+    `millrace.engine.arrival_quantiles.ARRIVAL_LEVELS` (None without a record), from which
     `millrace.monitor.latency` tells the app's latency. `InputProgress` adds `progress_ms`
     and `held_back_by`.
     """

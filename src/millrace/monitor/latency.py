@@ -27,7 +27,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from millrace.engine.low_watermark import ARRIVAL_LEVELS
+from millrace.engine.arrival_quantiles import ARRIVAL_LEVELS, latencies_ms
 from millrace.monitor.metrics_log import Batch
 
 _LEVELS = ARRIVAL_LEVELS
@@ -61,9 +61,7 @@ def recent_latency(batches: Sequence[Batch]) -> Latency | None:
         for read in (batch.fields.get("inputs") or {}).values():
             arrivals = read.get("arrival_ms")
             if read.get("arrivals") and arrivals and len(arrivals) == len(_LEVELS):
-                parts.append(
-                    (int(read["arrivals"]), [end_ms - int(ms) for ms in reversed(arrivals)])
-                )
+                parts.append((int(read["arrivals"]), latencies_ms(end_ms, arrivals)))
     if not parts:
         return None
     return Latency(
