@@ -115,7 +115,7 @@ def apps_table(statuses: list[AppStatus]) -> Table:
             "-" if status.driver_cpu is None else status.driver_cpu.described,
             str(status.lag_records),
             f"{status.lag_seconds:.1f}",
-            _latency(status),
+            "-" if status.latency is None else status.latency.pair,
             "-" if watermark_lag is None else f"{watermark_lag:.1f}",
             _clock(status.output_watermark_ms),
             "-" if behind is None else f"{behind:.1f}",
@@ -126,12 +126,6 @@ def apps_table(statuses: list[AppStatus]) -> Table:
     if not statuses:
         table.caption = "no apps yet: an app appears once it has run a batch"
     return table
-
-
-def _latency(status: AppStatus) -> str:
-    """The app's latency over the last minute as `median/p99` in seconds (`0.84/1.90`), or `-`."""
-    latency = status.latency
-    return "-" if latency is None else f"{latency.median_s:.2f}/{latency.p99_s:.2f}"
 
 
 def _clock(time_ms: int | None) -> str:

@@ -22,12 +22,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from millrace.bus.internal import METRICS_STREAM, read_after
 from millrace.config.settings import Settings
 from millrace.engine.checkpoint_log import records_waiting
 from millrace.errors import StreamNotFoundError
-from millrace.monitor.latency import recent_latency
+from millrace.monitor.latency import Latency, recent_latency
 from millrace.monitor.metrics_log import Batch, batch_of
 
 CHUNK_RECORDS = 2_000
@@ -51,12 +52,10 @@ def _watermark_lag_s(batch: Batch) -> float | None:
     return max(0.0, (batch.max_event_ms - batch.watermark_ms) / 1000)
 
 
-def _latency_s(level: str) -> Callable[[Batch], float | None]:
+def _latency_s(figure: Callable[[Latency], float]) -> Callable[[Batch], float | None]:
     def read(batch: Batch) -> float | None:
         latency = recent_latency([batch])
-        if latency is None:
-            return None
-        return latency.median_s if level == "median" else latency.p99_s
+        return None if latency is None else figure(latency)
 
     return read
 
@@ -75,8 +74,8 @@ SERIES: dict[str, tuple[str, Callable[[Batch], float | None]]] = {
     "batch_duration_seconds": ("batch duration (s)", _field("batch_duration_ms", 0.001)),
     "lag_records": ("lag (records)", lambda batch: float(records_waiting(batch.sources))),
     "lag_seconds": ("lag (s)", _lag_s),
-    "latency_median_seconds": ("latency, median (s)", _latency_s("median")),
-    "latency_p99_seconds": ("latency, p99 (s)", _latency_s("p99")),
+    "latency_median_seconds": ("latency, median (s)", _latency_s(attrgetter("median_s"))),
+    "latency_p99_seconds": ("latency, p99 (s)", _latency_s(attrgetter("p99_s"))),
     "watermark_lag_seconds": ("watermark lag (s)", _watermark_lag_s),
     "state_rows": ("state rows", _field("state_rows")),
     "state_memory_bytes": ("state memory (bytes)", _field("state_memory_bytes")),

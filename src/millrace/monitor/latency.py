@@ -30,9 +30,6 @@ from dataclasses import dataclass
 from millrace.engine.arrival_quantiles import ARRIVAL_LEVELS, latencies_ms
 from millrace.monitor.metrics_log import Batch
 
-_LEVELS = ARRIVAL_LEVELS
-"""The levels of a batch's latency quantiles: `ARRIVAL_LEVELS`, which are symmetric."""
-
 
 @dataclass(frozen=True)
 class Latency:
@@ -52,6 +49,16 @@ class Latency:
         """
         return f"p50 {self.median_s:.2f}s, p99 {self.p99_s:.2f}s"
 
+    @property
+    def pair(self) -> str:
+        """The two figures as `top` and the dashboard show them, median/p99 in seconds.
+
+        Example:
+            >>> Latency(1200, 0.84, 1.9).pair
+            '0.84/1.90'
+        """
+        return f"{self.median_s:.2f}/{self.p99_s:.2f}"
+
 
 def recent_latency(batches: Sequence[Batch]) -> Latency | None:
     """The latency of the records `batches` read, or None when they read none."""
@@ -60,7 +67,7 @@ def recent_latency(batches: Sequence[Batch]) -> Latency | None:
         end_ms = batch.time_ms + int(batch.fields.get("batch_duration_ms") or 0)
         for read in (batch.fields.get("inputs") or {}).values():
             arrivals = read.get("arrival_ms")
-            if read.get("arrivals") and arrivals and len(arrivals) == len(_LEVELS):
+            if read.get("arrivals") and arrivals and len(arrivals) == len(ARRIVAL_LEVELS):
                 parts.append((int(read["arrivals"]), latencies_ms(end_ms, arrivals)))
     if not parts:
         return None
@@ -74,9 +81,9 @@ def recent_latency(batches: Sequence[Batch]) -> Latency | None:
 def _mixture_quantile(parts: list[tuple[int, list[int]]], level: float) -> float:
     """The `level` quantile of the weighted mixture of `parts`' piecewise-linear distributions.
 
-    Each part is a weight and its quantiles at `_LEVELS`. Between two consecutive knots of all
-    the parts the mixture's distribution is linear, so the quantile is either the knot where
-    it reaches `level` or interpolated between that knot and the one before.
+    Each part is a weight and its quantiles at `ARRIVAL_LEVELS`. Between two consecutive knots
+    of all the parts the mixture's distribution is linear, so the quantile is either the knot
+    where it reaches `level` or interpolated between that knot and the one before.
     """
     total = sum(weight for weight, _ in parts)
 
@@ -119,4 +126,5 @@ def _share(quantiles: list[int], value: float, *, strictly_below: bool) -> float
     # The last quantile below `value` (at or below, unless strictly), and the next one.
     index = (bisect.bisect_left if strictly_below else bisect.bisect_right)(quantiles, value) - 1
     low, high = quantiles[index], quantiles[index + 1]
-    return _LEVELS[index] + (_LEVELS[index + 1] - _LEVELS[index]) * (value - low) / (high - low)
+    level, next_level = ARRIVAL_LEVELS[index], ARRIVAL_LEVELS[index + 1]
+    return level + (next_level - level) * (value - low) / (high - low)

@@ -403,9 +403,8 @@ def _driver_cpu(status: AppStatus) -> str:
 
 
 def _latency(status: AppStatus) -> str:
-    """The app's latency over the last minute, `median / p99` in seconds, or `-`."""
-    latency = status.latency
-    return "-" if latency is None else f"{latency.median_s:.2f} / {latency.p99_s:.2f}"
+    """The app's latency over the last minute, `median/p99` in seconds, or `-`."""
+    return "-" if status.latency is None else status.latency.pair
 
 
 def _num(value: float | int | None) -> str:
@@ -426,7 +425,7 @@ def _summary(status: AppStatus | None) -> str:
         ("driver cpu/min", status.driver_cpu.described if status.driver_cpu else "-"),
         ("lag, records", number(status.lag_records)),
         ("lag, seconds", number(status.lag_seconds)),
-        ("latency p50 / p99 s", _latency(status)),
+        ("latency p50/p99 s", _latency(status)),
         ("watermark", iso_time(status.watermark_ms) or "-"),
         ("watermark lag s", number(status.watermark_lag_seconds)),
         ("output watermark", iso_time(status.output_watermark_ms) or "-"),
