@@ -23,7 +23,8 @@ file, when the figures come from several runs, listed with their commands under 
   micro-batches per minute: `batches` over the run's `seconds`);
 - latencies (`median_ms`, `p95_ms`, `p99_ms`), with the micro-batches of `micro_batches`, at
   the run's `rate`;
-- restart times (`median_restart_s`, with each round's `restart_s`), driver starts
+- restart times (`median_restart_s`, with each round's `restart_s`), a bus's failover
+  times (`median_failover_s`, with each round's `failover_s`), driver starts
   (`median_session_s`, `median_first_work_s`, `median_jvm_cpu_s`), idle costs
   (`median_core_share`, the share of one core, with each round's `core_share`), a pipeline's
   costs (`cores_used`, `rss_mib`, `batches_per_minute` of each app and of the machine, each
@@ -575,6 +576,17 @@ _KINDS = (
                 "median s from kill -9 to the first new micro-batch", "median_restart_s", _seconds
             ),
             _Column("each round (s)", "restart_s", _rounds(1), ratio=False, numeric=False),
+        ),
+    ),
+    _Kind(
+        _children_with("median_failover_s"),
+        (
+            _Column(
+                "median s from a node's kill -9 to its buckets answering",
+                "median_failover_s",
+                _seconds,
+            ),
+            _Column("each round (s)", "failover_s", _rounds(1), ratio=False, numeric=False),
         ),
     ),
     _Kind(

@@ -9,13 +9,14 @@ bad record there.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import time
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
 # confluent-kafka's admin package imports these without `__all__` or `as`: strict mypy takes
 # them as not exported.
@@ -49,7 +50,16 @@ _REFUSED_LOGINS = (
     KafkaError.SASL_AUTHENTICATION_FAILED,
 )
 _NO_ANSWER_YET = (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
-_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+_LEADER_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
+    }
+)
+_ASK_S = 5.0
+"""How long one request for offsets waits: a lost node's requests are never answered."""
 
 
 @dataclass(frozen=True)
@@ -275,32 +285,52 @@ def _offsets(
     admin: AdminClient, name: str, partitions: list[int], spec: OffsetSpec
 ) -> dict[int, int]:
     request = {TopicPartition(name, partition): spec for partition in partitions}
-    deadline = time.monotonic() + bounded(_TIMEOUT_S)
+    deadline = time.monotonic() + 2 * bounded(_TIMEOUT_S)
+    refused: KafkaException | None = None
     while True:
-        futures = admin.list_offsets(request, request_timeout=bounded(_TIMEOUT_S))
+        ask_s = min(_ASK_S, bounded(_TIMEOUT_S))
+        futures = admin.list_offsets(request, request_timeout=ask_s)
         try:
-            return {
-                tp.partition: future.result(timeout=bounded(_TIMEOUT_S)).offset
+            offsets = {
+                tp.partition: future.result(timeout=ask_s + 1).offset
                 for tp, future in futures.items()
             }
+            # After a node's loss a bucket it led was once answered with no offset and no
+            # error (-1001): not an answer.
+            if OFFSET_INVALID not in offsets.values():
+                return offsets
         except KafkaException as error:
             # A bucket whose leader just moved or was just created answers with an error for
             # a moment, which librdkafka does not always mark retriable: a broker not yet told
             # it leads a bucket just created answered NOT_LEADER_FOR_PARTITION in CI.
             failure = error.args[0]
-            moving = failure.retriable() or failure.code() in _LEADER_MOVING
-            if not moving or time.monotonic() > deadline:
+            code = failure.code()
+            if not (failure.retriable() or code in _LEADER_MOVING or code in _NO_ANSWER_YET):
                 raise
-            time.sleep(0.1)
+            refused = error
         except FutureTimeoutError:
-            # A request to a broker just lost gets no answer; asked again once, it goes to the
-            # bucket's new leader, which the bus chooses within its session timeout (9 s).
-            if time.monotonic() > deadline + bounded(_TIMEOUT_S):
-                raise BusError(
-                    f"the bus did not answer for the offsets of stream {name!r} in "
-                    f"{2 * bounded(_TIMEOUT_S):.0f} s",
-                    hint="is the broker up? `millrace status` tells, `millrace up` starts it",
-                ) from None
+            refused = None
+        if time.monotonic() > deadline:
+            if refused is not None:
+                raise refused
+            raise BusError(
+                f"the bus did not answer for the offsets of stream {name!r} in "
+                f"{2 * bounded(_TIMEOUT_S):.0f} s",
+                hint="is the broker up? `millrace status` tells, `millrace up` starts it",
+            )
+        _refresh_leaders(admin, name, ask_s)
+        time.sleep(0.1)
+
+
+def _refresh_leaders(admin: AdminClient, name: str, wait_s: float) -> None:
+    """Ask the bus who leads `name`'s buckets, so that the next request goes to them.
+
+    A node lost keeps leading its buckets until the bus's session timeout (9 s) ends; the
+    admin client, cached for the process, keeps the leaders it last heard of until it asks.
+    """
+    # If the bus does not answer this either, the next request tells what is wrong.
+    with contextlib.suppress(KafkaException):
+        admin.list_topics(topic=name, timeout=wait_s)
 
 
 def admin_client(settings: Settings) -> AdminClient:

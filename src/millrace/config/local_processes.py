@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from millrace.config.proc_stat import process_stat
+from millrace.errors import ConfigError
 
 _KILL_WAIT_S = 5.0
 
@@ -34,6 +35,23 @@ def loopback_port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def free_loopback_ports(count: int) -> int:
+    """The first of `count` consecutive loopback ports free now, for a bus of several nodes.
+
+    Example:
+        >>> first = free_loopback_ports(6)
+        >>> all(loopback_port_is_free(port) for port in range(first, first + 6))
+        True
+    """
+    for first in range(21_000, 60_000, count):
+        if all(loopback_port_is_free(port) for port in range(first, first + count)):
+            return first
+    raise ConfigError(
+        f"no {count} consecutive loopback ports between 21000 and 60000 are free",
+        hint="stop the servers that hold them, or choose the ports in millrace.toml",
+    )
 
 
 def live_command_line(pid: int) -> bytes | None:
@@ -60,10 +78,29 @@ def stop_process(pid: int, grace_s: float) -> None:
         >>> live_command_line(sleeper.pid) is None
         True
     """
-    os.kill(pid, signal.SIGTERM)
-    if not _wait_for_exit(pid, grace_s):
-        os.kill(pid, signal.SIGKILL)
-        _wait_for_exit(pid, _KILL_WAIT_S)
+    stop_processes([pid], grace_s)
+
+
+def stop_processes(pids: list[int], grace_s: float) -> None:
+    """Ask all of `pids` to stop at once; kill those still running after `grace_s`.
+
+    At once, because some stop only while the others run: a node of a Kafka bus of several
+    hands its buckets over to the nodes still up, and the last node left waits for a quorum.
+
+    Example:
+        >>> import subprocess
+        >>> sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+        >>> stop_processes([sleeper.pid for sleeper in sleepers], grace_s=5.0)
+        >>> [live_command_line(sleeper.pid) for sleeper in sleepers]
+        [None, None]
+    """
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for pid in pids:
+        if not _wait_for_exit(pid, max(0.0, deadline - time.monotonic())):
+            os.kill(pid, signal.SIGKILL)
+            _wait_for_exit(pid, _KILL_WAIT_S)
 
 
 def _wait_for_exit(pid: int, timeout_s: float) -> bool:
