@@ -43,6 +43,8 @@ class Started:
     stream: str
     on_stop: Callable[[], None] | None = None
     """How to stop them, when stopping each query is not all (a millrace app's `stop`)."""
+    progress: Callable[[], list[dict]] | None = None
+    """The micro-batches' progress, when the queries run in another process (a deployed app)."""
 
     def processed_offsets(self) -> dict[int, int]:
         """The next offset per bucket that all the queries have processed."""

@@ -16,6 +16,9 @@ Sides, run one after the other in the same sitting:
 
 - `millrace_processor`: a millrace `Processor` keyed by the record's key that produces each
   record it gets (`ctx.produce`), as `millrace.apps.processors.streaming` runs it, default trigger;
+- `millrace_processor_deployed`: the same processor deployed (`millrace deploy`, in the
+  workspace's host, default trigger), as users run it; its micro-batches come from the
+  metrics stream (`millrace.monitor.metrics_log`);
 - `pyspark_default`: the same pass-through hand-written in PySpark, Kafka to Kafka, with the
   default trigger (micro-batches as fast as they go);
 - `pyspark_real_time`: the same query with Spark's real-time mode trigger, the fastest
@@ -54,7 +57,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from _harness import isolated_workspace, write_results
+from _harness import cli, isolated_workspace, write_results
 from _load import publish_at_rate
 from _peers import FLINK_KAFKA_CONNECTOR, start_peer
 from _sides import Started, sustained
@@ -97,6 +100,7 @@ def main() -> None:
         peers: dict[str, object] = {}
         sides: dict[str, Callable[[str, str], Started]] = {
             "millrace_processor": lambda source, out: _millrace(spark, workspace, source, out),
+            "millrace_processor_deployed": lambda source, out: _deployed(workspace, source, out),
             "pyspark_default": lambda source, out: _pyspark(spark, workspace, source, out),
             "pyspark_real_time": lambda source, out: _pyspark(
                 spark, workspace, source, out, real_time=True
@@ -214,12 +218,12 @@ def _micro_batches(started: Started) -> dict:
     """Where a Spark side's micro-batches went, from Spark's own progress: the median of each
     phase of `durationMs` and of the rows read, over the batches that read records, past the
     first five (start-up). Nothing for a peer, which runs no Spark query."""
-    batches = [
-        progress
-        for query in started.queries
-        for progress in query.recentProgress
-        if progress["numInputRows"] > 0
-    ][5:]
+    reported = (
+        started.progress()
+        if started.progress is not None
+        else [progress for query in started.queries for progress in query.recentProgress]
+    )
+    batches = [progress for progress in reported if progress["numInputRows"] > 0][5:]
     if not batches:
         return {}
     phases = {phase for progress in batches for phase in progress["durationMs"]}
@@ -328,6 +332,51 @@ def _millrace(spark: SparkSession, workspace, source: str, output: str) -> Start
 
     running = start_processor_app(spark, workspace, Relay, available_now=False)
     return Started([running.query], source, running.stop)
+
+
+_DEPLOYED_RELAY = """\
+from millrace import Input, Processor
+
+
+class Relay(Processor):
+    name = {name!r}
+    inputs = [Input({source!r}, key="key", time="time", lateness="1s")]
+
+    def on_record(self, key, record, ctx):
+        sent = {{"key": key, "sent_ms": ctx.event_time_ms, "n": record["n"]}}
+        ctx.produce({output!r}, sent, key=key)
+"""
+
+
+def _deployed(workspace, source: str, output: str) -> Started:
+    """The relay of `_millrace`, deployed into the workspace's host; running once it has run
+    its first micro-batch."""
+    from millrace.monitor.metrics_log import MetricsLog
+
+    name = f"bench_relay_{uuid.uuid4().hex[:8]}"
+    code = workspace.root / f"{name}.py"
+    code.write_text(_DEPLOYED_RELAY.format(name=name, source=source, output=output))
+    cli("deploy", f"{code}:Relay")
+    metrics = MetricsLog(workspace.settings)
+    deadline = time.monotonic() + _STALLED_S
+    while not metrics.batches(name):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the deployed {name} ran no micro-batch in {_STALLED_S} s")
+        time.sleep(1)
+        metrics.refresh()
+
+    def progress() -> list[dict]:
+        metrics.refresh()
+        return [
+            {
+                "numInputRows": batch.fields["input_rows"],
+                "durationMs": batch.fields["durations_ms"],
+                "sources": batch.fields["sources"],
+            }
+            for batch in metrics.batches(name)
+        ]
+
+    return Started([], source, lambda: cli("stop", name), progress)
 
 
 def _pyspark(

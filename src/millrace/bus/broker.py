@@ -452,7 +452,7 @@ share.coordinator.state.topic.min.isr={min_copies}
 group.initial.rebalance.delay.ms=0
 # With one node of three killed, the other two nodes' quorum threads were seen here to stall
 # for about 5 s at a time; at Kafka's 2 s the leader then resigned every 5 s, for 40 s or more,
-# and no bucket could move. At 8 s the quorum holds, and a lost node's buckets move in 10-16 s.
+# and no bucket could move. At 8 s the quorum holds: see benchmarks/broker_loss.py.
 controller.quorum.fetch.timeout.ms=8000
 """
 
