@@ -9,6 +9,7 @@ from millrace.config.local_processes import (
     live_command_line,
     loopback_port_is_free,
     stop_process,
+    stop_processes,
 )
 
 SLEEPER = "import time; print('ready', flush=True); time.sleep(60)"
@@ -49,3 +50,15 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period() -> No
     stop_process(pid, grace_s=1.0)
     assert time.monotonic() - asked >= 1.0  # SIGTERM was given its grace period first
     assert live_command_line(pid) is None
+
+
+def test_processes_stopped_together_share_one_grace_period() -> None:
+    # As the nodes of a local bus are stopped: the stubborn one uses up the grace period; the
+    # other, not this process's child, stops on SIGTERM meanwhile.
+    stubborn = started(STUBBORN)
+    orphan = int(subprocess.check_output(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"]))
+    asked = time.monotonic()
+    stop_processes([stubborn, orphan], grace_s=1.0)
+    assert time.monotonic() - asked < 1.0 + 5.0  # one grace period, not one each
+    assert live_command_line(stubborn) is None
+    assert live_command_line(orphan) is None

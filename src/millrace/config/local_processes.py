@@ -104,19 +104,24 @@ def stop_processes(pids: list[int], grace_s: float) -> None:
 
 
 def _wait_for_exit(pid: int, timeout_s: float) -> bool:
+    # Looks at least once, so that a process stopped meanwhile counts even with no time left.
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            # Reaps the process when this one started it, so that it leaves no zombie.
-            finished, _ = os.waitpid(pid, os.WNOHANG)
-            if finished == pid:
-                return True
-        except ChildProcessError:
-            pass
-        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
-            return True
+    while not _exited(pid):
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
-    return False
+    return True
+
+
+def _exited(pid: int) -> bool:
+    try:
+        # Reaps the process when this one started it, so that it leaves no zombie.
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+        if finished == pid:
+            return True
+    except ChildProcessError:
+        pass
+    return not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
 
 
 def _is_zombie(pid: int) -> bool:
