@@ -286,8 +286,8 @@ def _offsets(
 ) -> dict[int, int]:
     request = {TopicPartition(name, partition): spec for partition in partitions}
     deadline = time.monotonic() + 2 * bounded(_TIMEOUT_S)
-    refused: KafkaException | None = None
     while True:
+        refused: KafkaException | None = None
         ask_s = min(_ASK_S, bounded(_TIMEOUT_S))
         futures = admin.list_offsets(request, request_timeout=ask_s)
         try:
@@ -295,7 +295,7 @@ def _offsets(
                 tp.partition: future.result(timeout=ask_s + 1).offset
                 for tp, future in futures.items()
             }
-            # After a node's loss a bucket it led was once answered with no offset and no
+            # Right after a node's loss, a bucket it led is answered with no offset and no
             # error (-1001): not an answer.
             if OFFSET_INVALID not in offsets.values():
                 return offsets
@@ -309,7 +309,7 @@ def _offsets(
                 raise
             refused = error
         except FutureTimeoutError:
-            refused = None
+            pass
         if time.monotonic() > deadline:
             if refused is not None:
                 raise refused
@@ -325,8 +325,9 @@ def _offsets(
 def _refresh_leaders(admin: AdminClient, name: str, wait_s: float) -> None:
     """Ask the bus who leads `name`'s buckets, so that the next request goes to them.
 
-    A node lost keeps leading its buckets until the bus's session timeout (9 s) ends; the
-    admin client, cached for the process, keeps the leaders it last heard of until it asks.
+    A node lost keeps leading its buckets until the bus fences it (its session timeout, 9 s);
+    the admin client, cached for the process, is told of the new leaders by this answer
+    rather than at its own next refresh of the bus's metadata.
     """
     # If the bus does not answer this either, the next request tells what is wrong.
     with contextlib.suppress(KafkaException):
