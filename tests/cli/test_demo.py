@@ -73,7 +73,7 @@ def test_the_demo_prints_top_events_per_topic_and_stops_its_apps_on_ctrl_c(
         shown = _first_window_shown(demo, first_window)
         if not shown:
             reader.join(timeout=10)  # the lines that say why
-        assert shown, "\n".join(lines)
+        assert shown, "\n".join(lines) + _ends_of_app_logs(workspace)
         dashboard = f"http://127.0.0.1:{dashboard_port}/ui/"
         assert f"dashboard: {dashboard} (the pipeline live in a browser)" in lines
         _look_at_the_dashboard(dashboard)
@@ -168,3 +168,12 @@ def _read(demo: subprocess.Popen, lines: list[str], first_window: threading.Even
             heading = len(lines) - 1 if _WINDOW_LINE.match(lines[-1]) else None
         elif len(lines) - 1 - heading == len(TOPICS) or not lines[-1].startswith("    "):
             first_window.set()
+
+
+def _ends_of_app_logs(workspace: Workspace) -> str:
+    """The last lines of the host's and each app's log: why an app crashed, in the report."""
+    ends = []
+    for log in [workspace.host_log, *(workspace.app_log(app) for app in APP_NAMES)]:
+        tail = log.read_text(errors="replace").splitlines()[-60:] if log.is_file() else []
+        ends.append(f"\n--- the end of {log}:\n" + "\n".join(tail))
+    return "".join(ends)

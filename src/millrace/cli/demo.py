@@ -33,6 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 
+from millrace.api.app_details import find_last_error
 from millrace.apps.options import RunOptions
 from millrace.apps.runner import stop_requests
 from millrace.bus.broker import start_broker
@@ -206,7 +207,7 @@ def _watch(
             record = registry.load(workspace, name)
             if record.status != "running":
                 raise MillraceError(
-                    f"app {name} is {record.status}",
+                    f"app {name} is {record.status}" + _last_error_of(record),
                     hint=f"its log: {record.log} (`millrace logs {name}`)",
                 )
         now = time.monotonic()
@@ -226,6 +227,14 @@ def _watch(
             )
             for row in sorted(rows, key=lambda row: row["topic"]):
                 say(topic_line(row))
+
+
+def _last_error_of(record: registry.AppRecord) -> str:
+    """The end of the app's last error in its log, to print beside its status; "" if none."""
+    found = find_last_error(Path(record.log))
+    if found is None:
+        return ""
+    return ": " + "\n".join(found.lines[found.error_index :])
 
 
 def topic_line(row: TableRow) -> str:
