@@ -229,6 +229,42 @@ def test_productions_without_a_key_are_spread_over_the_buckets_in_step(
         assert all(abs(share - count / 3) <= 60 for share in so_far)
 
 
+def test_a_production_to_a_stream_that_does_not_exist_stops_the_app_and_writes_nothing(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output, missing = f"{stream_name}.echo", f"{stream_name}.missing"
+    create_stream(workspace.settings, stream_name, buckets=1)
+    create_stream(workspace.settings, output, buckets=1)
+
+    class Echo(Processor):
+        name = f"echo_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream_name, key="query", time="ts")]
+
+        def on_record(self, key, record, ctx):
+            ctx.produce(output, record)
+            if record["query"] == "boom":
+                ctx.produce(missing, record)
+
+    events = queries(0, 20)
+    events[7] = {"query": "boom", "ts": T0}
+    publish(workspace, stream_name, events)
+
+    running = start_processor_app(spark, workspace, Echo, available_now=True)
+    with pytest.raises(ProcessorError) as raised:
+        running.await_termination()
+    assert f"stream {missing!r}, output of processor {Echo.name!r}, does not exist" in (
+        raised.value.message
+    )
+    assert f"`millrace stream create {missing}`" in raised.value.hint
+    assert read(workspace, output) == []
+
+    # Created as the hint says, the app run again writes each production once.
+    create_stream(workspace.settings, missing, buckets=1)
+    start_processor_app(spark, workspace, Echo, available_now=True).await_termination()
+    assert len(read(workspace, output)) == len(events)
+    assert [record.value for record in read(workspace, missing)] == [events[7]]
+
+
 @pytest.mark.parametrize("on_error", ["stop", "dlq"])
 def test_a_failing_callback_stops_the_app_or_goes_to_the_dead_letters(
     spark: SparkSession, workspace: Workspace, stream_name: str, on_error: str

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.apps.processors.errors import require_processor_stream, worker_error_text
@@ -45,7 +45,10 @@ def write_output_rows(
 ) -> dict[str, int]:
     """Write the operator's output rows to Kafka in one write; the rows of each kind.
 
-    An output stream that does not exist fails the write before anything is written;
+    Two Spark jobs: the first runs the operator into Spark's cache and collects the buckets'
+    timer reports, observing as it goes the rows of each kind and the streams produced to
+    (jobs of their own for those cost about 50 to 150 ms each); the second is the write. An
+    output stream that does not exist fails the write before anything is written;
     `stream_buckets` remembers the bucket count of each stream found, so each is looked up
     once. A production without a key goes to a bucket chosen by its id (`bucket_by_id`).
     `on_clock` is given the buckets' earliest processing-time timers the batch reports;
@@ -55,52 +58,63 @@ def write_output_rows(
     """
     batch.persist()
     try:
-        counts = batch.groupBy("kind", "stream").count().collect()
-        if on_clock is not None and any(row["kind"] == CLOCK for row in counts):
-            reports = batch.where(F.col("kind") == CLOCK).select("key", "value").collect()
-            on_clock({int(row["key"]): _int_or_none(row["value"]) for row in reports})
-        tables = _write_table_productions(name, workspace, batch, counts)
-        for row in counts:
-            if row["stream"] in tables:
-                continue
-            if row["kind"] == PRODUCTION and row["stream"] not in stream_buckets:
-                try:
-                    stream_buckets[row["stream"]] = require_processor_stream(
-                        workspace, row["stream"], f"output of processor {name!r}"
-                    )
-                except ProcessorError as error:
-                    raise RuntimeError(worker_error_text(error)) from None
-        written = batch.where(~F.col("kind").isin(*NOT_WRITTEN))
-        if tables:
-            written = written.where(~F.col("stream").isin(*tables))
-        if any(row["kind"] not in NOT_WRITTEN and row["stream"] not in tables for row in counts):
-            buckets = _bucket_counts(stream_buckets)
+        observed = Observation(f"outputs of {name}")
+        reports = (
+            batch.observe(observed, *_observed_columns())
+            .where(F.col("kind").isin(CLOCK, TIMERS))
+            .select("kind", "key", "value")
+            .collect()
+        )
+        seen = observed.get
+        totals = {kind: seen[kind] for kind in (PRODUCTION, DEAD_LETTER, *NOT_WRITTEN)}
+        if on_clock is not None and totals[CLOCK]:
+            on_clock(_reports_of(reports, CLOCK))
+        produced = set(seen["produced"])
+        tables = _write_table_productions(name, workspace, batch, produced)
+        for stream in sorted(produced - tables - set(stream_buckets)):
+            try:
+                stream_buckets[stream] = require_processor_stream(
+                    workspace, stream, f"output of processor {name!r}"
+                )
+            except ProcessorError as error:
+                raise RuntimeError(worker_error_text(error)) from None
+        if totals[DEAD_LETTER] or produced - tables:
+            written = batch.where(~F.col("kind").isin(*NOT_WRITTEN))
+            if tables:
+                written = written.where(~F.col("stream").isin(*tables))
             kafka.write(
                 written.select(
                     F.col("stream").alias("topic"),
                     "key",
                     "value",
                     _headers(name if on_timers is not None else None).alias("headers"),
-                    bucket_by_id(F.col("id"), F.col("key"), buckets).alias("partition"),
+                    bucket_by_id(F.col("id"), F.col("key"), _bucket_counts(stream_buckets)).alias(
+                        "partition"
+                    ),
                 ),
                 workspace.settings,
             )
         if on_timers is not None:
-            reports = []
-            if any(row["kind"] == TIMERS for row in counts):
-                reports = batch.where(F.col("kind") == TIMERS).select("key", "value").collect()
-            produced = {
-                row["stream"]
-                for row in counts
-                if row["kind"] == PRODUCTION and row["stream"] not in tables
-            }
-            on_timers({int(row["key"]): _int_or_none(row["value"]) for row in reports}, produced)
-        totals = dict.fromkeys((PRODUCTION, DEAD_LETTER, *NOT_WRITTEN), 0)
-        for row in counts:
-            totals[row["kind"]] += row["count"]
+            on_timers(_reports_of(reports, TIMERS), produced - tables)
         return totals
     finally:
         batch.unpersist()
+
+
+def _observed_columns() -> list[Column]:
+    """What the first job observes: the rows of each kind, the streams produced to."""
+    return [
+        *(
+            F.count_if(F.col("kind") == kind).alias(kind)
+            for kind in (PRODUCTION, DEAD_LETTER, *NOT_WRITTEN)
+        ),
+        F.collect_set(F.when(F.col("kind") == PRODUCTION, F.col("stream"))).alias("produced"),
+    ]
+
+
+def _reports_of(reports: list[Row], kind: str) -> dict[int, int | None]:
+    """The buckets' timer reports of `kind`: each bucket's earliest timer, None for none."""
+    return {int(row["key"]): _int_or_none(row["value"]) for row in reports if row["kind"] == kind}
 
 
 def _headers(writer: str | None) -> Column:
@@ -130,14 +144,10 @@ def _int_or_none(text: str | None) -> int | None:
 
 
 def _write_table_productions(
-    name: str, workspace: Workspace, batch: DataFrame, counts: list[Row]
+    name: str, workspace: Workspace, batch: DataFrame, produced: set[str]
 ) -> set[str]:
     """Upsert the productions to serving tables (`table:<name>`); their stream names."""
-    tables = {
-        row["stream"]
-        for row in counts
-        if row["kind"] == PRODUCTION and row["stream"].startswith(TABLE_PREFIX)
-    }
+    tables = {stream for stream in produced if stream.startswith(TABLE_PREFIX)}
     for stream in sorted(tables):
         try:
             spec = describe_table(workspace.settings, stream.removeprefix(TABLE_PREFIX))

@@ -523,7 +523,8 @@ class _BucketRunner(StatefulProcessor):
         self, bucket: int, records: list[Record], timer_values: TimerValues
     ) -> list[OutputRow]:
         name = self.processor_class.name
-        kept = self.bucket_state.get() if self.bucket_state.exists() else None
+        # One round trip to the JVM's state server: get() answers None for no state.
+        kept = self.bucket_state.get()
         store = BucketStore(kept[0], kept[1]) if kept else BucketStore(None, None)
         registered_ms = kept[2] if kept else None
         clock_before_ms = store.next_clock_ms()
