@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pyspark.sql import Column, DataFrame, Observation, Row
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.apps.processors.errors import require_processor_stream, worker_error_text
@@ -45,31 +45,36 @@ def write_output_rows(
 ) -> dict[str, int]:
     """Write the operator's output rows to Kafka in one write; the rows of each kind.
 
-    Two Spark jobs: the first runs the operator into Spark's cache and collects the buckets'
-    timer reports, observing as it goes the rows of each kind and the streams produced to
-    (jobs of their own for those cost about 50 to 150 ms each); the second is the write. An
-    output stream that does not exist fails the write before anything is written;
-    `stream_buckets` remembers the bucket count of each stream found, so each is looked up
-    once. A production without a key goes to a bucket chosen by its id (`bucket_by_id`).
-    `on_clock` is given the buckets' earliest processing-time timers the batch reports;
-    `on_timers`, once the batch is written, their earliest event-time timers and the streams
-    the batch produced to; with it, productions carry the processor's name in their `writer`
-    header, since its markers then tell their progress (`millrace.engine.output_watermark`).
+    Two Spark jobs: the first runs the operator into Spark's cache and counts the rows of
+    each kind and stream, collecting the buckets' timer reports in the same job (jobs of
+    their own for those cost 50 to 150 ms each); the second is the write. An output stream
+    that does not exist fails the write before anything is written; `stream_buckets`
+    remembers the bucket count of each stream found, so each is looked up once. A production
+    without a key goes to a bucket chosen by its id (`bucket_by_id`). `on_clock` is given the
+    buckets' earliest processing-time timers the batch reports; `on_timers`, once the batch
+    is written, their earliest event-time timers and the streams the batch produced to; with
+    it, productions carry the processor's name in their `writer` header, since its markers
+    then tell their progress (`millrace.engine.output_watermark`).
     """
     batch.persist()
     try:
-        observed = Observation(f"outputs of {name}")
-        reports = (
-            batch.observe(observed, *_observed_columns())
-            .where(F.col("kind").isin(CLOCK, TIMERS))
-            .select("kind", "key", "value")
+        counts = (
+            batch.groupBy("kind", "stream")
+            .agg(
+                F.count(F.lit(1)).alias("count"),
+                # collect_list leaves out the nulls: the rows of the other kinds.
+                F.collect_list(
+                    F.when(F.col("kind").isin(CLOCK, TIMERS), F.struct("key", "value"))
+                ).alias("reports"),
+            )
             .collect()
         )
-        seen = observed.get
-        totals = {kind: seen[kind] for kind in (PRODUCTION, DEAD_LETTER, *NOT_WRITTEN)}
+        totals = dict.fromkeys((PRODUCTION, DEAD_LETTER, *NOT_WRITTEN), 0)
+        for row in counts:
+            totals[row["kind"]] += row["count"]
         if on_clock is not None and totals[CLOCK]:
-            on_clock(_reports_of(reports, CLOCK))
-        produced = set(seen["produced"])
+            on_clock(_reports_of(counts, CLOCK))
+        produced = {row["stream"] for row in counts if row["kind"] == PRODUCTION}
         tables = _write_table_productions(name, workspace, batch, produced)
         for stream in sorted(produced - tables - set(stream_buckets)):
             try:
@@ -95,26 +100,20 @@ def write_output_rows(
                 workspace.settings,
             )
         if on_timers is not None:
-            on_timers(_reports_of(reports, TIMERS), produced - tables)
+            on_timers(_reports_of(counts, TIMERS), produced - tables)
         return totals
     finally:
         batch.unpersist()
 
 
-def _observed_columns() -> list[Column]:
-    """What the first job observes: the rows of each kind, the streams produced to."""
-    return [
-        *(
-            F.count_if(F.col("kind") == kind).alias(kind)
-            for kind in (PRODUCTION, DEAD_LETTER, *NOT_WRITTEN)
-        ),
-        F.collect_set(F.when(F.col("kind") == PRODUCTION, F.col("stream"))).alias("produced"),
-    ]
-
-
-def _reports_of(reports: list[Row], kind: str) -> dict[int, int | None]:
+def _reports_of(counts: list[Row], kind: str) -> dict[int, int | None]:
     """The buckets' timer reports of `kind`: each bucket's earliest timer, None for none."""
-    return {int(row["key"]): _int_or_none(row["value"]) for row in reports if row["kind"] == kind}
+    return {
+        int(report["key"]): _int_or_none(report["value"])
+        for row in counts
+        if row["kind"] == kind
+        for report in row["reports"]
+    }
 
 
 def _headers(writer: str | None) -> Column:
