@@ -19,12 +19,14 @@ before Spark has recorded the batch done. The filter's and the
 processor's re-runs write their records again, with the same ids: the copies a reader must
 drop. An aggregation's re-run finds its batch appended to the result table already and
 writes nothing, but still runs the batch so that its state is committed (Spark 4 refuses to
-go on otherwise). The test watches the output and the checkpoint; a kill
-counts once the checkpoint shows the batch left uncommitted, and one that came too late is
-followed by another. After its last kill each app is run to the end of its input with
-`--available-now`, which first runs the uncommitted batch again; only once the filter has
-written every event are records far ahead of the others (the closing records) written to the
-middle stream, to move the readers' watermark past every minute. The answer is computed in
+go on otherwise). The test watches the output and the checkpoint; a kill counts once the
+checkpoint shows the batch left uncommitted, and one that came too late is followed by
+another; should an app short of its kills have read all its input, the test publishes more
+events (the answer counts them), so that a next micro-batch comes. After its last kill each
+app is run to the end of its input with `--available-now`, which first runs the uncommitted
+batch again; only once the filter has written every event are records far ahead of the
+others (the closing records) written to the middle stream, to move the readers' watermark
+past every minute. The answer is computed in
 plain Python from the events.
 
 Used by tests/apps/test_exactly_once.py (a bounded run in CI, and a longer soak run), and its
@@ -48,8 +50,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
+from millrace.bus.internal import StreamWatch
 from millrace.bus.reader import TailStart, tail
-from millrace.bus.streams import create_stream, describe_stream
+from millrace.bus.streams import create_stream
 from millrace.config.workspace import Workspace
 from millrace.engine.writes import write_batch
 from millrace.records import event_time_ms
@@ -68,7 +71,11 @@ CLOSING_RECORDS = 64
 # How often the test looks at an app's checkpoint and, once it waits for the app's write, at
 # its output: the kill must land between the write and Spark's commit, a fraction of a second.
 _POLL_S = 0.25
-_ARMED_POLL_S = 0.05
+_ARMED_POLL_S = 0.01
+# An app short of its kills, armed this long with no micro-batch writing, has read all its input
+# (each kill came after Spark's commit, so did not count): the test then publishes a
+# micro-batch's worth of events more, so that a micro-batch comes that writes, to be killed in.
+_STARVED_S = 30.0
 # What a stream's end may move by with no micro-batch writing: the watermark markers an app
 # publishes to each bucket after a commit (one per bucket, two if its held-back time moves
 # apart). A micro-batch of the filter writes hundreds of records per bucket, one of the
@@ -269,12 +276,15 @@ class _App:
         now = time.monotonic()
         commit = self.last_commit()
         if commit > self.baseline and commit != self.armed_commit:
-            if self.armed_commit is None and self.attempts:
-                self.restart_to_batch_s.append(now - self.started_at)
-            self.armed_commit, self.armed_written, self.armed_at = commit, self.written(), now
+            if self.armed_commit is None:
+                # Armed since: a micro-batch that writes nothing (a quiet input's) arms again.
+                self.armed_at = now
+                if self.attempts:
+                    self.restart_to_batch_s.append(now - self.started_at)
+            self.armed_commit, self.armed_written = commit, self.written()
             return
         if self.armed_commit is None or not self._due():
-            waiting = "micro-batch" if self.armed_commit is None else "next micro-batch"
+            waiting = "micro-batch" if self.armed_commit is None else "micro-batch that writes"
             since = self.started_at if self.armed_commit is None else self.armed_at
             if now - since > timeout_s:
                 raise AssertionError(
@@ -399,10 +409,13 @@ def run_with_kills(
         made.write_source(batch)
         return made
 
+    watches: list[StreamWatch] = []
+
     def stream_end(stream: str) -> Callable[[], int]:
-        return lambda: sum(
-            bucket.end_offset for bucket in describe_stream(workspace.settings, stream).buckets
-        )
+        # One connection asked again and again: a look must take milliseconds, since the kill
+        # must land between the write it sees and Spark's commit.
+        watches.append(StreamWatch(workspace.settings, stream))
+        return lambda watch=watches[-1]: sum(watch.end_offsets().values())
 
     apps = {"filter": new_app("filter", FILTER_APP, f"insert.{middle}")}
     apps["filter"].killed = True
@@ -422,6 +435,21 @@ def run_with_kills(
         apps["total"] = new_app("total", TOTAL_APP, "table.per_minute")
     killed = {role: app for role, app in apps.items() if app.killed}
 
+    published, fed_at = events, time.monotonic()
+    filter_ = apps["filter"]
+    filter_read_to = 0
+
+    def filter_to_the_end() -> None:
+        """Run the filter to the end of the events published, when it has not yet."""
+        nonlocal filter_read_to
+        if filter_.process is not None and filter_.process.poll() is None:
+            return
+        if filter_.process is not None and filter_.process.returncode != 0:
+            raise AssertionError(f"filter did not finish:\n{filter_.log_tail()}")
+        if filter_read_to < published:
+            filter_read_to = published
+            filter_.run_to_the_end(batch)
+
     try:
         for app in killed.values():
             app.launch()
@@ -429,18 +457,28 @@ def run_with_kills(
             for role, app in killed.items():
                 if app.kills < kills:
                     app.watch(role, kills, timeout_s)
+            now = time.monotonic()
+            short = [app for app in killed.values() if app.kills < kills]
+            if now - fed_at > _STARVED_S and any(
+                app.armed_commit is not None and now - app.armed_at > _STARVED_S for app in short
+            ):
+                fed = range(published, published + batch)
+                publish(spark, workspace, source, fed, fed.stop, run)
+                published, fed_at = fed.stop, now
             # The filter runs to the end of its input once its kills are done, while the apps
             # after it, still at theirs, read what it writes. Its micro-batches stay small:
             # its markers after each one move the readers' watermarks, so that their
             # micro-batches close windows (and write) all along the middle stream.
-            filter_ = apps["filter"]
-            if filter_.kills >= kills and filter_.process is None:
-                filter_.run_to_the_end(batch)
-            elif filter_.kills >= kills and filter_.process.poll() not in (None, 0):
-                raise AssertionError(f"filter did not finish:\n{filter_.log_tail()}")
-            armed = any(a.armed_commit is not None for a in killed.values() if a.kills < kills)
+            if filter_.kills >= kills:
+                filter_to_the_end()
+            armed = any(app.armed_commit is not None for app in short)
             time.sleep(_ARMED_POLL_S if armed else _POLL_S)
-        apps["filter"].finished()
+        filter_.finished()
+        if filter_read_to < published:
+            # Events published after its last run to the end had started.
+            filter_to_the_end()
+            filter_.finished()
+        events = published
         # The closing records come once the filter has written every event, so that they are
         # the last records of their middle buckets. Had they come amid the events, the
         # filter's two tasks writing to the middle stream at once could put them ahead of
@@ -458,6 +496,8 @@ def run_with_kills(
     finally:
         for app in apps.values():
             app.kill()
+        for watch in watches:
+            watch.close()
     tables = ["exactly_once", "at_least_once"] if pipeline is Pipeline.SQL else ["total"]
     middle_ids, middle_counts = middle_records(workspace, middle)
     return CrashRun(

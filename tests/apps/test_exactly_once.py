@@ -53,7 +53,7 @@ def bounded_run(
         batch=BATCH,
         pipeline=pipeline,
     )
-    answer = known_answer(EVENTS)
+    answer = known_answer(run.events)
     print(f"{pipeline.value}:", run.summary(answer))
     assert all(kills == KILLS for kills in run.kills.values()), run.kills
     # The middle stream has every kept event, under one id each, and the copies the filter's
@@ -76,7 +76,7 @@ def test_exactly_once_the_result_equals_the_answer_whatever_the_kills(sql_run: C
     stream (its re-run writes them again: the copies); the aggregation once, after its
     micro-batch appended to the result table (its re-run writes nothing twice)."""
     # No event lost, none counted twice: the copies were dropped by the aggregation's reader.
-    assert sql_run.results["exactly_once"] == known_answer(EVENTS)
+    assert sql_run.results["exactly_once"] == known_answer(sql_run.events)
 
 
 def test_at_least_once_the_result_counts_the_copies_a_re_run_wrote(sql_run: CrashRun) -> None:
@@ -84,7 +84,7 @@ def test_at_least_once_the_result_counts_the_copies_a_re_run_wrote(sql_run: Cras
     once after its micro-batch appended to the result table, as the test above kills its
     own."""
     results = sql_run.results["at_least_once"]
-    answer = known_answer(EVENTS)
+    answer = known_answer(sql_run.events)
 
     # Nothing is lost either way (`bounded_run` found every kept event in the middle stream).
     # The aggregation counted every record of the middle stream, copies included (a re-run
@@ -112,7 +112,7 @@ def test_exactly_once_a_processor_and_the_app_reading_it_count_each_event_once(
     # re-run wrote again carry the ids of the first run, so the third app's reader drops them
     # too; it read the processor's output with no lateness, moved on by its markers alone.
     assert run.copies_in_results > 0
-    assert run.results["total"] == known_answer(EVENTS)
+    assert run.results["total"] == known_answer(run.events)
 
 
 @pytest.mark.soak
@@ -130,7 +130,7 @@ def test_soak_exactly_once_with_more_kills_and_events(
         kills=15,
         batch=20_000,
     )
-    answer = known_answer(events)
+    answer = known_answer(run.events)
 
     print("soak exactly_once:", run.summary(answer))
     assert run.results["exactly_once"] == answer
