@@ -23,9 +23,10 @@ file, when the figures come from several runs, listed with their commands under 
   micro-batches per minute: `batches` over the run's `seconds`);
 - latencies (`median_ms`, `p95_ms`, `p99_ms`), with the micro-batches of `micro_batches`, at
   the run's `rate`;
-- restart times (`median_restart_s`, with each round's `restart_s`), a bus's failover
-  times (`median_failover_s`, with each round's `failover_s`), driver starts
-  (`median_session_s`, `median_first_work_s`, `median_jvm_cpu_s`), idle costs
+- restart times (`median_restart_s`, with each round's `restart_s`), micro-batch durations
+  (`median_batch_s`, with each micro-batch's `batch_s`), a bus's failover times
+  (`median_failover_s`, with each round's `failover_s`), driver starts (`median_session_s`,
+  `median_first_work_s`, `median_jvm_cpu_s`), idle costs
   (`median_core_share`, the share of one core, with each round's `core_share`), a pipeline's
   costs (`cores_used`, `rss_mib`, `batches_per_minute` of each app and of the machine, each
   app's processing lag, `median_lag_s` and `max_lag_s`, and `first_top_k_s`), what grows
@@ -82,6 +83,7 @@ _BASELINES = (
     "ticks_on",
     "no_check",
     "1_worker",
+    "keys_stored_10000",
 )
 _UNITS = ("events", "records", "rows")
 
@@ -576,6 +578,13 @@ _KINDS = (
                 "median s from kill -9 to the first new micro-batch", "median_restart_s", _seconds
             ),
             _Column("each round (s)", "restart_s", _rounds(1), ratio=False, numeric=False),
+        ),
+    ),
+    _Kind(
+        _children_with("median_batch_s"),
+        (
+            _Column("median s per micro-batch", "median_batch_s", _thousandths),
+            _Column("each micro-batch (s)", "batch_s", _rounds(2), ratio=False, numeric=False),
         ),
     ),
     _Kind(
