@@ -12,6 +12,8 @@ acts on, the exception and the line of the user's code that raised it.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import sysconfig
 from pathlib import Path
@@ -21,7 +23,7 @@ from pyspark import cloudpickle
 
 from millrace.errors import SqlError
 
-_MILLRACE = Path(__file__).parents[1]
+_MILLRACE = os.path.join(Path(__file__).parents[1], "")
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 _RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (?P<why>.*)$")
 
@@ -55,7 +57,7 @@ def failure_in_user_code(error: Exception, app: str) -> SqlError | None:
         # millrace's own frames (a foreachBatch of its writers) are not where the user looks.
         if found is not None
         and not _is_installed(found["path"])
-        and not Path(found["path"]).is_relative_to(_MILLRACE)
+        and not _is_millrace(found["path"])
     ]
     if not frames:
         return None
@@ -75,15 +77,21 @@ def failure_in_user_code(error: Exception, app: str) -> SqlError | None:
 def is_users_module(module: ModuleType) -> bool:
     """True for a module of the user's own code: not installed, and not millrace's own."""
     path = getattr(module, "__file__", None)
-    return (
-        isinstance(path, str)
-        and not _is_installed(path)
-        and not Path(path).is_relative_to(_MILLRACE)
-    )
+    return isinstance(path, str) and not _is_installed(path) and not _is_millrace(path)
 
 
+# A host asks this of each of its thousands of modules at every app's start, holding the lock
+# that keeps apps' imports apart: a look must be a string comparison, not sysconfig's work.
 def _is_installed(path: str) -> bool:
-    installed = {
-        sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")
-    }
-    return any(Path(path).is_relative_to(folder) for folder in installed)
+    return os.path.normpath(path).startswith(_installed_folders())
+
+
+def _is_millrace(path: str) -> bool:
+    return os.path.normpath(path).startswith(_MILLRACE)
+
+
+@functools.cache
+def _installed_folders() -> tuple[str, ...]:
+    """The folders of the standard library and site-packages, each ending in a separator."""
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    return tuple({os.path.join(sysconfig.get_path(name), "") for name in names})
