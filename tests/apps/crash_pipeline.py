@@ -26,8 +26,7 @@ events (the answer counts them), so that a next micro-batch comes. After its las
 app is run to the end of its input with `--available-now`, which first runs the uncommitted
 batch again; only once the filter has written every event are records far ahead of the
 others (the closing records) written to the middle stream, to move the readers' watermark
-past every minute. The answer is computed in
-plain Python from the events.
+past every minute. The answer is computed in plain Python from the events.
 
 Used by tests/apps/test_exactly_once.py (a bounded run in CI, and a longer soak run), and its
 apps, events and answer by tests/ops/test_host.py (the host killed under a chain of apps).
