@@ -275,14 +275,23 @@ def input_rows(frame: pd.DataFrame) -> Iterator[InputRow]:
         >>> next(input_rows(frame)).record_offset
         41
     """
-    # A LONG column with nulls arrives as floats; Int64 turns it back into ints and NA
-    # (which pandas-stubs leave out of the type of an Int64 column's tolist()).
-    times = [
-        None if time_ms is pd.NA else time_ms  # type: ignore[comparison-overlap]
-        for time_ms in frame["time_ms"].astype("Int64").tolist()
-    ]
-    columns = (frame[name].tolist() for name in InputRow._fields[:-1])
-    return map(InputRow._make, zip(*columns, times, strict=True))
+    columns = (
+        _integers(frame[name]) if name in _INTEGER_FIELDS else frame[name].tolist()
+        for name in InputRow._fields
+    )
+    return map(InputRow._make, zip(*columns, strict=True))
+
+
+# An INT or LONG column with a null arrives as floats: a record's time when unreadable, and
+# its bucket and offset when a wake-up (which has neither) came in the same Arrow batch. A
+# float bucket would make "0.0" of the place in a dead letter and in the ids made of it.
+_INTEGER_FIELDS = frozenset({"record_bucket", "record_offset", "time_ms"})
+
+
+def _integers(column: pd.Series) -> list[int | None]:
+    """The column's values as ints, None for null (Int64 turns floats back into ints and NA)."""
+    # pandas-stubs leave NA out of the type of an Int64 column's tolist().
+    return [None if value is pd.NA else value for value in column.astype("Int64").tolist()]  # type: ignore[comparison-overlap]
 
 
 def record_of(row: InputRow) -> Record:
