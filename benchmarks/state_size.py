@@ -84,32 +84,44 @@ def _measure(
     spark: SparkSession, workspace, stored: int, options: argparse.Namespace
 ) -> list[float]:
     """Store `stored` keys, then run the measure's micro-batches: their seconds each."""
-    from millrace.apps.processors.streaming import start_processor_app
     from millrace.bus.streams import create_stream
 
     stream = f"bench.state-size.{stored}.{uuid.uuid4().hex[:8]}"
     create_stream(workspace.settings, stream, buckets=BUCKETS)
     counter = _counter(stream)
-    measured = options.batches * options.batch_records
-    phases = (
-        (range(stored), stored, STORE_BATCH_RECORDS),
-        (range(stored, stored + measured), options.touched_keys, options.batch_records),
+    _run(spark, workspace, counter, stream, range(stored), stored, STORE_BATCH_RECORDS)
+    measured = range(stored, stored + options.batches * options.batch_records)
+    progress = _run(
+        spark, workspace, counter, stream, measured, options.touched_keys, options.batch_records
     )
-    seconds: list[float] = []
-    for numbers, keys, batch_records in phases:
-        _publish(spark, workspace, stream, numbers, keys)
-        started = time.perf_counter()
-        running = start_processor_app(
-            spark, workspace, counter, available_now=True, max_records_per_batch=batch_records
-        )
-        running.await_termination()
-        progress = [batch for batch in running.query.recentProgress if _read(batch, stream)]
-        read = sum(_read(batch, stream) for batch in progress)
-        if read != len(numbers):
-            raise SystemExit(f"{stored:,} keys stored: read {read} records of {len(numbers)}")
-        print(f"  {len(numbers):,} records in {time.perf_counter() - started:.1f} s", flush=True)
-        seconds = [batch["durationMs"]["triggerExecution"] / 1000 for batch in progress]
-    return seconds
+    return [batch["durationMs"]["triggerExecution"] / 1000 for batch in progress]
+
+
+def _run(
+    spark: SparkSession,
+    workspace,
+    counter: type,
+    stream: str,
+    numbers: range,
+    keys: int,
+    batch_records: int,
+) -> list[dict]:
+    """Publish records `numbers` over `keys` keys to `stream` and run `counter` to their end,
+    at most `batch_records` a micro-batch: the progress of each micro-batch that read some."""
+    from millrace.apps.processors.streaming import start_processor_app
+
+    _publish(spark, workspace, stream, numbers, keys)
+    started = time.perf_counter()
+    running = start_processor_app(
+        spark, workspace, counter, available_now=True, max_records_per_batch=batch_records
+    )
+    running.await_termination()
+    progress = [batch for batch in running.query.recentProgress if _read(batch, stream)]
+    read = sum(_read(batch, stream) for batch in progress)
+    if read != len(numbers):
+        raise SystemExit(f"{stream}: read {read} records of {len(numbers)}")
+    print(f"  {len(numbers):,} records in {time.perf_counter() - started:.1f} s", flush=True)
+    return progress
 
 
 def _read(progress: dict, stream: str) -> int:

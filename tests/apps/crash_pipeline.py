@@ -413,8 +413,9 @@ def run_with_kills(
     def stream_end(stream: str) -> Callable[[], int]:
         # One connection asked again and again: a look must take milliseconds, since the kill
         # must land between the write it sees and Spark's commit.
-        watches.append(StreamWatch(workspace.settings, stream))
-        return lambda watch=watches[-1]: sum(watch.end_offsets().values())
+        watch = StreamWatch(workspace.settings, stream)
+        watches.append(watch)
+        return lambda: sum(watch.end_offsets().values())
 
     apps = {"filter": new_app("filter", FILTER_APP, f"insert.{middle}")}
     apps["filter"].killed = True

@@ -55,9 +55,7 @@ def failure_in_user_code(error: Exception, app: str) -> SqlError | None:
         (number, found)
         for number, found in enumerate(map(_FRAME.match, lines))
         # millrace's own frames (a foreachBatch of its writers) are not where the user looks.
-        if found is not None
-        and not _is_installed(found["path"])
-        and not _is_millrace(found["path"])
+        if found is not None and not _is_installed_or_millrace(found["path"])
     ]
     if not frames:
         return None
@@ -77,21 +75,18 @@ def failure_in_user_code(error: Exception, app: str) -> SqlError | None:
 def is_users_module(module: ModuleType) -> bool:
     """True for a module of the user's own code: not installed, and not millrace's own."""
     path = getattr(module, "__file__", None)
-    return isinstance(path, str) and not _is_installed(path) and not _is_millrace(path)
+    return isinstance(path, str) and not _is_installed_or_millrace(path)
 
 
 # A host asks this of each of its thousands of modules at every app's start, holding the lock
 # that keeps apps' imports apart: a look must be a string comparison, not sysconfig's work.
-def _is_installed(path: str) -> bool:
-    return os.path.normpath(path).startswith(_installed_folders())
-
-
-def _is_millrace(path: str) -> bool:
-    return os.path.normpath(path).startswith(_MILLRACE)
+def _is_installed_or_millrace(path: str) -> bool:
+    return os.path.normpath(path).startswith(_not_users_folders())
 
 
 @functools.cache
-def _installed_folders() -> tuple[str, ...]:
-    """The folders of the standard library and site-packages, each ending in a separator."""
+def _not_users_folders() -> tuple[str, ...]:
+    """The folders of the standard library, site-packages and millrace, with a separator."""
     names = ("stdlib", "platstdlib", "purelib", "platlib")
-    return tuple({os.path.join(sysconfig.get_path(name), "") for name in names})
+    installed = {os.path.join(sysconfig.get_path(name), "") for name in names}
+    return (*installed, _MILLRACE)

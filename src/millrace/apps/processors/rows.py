@@ -251,12 +251,8 @@ def _placement(source: Input, buckets: int) -> UserDefinedFunctionLike:
     def placement(values: pd.Series, carried: pd.Series) -> pd.DataFrame:
         # The buckets of the keys seen in this Arrow batch: a key's bucket is hashed once.
         known: dict[Key, int] = {}
-        # A LONG column with nulls arrives as floats; Int64 turns it back into ints and NA
-        # (which pandas-stubs leave out of the type of an Int64 column's tolist()).
-        carried_ms = [
-            None if ms is pd.NA else ms  # type: ignore[comparison-overlap]
-            for ms in carried.astype("Int64").tolist()
-        ]
+        # A LONG column with nulls arrives as floats.
+        carried_ms = _integers(carried)
         return pd.DataFrame(
             [place(value, ms, known) for value, ms in zip(values, carried_ms, strict=True)],
             columns=["bucket", "time_ms"],
