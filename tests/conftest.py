@@ -5,6 +5,7 @@ stopped at the end; and the order the files run in."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -23,6 +24,16 @@ from millrace.serving.server import start_redis, stop_redis
 from tests.durations import CACHE_KEY, SECONDS_BY_FILE, SLOW_S
 from tests.jvm_options import CHILD_JVM_OPTIONS, CHILD_JVM_TIERED
 from tests.ports import free_port
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the processes the tests start, however the suite itself was started.
+
+    Tests stop apps and the demo with SIGINT, as a user's Ctrl-C does; a process that a
+    non-interactive shell started in the background (`cmd &`) ignores SIGINT, and so would
+    each process it starts, since an ignored signal stays ignored across exec.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

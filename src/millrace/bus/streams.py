@@ -56,6 +56,8 @@ _LEADER_MOVING = frozenset(
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_LEADER_EPOCH,
         KafkaError.FENCED_LEADER_EPOCH,
+        # A new leader whose high watermark has not caught up yet (CI, a node just lost).
+        KafkaError.OFFSET_NOT_AVAILABLE,
     }
 )
 _ASK_S = 5.0
