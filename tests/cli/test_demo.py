@@ -33,6 +33,10 @@ TOPICS = ["games", "movies", "music", "news", "sports"]
 # test's runs); this leaves room for a slower machine without letting a stuck demo hold the
 # suite for long.
 FIRST_WINDOW_DEADLINE_S = 480
+# What the host and its JVM write when the JVM ends under the apps.
+_JVM_END = re.compile(
+    r"Spark's JVM ended|Uncaught exception|fatal error|OutOfMemoryError|SIG(SEGV|BUS|ABRT)"
+)
 _WINDOW_LINE = re.compile(r"^  top 3 per topic, window (\d\d:\d\d:\d\d)-(\d\d:\d\d:\d\d) UTC:$")
 
 
@@ -171,8 +175,15 @@ def _read(demo: subprocess.Popen, lines: list[str], first_window: threading.Even
 
 
 def _ends_of_app_logs(workspace: Workspace) -> str:
-    """The last lines of the host's and each app's log: why an app crashed, in the report."""
-    ends = []
+    """The last lines of the host's and each app's log: why an app crashed, in the report;
+    first the host log's lines that tell why Spark's JVM ended, if it did."""
+    host_lines = (
+        workspace.host_log.read_text(errors="replace").splitlines()
+        if workspace.host_log.is_file()
+        else []
+    )
+    jvm_end = [line for line in host_lines if _JVM_END.search(line)][:40]
+    ends = ["\n--- the host log's lines about its Spark JVM's end:\n" + "\n".join(jvm_end)]
     for log in [workspace.host_log, *(workspace.app_log(app) for app in APP_NAMES)]:
         tail = log.read_text(errors="replace").splitlines()[-60:] if log.is_file() else []
         ends.append(f"\n--- the end of {log}:\n" + "\n".join(tail))

@@ -28,6 +28,7 @@ from millrace.apps.options import RunOptions
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
 from millrace.bus.streams import create_stream
+from millrace.config.proc_stat import process_tree
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.errors import AlreadyDeployedError, ResultTableNotFoundError
@@ -307,10 +308,11 @@ def test_a_chain_of_three_hosted_apps_counts_each_event_once_though_the_host_is_
     spark: SparkSession, workspace: Workspace, tmp_path: Path
 ) -> None:
     """The filter, the processor and the SQL total of crash_pipeline's processor chain, all
-    three in one host, which is killed whole (its Python process, Spark's JVM and workers)
-    with kill -9 three times while the filter has input left: each time the supervisor
-    starts the host again and every app recovers from its checkpoint. The total equals the
-    answer: nothing lost, nothing counted twice."""
+    three in one host, which is killed with kill -9 three times while the filter has input
+    left: twice whole (its Python process, Spark's JVM and workers), the last time only its
+    Spark JVM, on whose end the host ends. Each time the supervisor starts the host again
+    and every app recovers from its checkpoint. The total equals the answer: nothing lost,
+    nothing counted twice."""
     run = uuid.uuid4().hex[:8]
     source, middle = f"test.host-in.{run}", f"test.host-mid.{run}"
     results = f"test.host-out.{run}"
@@ -356,7 +358,7 @@ def test_a_chain_of_three_hosted_apps_counts_each_event_once_though_the_host_is_
             )
             lifecycle.deploy(workspace, f"{path}{suffix}", options)
         hosts = []
-        for _ in range(HOST_KILLS):
+        for kill in range(1, HOST_KILLS + 1):
             host = _host_after(workspace, hosts)
             _wait("the apps in the host", runs_in(host), workspace, *apps)
             before = filter_batches()
@@ -367,7 +369,10 @@ def test_a_chain_of_three_hosted_apps_counts_each_event_once_though_the_host_is_
                 *apps,
             )
             assert filter_batches() < CHAIN_EVENTS / CHAIN_BATCH, "the filter has input left"
-            os.killpg(host.pid, signal.SIGKILL)
+            if kill < HOST_KILLS:
+                os.killpg(host.pid, signal.SIGKILL)
+            else:
+                os.kill(_spark_jvm_of(host.pid), signal.SIGKILL)
             hosts.append(host)
         last = _host_after(workspace, hosts)
         _wait("the apps in the host after the kills", runs_in(last), workspace, *apps)
@@ -414,6 +419,16 @@ def _host_after(
 
     _wait("the host started again", started, workspace)
     return found[-1]
+
+
+def _spark_jvm_of(host_pid: int) -> int:
+    """The pid of the host's Spark JVM: its one child that runs Java."""
+    [jvm] = [
+        stat.pid
+        for stat in process_tree(host_pid)
+        if stat.ppid == host_pid and b"java" in Path(f"/proc/{stat.pid}/cmdline").read_bytes()
+    ]
+    return jvm
 
 
 def _stop_host(workspace: Workspace, apps: list[str]) -> None:

@@ -48,6 +48,7 @@ from millrace.errors import (
 )
 from millrace.monitor.service import Monitor
 from millrace.ops import registry
+from millrace.ops.host import awaits_its_host
 from millrace.ops.lifecycle import deploy, stop
 from millrace.serving.server import start_redis
 from millrace.warehouse.result_tables import TableRow, read_result_rows
@@ -55,6 +56,8 @@ from millrace.warehouse.result_tables import TableRow, read_result_rows
 RANKER = "trending_ranker"
 RANKER_TABLE = "top_events"
 APP_NAMES = ("trending_filterer", "trending_joiner", "trending_scorer", RANKER)
+_HOST_RESTART_WAIT_S = 120.0
+"""How long the demo waits for apps whose host died to run again in the next host."""
 LEAN_SPARK = {
     # Small streams on a small machine: few shuffle partitions. A setting the user made (in
     # the environment) wins, here and in ISOLATED_SPARK.
@@ -200,16 +203,27 @@ def _watch(
     monitor = Monitor(workspace)
     shown: set[datetime] = set()
     last_events, last_time = 0, time.monotonic()
+    # Apps whose host died, and since when: its supervisor starts it again, and it them.
+    awaiting: dict[str, float] = {}
     while seconds is None or time.monotonic() - run.started < seconds:
         if asked_to_stop.wait(5):
             raise KeyboardInterrupt
         for name in apps:
             record = registry.load(workspace, name)
-            if record.status != "running":
-                raise MillraceError(
-                    f"app {name} is {record.status}" + _last_error_of(record),
-                    hint=f"its log: {record.log} (`millrace logs {name}`)",
-                )
+            if record.status == "running":
+                if awaiting.pop(name, None) is not None:
+                    say(f"{name}: runs again, from its checkpoint")
+                continue
+            if awaits_its_host(workspace, record):
+                if name not in awaiting:
+                    awaiting[name] = time.monotonic()
+                    say(f"{name}: its host ended; it runs again once the host has started again")
+                if time.monotonic() - awaiting[name] < _HOST_RESTART_WAIT_S:
+                    continue
+            raise MillraceError(
+                f"app {name} is {record.status}" + _last_error_of(record),
+                hint=f"its log: {record.log} (`millrace logs {name}`)",
+            )
         now = time.monotonic()
         rate = (run.events - last_events) / (now - last_time)
         last_events, last_time = run.events, now

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from typing import TYPE_CHECKING
 
 from py4j.java_gateway import JavaObject
@@ -64,6 +65,24 @@ def stop_jvm() -> None:
     gateway.proc.wait()
     SparkContext._gateway = None
     SparkContext._jvm = None
+
+
+def jvm_exit_status(wait_s: float = 0.0) -> int | None:
+    """The exit status of this process's Spark JVM once it has ended, within `wait_s`.
+
+    None while it runs, or when none was started; negative, the signal that killed it. A
+    JVM that ends under a running driver (out of memory, a fatal error in a task, killed)
+    shows first as connection errors of PySpark's calls into it; its process, kept by
+    PySpark's private `_gateway`, tells that it ended and how.
+    """
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return None
+    try:
+        status: int = gateway.proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return None
+    return status
 
 
 def driver_pid(spark: SparkSession) -> int:

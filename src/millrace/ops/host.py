@@ -27,12 +27,12 @@ Python workers by value (`millrace.engine.user_code`), never from a worker's cac
 
 `python -m millrace.ops.host` is the host's supervisor (`supervise`): it runs the host as a
 child (`python -m millrace.ops.host --serve`, its output with the supervisor's in
-`host/host.log`) and starts it again when it dies (kill -9, out of memory), at most
-`MAX_STARTS` times in `STARTS_WINDOW_S`. A host that starts takes back the apps whose host
-died under them (`_orphans`: deployed into a host, still meant to run, with no exit
-recorded): each recovers from its checkpoint, as `millrace restart APP` would. On SIGTERM
-the host stops every app gracefully; it ends by itself once it has run no app for
-`LINGER_S`; either way the supervisor ends with it.
+`host/host.log`) and starts it again when it dies (kill -9, out of memory, or its Spark
+JVM's end, on which the host ends at once), at most `MAX_STARTS` times in
+`STARTS_WINDOW_S`. A host that starts takes back the apps whose host died under them
+(`_orphans`, `awaits_its_host`): each recovers from its checkpoint, as `millrace restart
+APP` would. On SIGTERM the host stops every app gracefully; it ends by itself once it has
+run no app for `LINGER_S`; either way the supervisor ends with it.
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ STARTS_WINDOW_S = 600.0
 _INBOX_EVERY_S = 0.2
 # The host's exit status when another host holds the workspace's host lock.
 _ANOTHER_HOST = 3
+# The host's exit status when its Spark JVM ended under it: its supervisor starts it again.
+_JVM_ENDED = 4
+_JVM_END_WAIT_S = 2.0
+"""How long an app that failed waits to know whether the JVM's end was the cause."""
 _LOADING = threading.RLock()
 
 
@@ -177,8 +181,15 @@ class Host:
             except Exception:  # one app's failure must not end the host's others
                 say(traceback.format_exc().rstrip())
             finally:
-                # Recorded while the lock is held: a start that follows finds it cleared.
-                registry.record_exit(workspace, name, code)
+                # An app whose calls into Spark failed because Spark's JVM ended did not fail:
+                # its exit stays unrecorded, as after a kill -9 of the host, so that the next
+                # host runs it again from its checkpoint (`_orphans`).
+                ended = spark_internals.jvm_exit_status(wait_s=_JVM_END_WAIT_S if code else 0.0)
+                if ended is None:
+                    # Recorded while the lock is held: a start that follows finds it cleared.
+                    registry.record_exit(workspace, name, code)
+                else:
+                    say("Spark's JVM ended under the app; the host's next start runs it again")
                 lock.release()
                 _say(f"{name}: ended ({code})")
 
@@ -209,7 +220,7 @@ def supervise() -> int:
         code = child.wait()
         if code in (0, _ANOTHER_HOST) or terminated.is_set():
             return code
-        ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+        ended = _how_it_ended(code)
         if len(starts) == MAX_STARTS and time.monotonic() - starts[0] < STARTS_WINDOW_S:
             _say(f"host pid {child.pid} {ended}, its {MAX_STARTS}th start in a row; giving up")
             return code
@@ -240,6 +251,28 @@ def serve() -> int:
     return 0
 
 
+def awaits_its_host(workspace: Workspace, record: registry.AppRecord) -> bool:
+    """Whether the app of `record` is down only because its host died under it.
+
+    It was deployed into a host, is still meant to run, and recorded no exit: the host's
+    supervisor starts the host again, which runs the app from its checkpoint (`_orphans`).
+
+    Example:
+        >>> from millrace.apps.options import RunOptions
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> record = registry.AppRecord("top_events", "sql", "/apps/top_events.sql", "ab12",
+        ...     checkpoint="/ws/checkpoints/top_events", log="/ws/apps/top_events/app.log",
+        ...     options=RunOptions(hosted=True), status="crashed")
+        >>> awaits_its_host(workspace, record)
+        True
+    """
+    return (
+        record.options.hosted
+        and record.status == "crashed"
+        and not workspace.app_exit(record.name).is_file()
+    )
+
+
 def _orphans(workspace: Workspace, host: HostProcess) -> Iterator[HostRequest]:
     """Requests to start again the apps whose host died under them, registered as in `host`.
 
@@ -248,9 +281,7 @@ def _orphans(workspace: Workspace, host: HostProcess) -> Iterator[HostRequest]:
     """
     for record in registry.list_apps(workspace):
         orphaned = (
-            record.options.hosted
-            and record.status == "crashed"
-            and not workspace.app_exit(record.name).is_file()
+            awaits_its_host(workspace, record)
             and driver_lock.holder(workspace, record.name) is None
             and record.options.on_master(workspace).settings.spark_master == host.master
         )
@@ -281,6 +312,15 @@ def _serve(workspace: Workspace, host: Host, stopping: threading.Event) -> None:
     """Carry out the inbox's requests until `stopping`, or until no app ran for `LINGER_S`."""
     empty_since = time.monotonic()
     while not stopping.is_set():
+        jvm_ended = spark_internals.jvm_exit_status()
+        if jvm_ended is not None:
+            _say(
+                f"Spark's JVM ended ({_how_it_ended(jvm_ended)}); the host ends, and its "
+                "supervisor starts it again"
+            )
+            # At once, with no cleanup: every call into Spark would fail. The apps' exits
+            # stay unrecorded, as after a kill -9, and the next host runs them again.
+            os._exit(_JVM_ENDED)
         for request in take(workspace):
             if isinstance(request, LifecycleError):
                 _say(request.render())
@@ -329,6 +369,11 @@ def _app_log(workspace: Workspace, name: str) -> Iterator[Callable[[str], None]]
             rotate_if_large(path, workspace.settings)
 
         yield say
+
+
+def _how_it_ended(code: int) -> str:
+    """A process's exit status in words: `status 4`, `killed by SIGKILL`."""
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"status {code}"
 
 
 def _say(line: str) -> None:
