@@ -8,10 +8,11 @@ sliding-window counts and a long-term trend per (event, topic) and scores each 1
 pane; the Ranker (SQL, `TOPK`) keeps the top 3 events per topic and 10-second window in its
 result table, which `millrace serve` answers at `/apps/trending_ranker/tables/top_events`.
 
-`run_demo` brings Kafka and Redis up, creates what is missing (streams, the dimensions
-table), runs the generator in a thread, deploys the four apps detached into the workspace's
-host, one Spark application for all four (`millrace.ops.host`; with `hosted=False` each in a
-Spark application of its own; `millrace ps` lists them either way), and prints progress and
+`run_demo` brings Kafka and Redis up (and meanwhile the workspace's host), creates what is
+missing (streams, the dimensions table), runs the generator in a thread, deploys the four
+apps detached into the host, one Spark application for all four (`millrace.ops.host`; with
+`hosted=False` each in a Spark application of its own; `millrace ps` lists them either
+way), and prints progress and
 each new window's top 3 per topic until it is interrupted
 (Ctrl-C, or SIGTERM, taken as the runner takes it: `runner.stop_requests`) or `seconds` have
 passed; then it stops the generator and the apps gracefully. Kafka and Redis stay up, and
@@ -49,6 +50,7 @@ from millrace.errors import (
 from millrace.monitor.service import Monitor
 from millrace.ops import registry
 from millrace.ops.host import awaits_its_host
+from millrace.ops.host_inbox import start_host
 from millrace.ops.lifecycle import deploy, stop
 from millrace.serving.server import start_redis
 from millrace.warehouse.result_tables import TableRow, read_result_rows
@@ -121,6 +123,11 @@ def run_demo(
     run = DemoRun()
     folder = trending_dir()
     generator = _load(folder / "generator.py")
+    # Set before the host starts, which takes its settings from the environment.
+    for name, value in {**LEAN_SPARK, **({} if hosted else ISOLATED_SPARK)}.items():
+        os.environ.setdefault(name, value)
+    options = RunOptions(Trigger.parse(trigger), hosted=hosted)
+    host_starting = _start_host_meanwhile(workspace, options) if hosted else None
     bus = start_broker(workspace)
     redis = start_redis(workspace)
     say(f"1. Kafka up at {bus.bootstrap_servers}, Redis up at {redis.url}")
@@ -131,12 +138,11 @@ def run_demo(
         f"2. streams {', '.join(generator.STREAMS)} ready; serving table "
         f"{generator.DIMENSIONS_TABLE!r} loaded from {generator.DIMENSIONS_FILE.name}"
     )
-    for name, value in {**LEAN_SPARK, **({} if hosted else ISOLATED_SPARK)}.items():
-        os.environ.setdefault(name, value)
+    if host_starting is not None:
+        host_starting.join()
     stopping = threading.Event()
     deployed: list[str] = []
     sender: threading.Thread | None = None
-    options = RunOptions(Trigger.parse(trigger), hosted=hosted)
     with stop_requests() as asked_to_stop:
         try:
 
@@ -177,6 +183,24 @@ def run_demo(
             _stop_all(workspace, deployed, say)
             _summary(run, generator.EVENTS, _dead_letter_count(workspace, generator.EVENTS), say)
     return run
+
+
+def _start_host_meanwhile(workspace: Workspace, options: RunOptions) -> threading.Thread:
+    """Start the workspace's host on a thread, so that its Spark starts while the bus does.
+
+    The first deploy would start it otherwise, some seconds later, once the bus is up and
+    the streams are made; a host that could not start here is started, or its error told,
+    by that deploy.
+    """
+    master = options.on_master(workspace).settings.spark_master
+
+    def start() -> None:
+        with contextlib.suppress(MillraceError):
+            start_host(workspace, master)
+
+    starting = threading.Thread(target=start, name="host start", daemon=True)
+    starting.start()
+    return starting
 
 
 def _deploy(workspace: Workspace, source: str, options: RunOptions) -> registry.AppRecord:
