@@ -7,7 +7,7 @@ with the same rules and the same words, so that a record means the same to every
 
 | `millrace.records` | here |
 | --- | --- |
-| `event_time_ms` (ISO-8601, or epoch ms or s) | `event_time_column` |
+| `event_time_ms` (ISO-8601, or epoch ms or s) | `event_time_column`, `event_millis` |
 | the `time` header (`time_header`) | `carried_millis`, `carried_time` |
 | `before_1970_reason` | `from_1970`, `before_1970_reason` |
 | `future_dated_reason` | `future_dated_reason` |
@@ -32,16 +32,33 @@ def event_time_column(raw: Column, arrival: Column, number: Column | None = None
     `raw` as a number, by default.
     """
     as_number = raw.try_cast("double") if number is None else number
-    milliseconds = F.when(F.abs(as_number) >= EPOCH_MS_THRESHOLD, as_number).otherwise(
-        as_number * 1000
-    )
-    # Spark orders NaN above every number, so NaN and the infinities are out of range too.
-    in_range = F.abs(milliseconds) < LARGEST_EPOCH_MS
+    from_number = _epoch_millis(as_number)
     return (
         F.when(raw.isNull() & as_number.isNull(), arrival)
-        .when(in_range, F.timestamp_millis(milliseconds.cast("long")))
+        .when(from_number.isNotNull(), F.timestamp_millis(from_number))
         .when(as_number.isNull(), raw.try_cast("timestamp"))
     )
+
+
+def event_millis(text: Column, number: Column) -> Column:
+    """The epoch ms `event_time_ms` reads from a time field: its `number`, else its ISO `text`.
+
+    `number` is the field where it is a JSON number, `text` where it is a string (or any other
+    JSON value, which is no time); NULL where the field holds no time. The ms are Python's to
+    the digit: an ISO-8601 time's are its seconds as a double times 1,000, truncated, as
+    `int(datetime.timestamp() * 1000)` makes them.
+    """
+    seconds = F.unix_micros(text.try_cast("timestamp")) / 1_000_000
+    return F.when(number.isNotNull(), _epoch_millis(number)).otherwise(
+        (seconds * 1000).cast("long")
+    )
+
+
+def _epoch_millis(number: Column) -> Column:
+    """Epoch ms or s as ms (a LONG), as `event_time_ms` reads a number; NULL out of its range."""
+    milliseconds = F.when(F.abs(number) >= EPOCH_MS_THRESHOLD, number).otherwise(number * 1000)
+    # Spark orders NaN above every number, so NaN and the infinities are out of range too.
+    return F.when(F.abs(milliseconds) < LARGEST_EPOCH_MS, milliseconds.cast("long"))
 
 
 def carried_time(headers: Column) -> Column:

@@ -2,8 +2,8 @@
 
 Streaming (`millrace.apps.processors.streaming`) and batch (`millrace.apps.processors.batch`) runs
 of a processor share them. Raw Kafka records become input rows with `placed_rows`, which
-decodes each value once before the shuffle to find its key's bucket (`bucket_of`) and its
-event time; in its bucket, `input_rows` reads a group's rows back and `record_of` makes each a
+reads each value's key and event time before the shuffle, to find its key's bucket
+(`bucket_of`): in the JVM for a key field, in Python for a key function; in its bucket, `input_rows` reads a group's rows back and `record_of` makes each a
 `Record` for the execution core, which is given the event time found before the shuffle. What
 the core gives back becomes output rows (`output_rows_of`, `undecodable_letter`,
 `report_row`) of schema `OUTPUT_SCHEMA`, one kind each: productions and dead letters, which
@@ -34,7 +34,7 @@ from millrace.bus.dead_letters import dead_letter_id, dead_letter_value
 from millrace.bus.streams import dead_letter_stream
 from millrace.config.durations import parse_duration_ms
 from millrace.config.workspace import Workspace
-from millrace.engine.event_time import carried_millis, future_dated_reason
+from millrace.engine.event_time import carried_millis, event_millis, future_dated_reason
 from millrace.engine.headers import record_id_column
 from millrace.engine.low_watermark import MARKER_MS, WRITTEN, marker_columns
 from millrace.processor.execution import BatchOutcome, DeadLetter
@@ -174,14 +174,23 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
     among them are for `low_watermarked`, and no reader's records; and `ARRIVAL_MS`, for the
     input's metrics, which the bucket runner is not given.
     """
-    placement = _placement(source, buckets)(F.col("value"), carried_millis(F.col("headers")))
+    if isinstance(source.key, str):
+        with_placement = _placed_in_spark(raw, source, source.key, buckets)
+    else:
+        carried_ms = carried_millis(F.col("headers"))
+        placement = _placement(source, buckets)(F.col("value"), carried_ms)
+        with_placement = raw.select(
+            "*",
+            placement.getField("bucket").alias(_BUCKET),
+            placement.getField("time_ms").alias(_TIME_MS),
+        )
     # Spark's watermark starts at 1970 and never goes back: an earlier time would be late.
-    read_ms = F.when(placement.getField("time_ms") >= 0, placement.getField("time_ms"))
+    read_ms = F.when(F.col(_TIME_MS) >= 0, F.col(_TIME_MS))
     read_time = F.timestamp_millis(read_ms)
     fault = future_dated_reason(read_time, F.col("timestamp"), max_future_ms)
-    placed = raw.select(
+    placed = with_placement.select(
         F.lit(source.stream).alias("stream"),
-        placement.getField("bucket").alias("bucket"),
+        F.col(_BUCKET).alias("bucket"),
         read_time.alias("_read_time"),
         read_ms.alias("_read_ms"),
         F.col("value"),
@@ -223,8 +232,41 @@ def _time_in(source: Input, record: Mapping[str, object], carried_ms: int | None
     return source.time_of(record)
 
 
+def _placed_in_spark(raw: DataFrame, source: Input, key: str, buckets: int) -> DataFrame:
+    """`raw` with each record's key bucket (`_BUCKET`) and event time (`_TIME_MS`), by Spark.
+
+    The key is field `key`: millrace's Spark extension reads it and the time field with one
+    parse in the JVM (`millrace_key_and_time`), as the canonical text whose CRC-32 `bucket_of`
+    takes, so a record's bucket is the one Python gives its key. It means what `_placement`
+    means, but ISO-8601 text is read as every Spark reader of millrace reads it
+    (`millrace.engine.event_time`). Each step is a projection of its own: Spark then computes
+    the parse and the time once a record, rather than inlining them where they are used.
+    """
+    parse = F.call_function(_KEY_AND_TIME, F.col("value"), F.lit(key), F.lit(source.time))
+    parsed = raw.select("*", parse.alias(_PARSED))
+    key_text, text, number = (
+        F.col(f"{_PARSED}.{field}") for field in ("key", "time_text", "time_number")
+    )
+    carried = F.when(text.isNull() & number.isNull(), carried_millis(F.col("headers")))
+    time_ms = F.when(key_text.isNotNull(), F.coalesce(carried, event_millis(text, number)))
+    timed = parsed.select("*", time_ms.alias(_TIME_MS))
+    bucket = F.pmod(F.crc32(F.encode(key_text, "UTF-8")), F.lit(buckets)).cast("int")
+    return timed.select(
+        "*", F.when(F.col(_TIME_MS).isNotNull(), bucket).otherwise(0).alias(_BUCKET)
+    ).drop(_PARSED)
+
+
+_KEY_AND_TIME = "millrace_key_and_time"
+_PARSED, _BUCKET, _TIME_MS = "_millrace_key_and_time", "_millrace_bucket", "_millrace_time_ms"
+
+
 def _placement(source: Input, buckets: int) -> UserDefinedFunctionLike:
-    """A vectorised UDF: each raw value's key bucket and event time (null when unreadable)."""
+    """A vectorised UDF: each raw value's key bucket and event time (null when unreadable).
+
+    The placement of an Input whose key is a function, which only Python can call: every
+    record's value is parsed in Python for it, a pass that reading the key from a field
+    (`_placement_in_spark`) does not take.
+    """
 
     def place(
         value: bytes | None, carried_ms: int | None, known: dict[Key, int]

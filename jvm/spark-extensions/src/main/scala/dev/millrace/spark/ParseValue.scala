@@ -172,9 +172,12 @@ object ValueParser {
     if (plainUtf8(bytes)) factory.createParser(bytes, 0, bytes.length)
     else CreateJacksonParser.utf8String(factory, UTF8String.fromBytes(bytes))
 
-  // Jackson's byte parser picks UTF-16 or UTF-32 for a NUL among the first four bytes, and
-  // skips a UTF-8 byte-order mark; those bytes are never the start of a JSON object in UTF-8.
-  private def plainUtf8(bytes: Array[Byte]): Boolean = {
+  /**
+   * Whether Jackson's byte parser reads `bytes` as UTF-8: it picks UTF-16 or UTF-32 for a NUL
+   * among the first four bytes, and skips a UTF-8 byte-order mark; those bytes are never the
+   * start of a JSON object in UTF-8.
+   */
+  def plainUtf8(bytes: Array[Byte]): Boolean = {
     if (bytes.nonEmpty && (bytes(0) & 0xFF) >= 0xEF) return false
     var at = 0
     while (at < math.min(4, bytes.length)) {
