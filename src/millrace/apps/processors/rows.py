@@ -3,9 +3,10 @@
 Streaming (`millrace.apps.processors.streaming`) and batch (`millrace.apps.processors.batch`) runs
 of a processor share them. Raw Kafka records become input rows with `placed_rows`, which
 reads each value's key and event time before the shuffle, to find its key's bucket
-(`bucket_of`): in the JVM for a key field, in Python for a key function; in its bucket, `input_rows` reads a group's rows back and `record_of` makes each a
-`Record` for the execution core, which is given the event time found before the shuffle. What
-the core gives back becomes output rows (`output_rows_of`, `undecodable_letter`,
+(`bucket_of`): in the JVM for a key field, in Python for a key function. In its bucket,
+`input_rows` reads a group's rows back and `record_of` makes each a `Record` for the
+execution core, which is given the event time found before the shuffle. What the core gives
+back becomes output rows (`output_rows_of`, `undecodable_letter`,
 `report_row`) of schema `OUTPUT_SCHEMA`, one kind each: productions and dead letters, which
 `millrace.apps.processors.outputs` writes, and the late records, duplicates and bucket
 reports that are only counted or handed to the driver.

@@ -26,14 +26,14 @@ their bucket runs in a micro-batch whose processing time has reached them, and
 
 Inputs are read from Kafka as raw values, since a processor's records are whole JSON objects
 of any fields, all the buckets of a stream by one source under the input's low watermark, the
-least over its buckets (`millrace.engine.low_watermark`): before
+least over its buckets (`millrace.engine.low_watermark`). Before
 the shuffle Spark reads each record's key and event time in the JVM (a key function, which
 only Python can call, takes a Python pass instead), to find its key's bucket and its time (for
 the watermark; a record dated too far ahead of its arrival keeps none, and is a dead
-letter); the record is decoded in Python once, in its bucket, for the execution core, which is
+letter). The record is decoded in Python once, in its bucket, for the execution core, which is
 given the event time found before the shuffle rather than reading it again (the operator's
-input and output rows are `millrace.apps.processors.rows`, shared with batch runs). Values that are not JSON objects
-go to `<stream>.dlq`, as from any millrace reader.
+input and output rows are `millrace.apps.processors.rows`, shared with batch runs). Values
+that are not JSON objects go to `<stream>.dlq`, as from any millrace reader.
 
 Productions, and the dead letters of `on_error = "dlq"`, are written to Kafka once per
 micro-batch (`millrace.apps.processors.outputs`), each production with its deterministic
