@@ -266,7 +266,7 @@ def _placement(source: Input, buckets: int) -> UserDefinedFunctionLike:
 
     The placement of an Input whose key is a function, which only Python can call: every
     record's value is parsed in Python for it, a pass that reading the key from a field
-    (`_placement_in_spark`) does not take.
+    (`_placed_in_spark`) does not take.
     """
 
     def place(
