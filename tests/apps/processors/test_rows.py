@@ -1,6 +1,7 @@
-"""The bucket runner's input rows: a record keeps its place (stream, bucket, offset) as
-integers, whatever else came in the same Arrow batch, since its dead letter and the ids made
-of its place must be those every other reader makes."""
+"""The bucket runner's input rows: a record goes to its key's bucket with its event time,
+whether Spark or Python reads them, and keeps its place (stream, bucket, offset) as integers,
+whatever else came in the same Arrow batch, since its dead letter and the ids made of its place
+must be those every other reader makes."""
 
 import json
 import math
