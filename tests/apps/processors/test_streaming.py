@@ -5,6 +5,7 @@ that cannot be read."""
 # Processor classes declare `inputs` as a list, the way users write them.
 # ruff: noqa: RUF012
 
+import itertools
 import json
 import uuid
 from collections import Counter
@@ -217,16 +218,23 @@ def test_productions_without_a_key_are_spread_over_the_buckets_in_step(
     publish(workspace, stream_name, events)
     start_processor_app(spark, workspace, Echo, available_now=True).await_termination()
 
-    # Left to Kafka's producer, one micro-batch's productions would go to one bucket in runs,
-    # and a reader's watermark, which follows the bucket furthest ahead, would find the
-    # others' records late. At every point in event time each bucket has about a third.
+    # Left to Kafka's producer, one micro-batch's productions would go to one bucket in runs
+    # of a producer's batch (a hundred records and more), and a reader's watermark, which
+    # follows the bucket furthest ahead, would find the others' records late. A hash of each
+    # production's id throws them over the buckets like a die: the ids are new in every run,
+    # so the bounds are those a fair die keeps but for once in 10**5 runs or fewer (simulated
+    # over 100,000 runs of 1,500 throws, a share strayed more than 60 from a third in 0.6 %,
+    # more than 80 in 0.01 %; a run of 25 comes once in 10**8).
     bucket_of = {record.value["n"]: record.bucket for record in read(workspace, output)}
     assert sorted(bucket_of) == list(range(len(events)))
+    in_time_order = [
+        bucket_of[event["n"]] for event in sorted(events, key=lambda e: (e["ts"], e["n"]))
+    ]
+    assert max(len(list(run)) for _, run in itertools.groupby(in_time_order)) < 25
     so_far = [0, 0, 0]
-    in_time_order = sorted(events, key=lambda event: (event["ts"], event["n"]))
-    for count, event in enumerate(in_time_order, start=1):
-        so_far[bucket_of[event["n"]]] += 1
-        assert all(abs(share - count / 3) <= 60 for share in so_far)
+    for count, bucket in enumerate(in_time_order, start=1):
+        so_far[bucket] += 1
+        assert all(abs(share - count / 3) <= 100 for share in so_far)
 
 
 def test_a_production_to_a_stream_that_does_not_exist_stops_the_app_and_writes_nothing(
