@@ -53,16 +53,6 @@ INPUT_STREAM = "trending.enriched"
 OUTPUT_STREAM = "trending.scores"
 
 
-def event_topic(record: dict[str, Any]) -> tuple[str, str]:
-    """The Scorer's key: the record's (event, topic).
-
-    Example:
-        >>> event_topic({"event": "#oscars", "topic": "movies"})
-        ('#oscars', 'movies')
-    """
-    return (record["event"], record["topic"])
-
-
 def score_of(count: int, window_count: int, trend: float) -> float:
     """The trending score of a pane, from its count, its window's count and the prior trend.
 
@@ -110,7 +100,7 @@ class Scorer(Processor):
     """
 
     name = "trending_scorer"
-    inputs = [Input(INPUT_STREAM, key=event_topic, time="event_time", lateness="5s")]
+    inputs = [Input(INPUT_STREAM, key=("event", "topic"), time="event_time", lateness="5s")]
 
     counts = MapState(key=int, value=int)
     recent = MapState(key=int, value=int)

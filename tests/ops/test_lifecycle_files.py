@@ -237,6 +237,22 @@ def test_a_processor_whose_state_type_changes_is_refused(fresh_workspace: Worksp
         check_state(fresh_workspace, "counts", processor_fingerprint(Counts, buckets=8))
 
 
+class CountsByPage(Counts):
+    inputs: ClassVar = [Input("events", key=("user", "page"))]
+
+
+def test_a_processor_keyed_by_several_columns_restarts_and_a_changed_key_is_refused(
+    fresh_workspace: Workspace,
+) -> None:
+    record_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage))
+    (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
+
+    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage))
+
+    with pytest.raises(StateSchemaError, match=r'keys was \{"events": \["user", "page"\]\}'):
+        check_state(fresh_workspace, "counts", processor_fingerprint(Counts))
+
+
 def test_triggers_parse_from_their_command_line_form() -> None:
     assert Trigger.parse("micro-batch") == Trigger()
     assert Trigger.parse("interval:10s") == Trigger("interval", "10s")

@@ -115,7 +115,10 @@ def test_a_bad_option_is_refused_even_on_a_base_class() -> None:
     ("arguments", "message"),
     [
         ({"stream": "", "key": "k"}, "the stream must be a non-empty string"),
-        ({"stream": "s", "key": 3}, "key 3 is neither a column nor a function"),
+        ({"stream": "s", "key": 3}, "key 3 is neither a column, nor a tuple of columns"),
+        ({"stream": "s", "key": ()}, r"key \(\) is neither a column, nor a tuple of columns"),
+        ({"stream": "s", "key": ("k", "")}, "key .'k', ''. is neither a column, nor a tuple"),
+        ({"stream": "s", "key": ["k", "j"]}, "key .'k', 'j'. is neither a column, nor a tuple"),
         ({"stream": "s", "key": "k", "time": ""}, "is not a column name"),
         ({"stream": "s", "key": "k", "lateness": "soon"}, "lateness 'soon' is not a duration"),
     ],
@@ -125,17 +128,21 @@ def test_a_bad_input_is_refused_naming_its_stream(arguments: dict[str, Any], mes
         Input(**arguments)
 
 
-def test_an_input_reads_keys_by_column_or_function_and_times_in_any_platform_form() -> None:
+def test_an_input_reads_keys_by_columns_or_function_and_times_in_any_platform_form() -> None:
     by_column = Input("s", key="user", time="ts", lateness="10s")
+    by_columns = Input("s", key=("user", "page"), time="ts")
     by_function = Input("s", key=lambda record: record["user"].lower(), time="ts")
 
     assert by_column.key_of({"user": "Ann"}) == "Ann"
+    assert by_columns.key_of({"page": "/", "user": "Ann"}) == ("Ann", "/")
     assert by_function.key_of({"user": "Ann"}) == "ann"
     assert by_column.lateness_ms == 10_000
     assert by_column.time_of({"ts": "2026-01-01T00:00:01Z"}) == 1_767_225_601_000
     assert by_column.time_of({"ts": 1_767_225_601}) == 1_767_225_601_000
     with pytest.raises(ProcessorError, match="no key column 'user'"):
         by_column.key_of({})
+    with pytest.raises(ProcessorError, match="no key column 'page'"):
+        by_columns.key_of({"user": "Ann"})
     with pytest.raises(ProcessorError, match="no event time in column 'ts'"):
         by_column.time_of({"user": "Ann"})
 

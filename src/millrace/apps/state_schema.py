@@ -92,10 +92,7 @@ def processor_fingerprint(
         name: f"{type(declaration).__name__}[{_type_name(declaration.value_type)}]"
         for name, declaration in sorted(processor.states().items())
     }
-    keys = {
-        source.stream: source.key if isinstance(source.key, str) else "<function>"
-        for source in processor.inputs
-    }
+    keys = {source.stream: _key_fingerprint(source.key) for source in processor.inputs}
     return {
         "processor": {
             "kind": processor.kind(),
@@ -162,6 +159,11 @@ def recorded_state(workspace: Workspace, app: str) -> Fingerprint:
     """The fingerprint recorded for `app`'s checkpoint, or an empty one."""
     path = workspace.state_fingerprint(app)
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _key_fingerprint(key: object) -> object:
+    # As it reads back from the recorded JSON: a tuple of columns is a list there.
+    return "<function>" if callable(key) else list(key) if isinstance(key, tuple) else key
 
 
 def _type_name(value_type: object) -> str:

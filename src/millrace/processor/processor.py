@@ -66,7 +66,8 @@ _MONOID_PARTS = ("zero", "lift", "combine")
 class Input:
     """One input stream of a processor: its key extractor, time column and allowed lateness.
 
-    `key` is a column name or a function from the record (a dict) to the key. `time` is the
+    `key` is a column name, a tuple of column names (the key is the tuple of their values), or
+    a function from the record (a dict) to the key. `time` is the
     column holding the event time (ISO-8601, or epoch milliseconds or seconds). `lateness` is
     how far behind the largest event time read from its own bucket of the stream a record may
     arrive, as a duration. `max_future` (how far ahead of its arrival a record may be dated)
@@ -79,7 +80,7 @@ class Input:
     """
 
     stream: str
-    key: str | Callable[[JsonObject], Key]
+    key: str | tuple[str, ...] | Callable[[JsonObject], Key]
     time: str = "time"
     lateness: str = "0s"
     max_future: str | None = None
@@ -91,10 +92,12 @@ class Input:
                 f"Input({self.stream!r}): the stream must be a non-empty string",
                 hint="write Input('stream-name', key=..., time=...)",
             )
-        if not (isinstance(self.key, str) and self.key) and not callable(self.key):
+        if not _is_column(self.key) and not _are_columns(self.key) and not callable(self.key):
             raise ProcessorError(
-                f"Input({self.stream!r}): key {self.key!r} is neither a column nor a function",
-                hint="give the name of the key column, or a function from the record to its key",
+                f"Input({self.stream!r}): key {self.key!r} is neither a column, nor a tuple of "
+                "columns, nor a function",
+                hint="give the name of the key column, a tuple of names (a key of several "
+                "columns), or a function from the record to its key",
             )
         if not isinstance(self.time, str) or not self.time:
             raise ProcessorError(
@@ -124,15 +127,22 @@ class Input:
         Example:
             >>> Input("queries", key="query").key_of({"query": "cats"})
             'cats'
+            >>> Input("queries", key=("query", "lang")).key_of({"query": "cats", "lang": "en"})
+            ('cats', 'en')
         """
         if callable(self.key):
             return self.key(dict(record))
-        if self.key not in record:
+        if isinstance(self.key, tuple):
+            return tuple(self._column(record, name) for name in self.key)
+        return self._column(record, self.key)
+
+    def _column(self, record: Mapping[str, object], name: str) -> object:
+        if name not in record:
             raise ProcessorError(
-                f"a record of {self.stream!r} has no key column {self.key!r}",
+                f"a record of {self.stream!r} has no key column {name!r}",
                 hint=f"check the records of {self.stream!r}, or the key of its Input",
             )
-        return record[self.key]
+        return record[name]
 
     def time_of(self, record: Mapping[str, object]) -> int:
         """The event time of `record` in epoch milliseconds, read from the time column.
@@ -269,6 +279,14 @@ class Processor:
             f"processor {cls.__name__} has no input {stream!r}",
             hint="its inputs are " + ", ".join(repr(source.stream) for source in cls.inputs),
         )
+
+
+def _is_column(key: object) -> bool:
+    return isinstance(key, str) and bool(key)
+
+
+def _are_columns(key: object) -> bool:
+    return isinstance(key, tuple) and bool(key) and all(_is_column(name) for name in key)
 
 
 def _is_monoid(cls: type) -> bool:

@@ -171,3 +171,37 @@ def test_a_key_field_places_every_record_in_spark_where_the_python_pass_placed_i
     assert in_spark[keys.index("1.0")][1] == in_spark[keys.index("true")][1] == bucket_of(1, 64)
     assert in_spark[len(keys) + times.index("null")][2] == T0 + 5
     assert in_spark[len(keys) + times.index('"not a time"')][2] is None
+
+
+def test_a_key_of_several_fields_places_every_record_in_spark_where_the_python_pass_placed_it(
+    spark: SparkSession,
+) -> None:
+    # A tuple of key fields is read in the JVM too: the key is the fields' values as a tuple,
+    # in the Input's order, whatever order the record writes them in.
+    parts = ['"u7"', '"café 🙂"', '"\\ud800"', "-0", "7", str(2**63), "1.0", "1.5", "1e-07"]
+    parts += ["1e400", "NaN", "true", "null", "[1]", '{"a": 1}']
+    values: list[bytes | None] = [
+        f'{{"k": {first}, "ts": {T0}, "j": {second}}}'.encode()
+        for first in parts
+        for second in parts
+    ]
+    values += [
+        f'{{"j": 7, "k": "u7", "ts": {T0}}}'.encode(),
+        f'{{"k": "u7", "ts": {T0}}}'.encode(),
+        f'{{"k": "u7", "j": 1, "ts": {T0}, "j": 2}}'.encode(),
+        b"not json",
+    ]
+    raw = _raw_records(spark, values, None)
+    pairs = (Input("clicks", key=("k", "j"), time="ts"), lambda record: (record["k"], record["j"]))
+    repeated = (Input("clicks", key=("k", "k"), time="ts"), lambda record: (record["k"],) * 2)
+    for by_fields, key_function in (pairs, repeated):
+        by_function = Input("clicks", key=key_function, time="ts")
+
+        in_spark = _placements(raw, by_fields)
+
+        assert in_spark == _placements(raw, by_function)
+    in_spark = _placements(raw, pairs[0])
+    assert in_spark[-4][1] == in_spark[parts.index('"u7"') * len(parts) + parts.index("7")][1]
+    assert in_spark[-4][1:] == (bucket_of(("u7", 7), 64), T0)
+    assert in_spark[-3][2] is None
+    assert in_spark[-2][1] == bucket_of(("u7", 2), 64)

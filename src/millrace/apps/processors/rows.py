@@ -3,7 +3,7 @@
 Streaming (`millrace.apps.processors.streaming`) and batch (`millrace.apps.processors.batch`) runs
 of a processor share them. Raw Kafka records become input rows with `placed_rows`, which
 reads each value's key and event time before the shuffle, to find its key's bucket
-(`bucket_of`): in the JVM for a key field, in Python for a key function. In its bucket,
+(`bucket_of`): in the JVM for key fields, in Python for a key function. In its bucket,
 `input_rows` reads a group's rows back and `record_of` makes each a `Record` for the
 execution core, which is given the event time found before the shuffle. What the core gives
 back becomes output rows (`output_rows_of`, `undecodable_letter`,
@@ -175,7 +175,7 @@ def placed_rows(raw: DataFrame, source: Input, buckets: int, max_future_ms: int)
     among them are for `low_watermarked`, and no reader's records; and `ARRIVAL_MS`, for the
     input's metrics, which the bucket runner is not given.
     """
-    if isinstance(source.key, str):
+    if isinstance(source.key, str | tuple):
         with_placement = _placed_in_spark(raw, source, source.key, buckets)
     else:
         carried_ms = carried_millis(F.col("headers"))
@@ -233,17 +233,21 @@ def _time_in(source: Input, record: Mapping[str, object], carried_ms: int | None
     return source.time_of(record)
 
 
-def _placed_in_spark(raw: DataFrame, source: Input, key: str, buckets: int) -> DataFrame:
+def _placed_in_spark(
+    raw: DataFrame, source: Input, key: str | tuple[str, ...], buckets: int
+) -> DataFrame:
     """`raw` with each record's key bucket (`_BUCKET`) and event time (`_TIME_MS`), by Spark.
 
-    The key is field `key`: millrace's Spark extension reads it and the time field with one
-    parse in the JVM (`millrace_key_and_time`), as the canonical text whose CRC-32 `bucket_of`
-    takes, so a record's bucket is the one Python gives its key. It means what `_placement`
+    The key is field `key`, or the tuple of the fields `key` names: millrace's Spark
+    extension reads it and the time field with one parse in the JVM (`millrace_key_and_time`),
+    as the canonical text whose CRC-32 `bucket_of` takes, so a record's bucket is the one
+    Python gives its key. It means what `_placement`
     means, but ISO-8601 text is read as every Spark reader of millrace reads it
     (`millrace.engine.event_time`). Each step is a projection of its own: Spark then computes
     the parse and the time once a record, rather than inlining them where they are used.
     """
-    parse = F.call_function(_KEY_AND_TIME, F.col("value"), F.lit(key), F.lit(source.time))
+    names = F.array(*map(F.lit, key)) if isinstance(key, tuple) else F.lit(key)
+    parse = F.call_function(_KEY_AND_TIME, F.col("value"), names, F.lit(source.time))
     parsed = raw.select("*", parse.alias(_PARSED))
     key_text, text, number = (
         F.col(f"{_PARSED}.{field}") for field in ("key", "time_text", "time_number")

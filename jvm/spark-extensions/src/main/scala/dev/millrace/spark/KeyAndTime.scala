@@ -6,23 +6,27 @@ import com.fasterxml.jackson.core.{JsonFactory, JsonFactoryBuilder, JsonParser, 
 import com.fasterxml.jackson.core.json.JsonReadFeature
 
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{ExpectsInputTypes, Expression, ExpressionInfo, GenericInternalRow, Literal, UnaryExpression}
+import org.apache.spark.sql.catalyst.expressions.{CreateArray, ExpectsInputTypes, Expression, ExpressionInfo, GenericInternalRow, Literal, UnaryExpression}
 import org.apache.spark.sql.catalyst.expressions.codegen.{CodegenContext, ExprCode}
-import org.apache.spark.sql.types.{BinaryType, DataType, DoubleType, StringType, StructField, StructType}
+import org.apache.spark.sql.catalyst.util.ArrayData
+import org.apache.spark.sql.types.{ArrayType, BinaryType, DataType, DoubleType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
  * `millrace_key_and_time(value, key, time)`: what a processor's `Input` reads from a Kafka
- * record's value (BINARY) to place the record, its key field `key` and its event-time field
- * `time` (literal names), as a struct `key STRING, time_text STRING, time_number DOUBLE`; NULL
- * when the value is not one JSON object as Python's `json.loads` reads UTF-8 text.
+ * record's value (BINARY) to place the record, its key and its event-time field `time`, as a
+ * struct `key STRING, time_text STRING, time_number DOUBLE`; NULL when the value is not one
+ * JSON object as Python's `json.loads` reads UTF-8 text. `key` is a literal: a field's name,
+ * or an array of names for a key of several fields (a tuple, in Python).
  *
- * `key` is the canonical text that Python's `millrace.apps.processors.bucket_store.canonical_text`
- * gives the field's value as `json.loads` decodes it, so that its CRC-32 is the key's bucket
- * on both sides: a string's JSON with every character outside ASCII's printable ones escaped,
- * an integral number's digits (`1.0` and `true` are `1`), another number's shortest text that
- * reads back as the same double, as Python's `repr` writes it. It is NULL when the field is
- * missing or holds an array or an object (no key: Python cannot hash those). `time_text` is
+ * The struct's `key` is the canonical text that Python's
+ * `millrace.apps.processors.bucket_store.canonical_text` gives the key as `json.loads` decodes
+ * it, so that its CRC-32 is the key's bucket on both sides. A field's text is a string's JSON
+ * with every character outside ASCII's printable ones escaped, an integral number's digits
+ * (`1.0` and `true` are `1`), another number's shortest text that reads back as the same
+ * double, as Python's `repr` writes it; a key of several fields is their texts as a JSON list,
+ * `["a", 1]`. It is NULL when a key field is missing or holds an array or an object (no key:
+ * Python cannot hash those). `time_text` is
  * the time field's string, `time_number` its number; both are NULL when the field is missing
  * or null, and any other JSON value gives a text that is no time.
  *
@@ -32,7 +36,7 @@ import org.apache.spark.unsafe.types.UTF8String
  * that are not UTF-8 or are another encoding's, anything after the object, an integer of more
  * than 4,300 digits (`sys.get_int_max_str_digits`).
  */
-case class KeyAndTime(child: Expression, keyField: String, timeField: String)
+case class KeyAndTime(child: Expression, key: KeyFields, timeField: String)
   extends UnaryExpression with ExpectsInputTypes {
 
   override def inputTypes: Seq[DataType] = Seq(BinaryType)
@@ -43,12 +47,12 @@ case class KeyAndTime(child: Expression, keyField: String, timeField: String)
 
   override def prettyName: String = KeyAndTime.Name
 
-  @transient private lazy val reader = KeyAndTimeReader(keyField, timeField)
+  @transient private lazy val reader = KeyAndTimeReader(key, timeField)
 
   override protected def nullSafeEval(input: Any): Any = reader.read(input.asInstanceOf[Array[Byte]])
 
   override protected def doGenCode(ctx: CodegenContext, ev: ExprCode): ExprCode = {
-    val readerTerm = ctx.addReferenceObj("keyAndTime", KeyAndTimeReader(keyField, timeField))
+    val readerTerm = ctx.addReferenceObj("keyAndTime", KeyAndTimeReader(key, timeField))
     nullSafeCodeGen(ctx, ev, bytes =>
       s"""${ev.value} = $readerTerm.read($bytes);
          |${ev.isNull} = ${ev.value} == null;""".stripMargin)
@@ -70,18 +74,48 @@ object KeyAndTime {
 
   val info = new ExpressionInfo(classOf[KeyAndTime].getName, Name)
 
-  /** The function of `arguments`, (value, key field literal, time field literal), as SQL calls it. */
-  def build(arguments: Seq[Expression]): Expression = arguments match {
-    case Seq(value, Literal(key: UTF8String, StringType), Literal(time: UTF8String, StringType)) =>
-      KeyAndTime(value, key.toString, time.toString)
-    case _ =>
-      throw new IllegalArgumentException(
-        s"$Name takes three arguments, (value, key field literal, time field literal)")
+  /** The function of `arguments`, (value, key literal, time field literal), as SQL calls it. */
+  def build(arguments: Seq[Expression]): Expression = {
+    val built = arguments match {
+      case Seq(value, key, Literal(time: UTF8String, StringType)) =>
+        KeyFields.of(key).map(KeyAndTime(value, _, time.toString))
+      case _ => None
+    }
+    built.getOrElse(throw new IllegalArgumentException(s"$Name takes three arguments: the " +
+      "value, the key field's name or an array of names (literals), and the time field's name"))
+  }
+}
+
+/**
+ * The fields a key is read from: one field (`tuple` false), whose value is the key, or a tuple
+ * of the `names`' values in their order.
+ */
+case class KeyFields(names: Seq[String], tuple: Boolean)
+
+object KeyFields {
+
+  /** The key fields a literal names: a string, or an array of strings; None for another. */
+  def of(literal: Expression): Option[KeyFields] = literal match {
+    case Literal(name: UTF8String, StringType) => Some(KeyFields(Seq(name.toString), tuple = false))
+    case CreateArray(names, _) if names.nonEmpty && names.forall(isName) =>
+      Some(KeyFields(names.map(_.eval().toString), tuple = true))
+    case Literal(array: ArrayData, ArrayType(StringType, _)) =>
+      val names = array.toArray[UTF8String](StringType).toSeq
+      if (names.isEmpty || names.contains(null)) None
+      else Some(KeyFields(names.map(_.toString), tuple = true))
+    case _ => None
+  }
+
+  private def isName(expression: Expression): Boolean = expression match {
+    case Literal(name: UTF8String, StringType) => name != null
+    case _ => false
   }
 }
 
 /** The reads of [[KeyAndTime]], made once per task and reused for each of its records. */
-case class KeyAndTimeReader(keyField: String, timeField: String) {
+case class KeyAndTimeReader(key: KeyFields, timeField: String) {
+
+  private val keyNames = key.names.toArray
 
   /** The struct of [[KeyAndTime]] for `bytes`; null when they are not one JSON object. */
   def read(bytes: Array[Byte]): InternalRow = {
@@ -94,7 +128,8 @@ case class KeyAndTimeReader(keyField: String, timeField: String) {
 
   private def readObject(parser: JsonParser): InternalRow = {
     if (parser.nextToken() != JsonToken.START_OBJECT) return null
-    var key: String = null
+    // The texts of the key's fields, in the key's order.
+    val parts = new Array[String](keyNames.length)
     var timeText: String = null
     var timeNumber: Any = null
     var token = parser.nextToken()
@@ -102,7 +137,14 @@ case class KeyAndTimeReader(keyField: String, timeField: String) {
       val name = parser.currentName()
       val value = parser.nextToken()
       // The last of a field's repeats counts, as in json.loads.
-      if (name == keyField) key = KeyAndTimeReader.canonicalText(parser, value)
+      var part = keyNames.indexOf(name)
+      if (part >= 0) {
+        val text = KeyAndTimeReader.canonicalText(parser, value)
+        while (part >= 0) {
+          parts(part) = text
+          part = keyNames.indexOf(name, part + 1)
+        }
+      }
       if (name == timeField) {
         timeText = KeyAndTimeReader.timeText(parser, value)
         timeNumber = if (value.isNumeric) parser.getDoubleValue else null
@@ -111,8 +153,12 @@ case class KeyAndTimeReader(keyField: String, timeField: String) {
       token = parser.nextToken()
     }
     if (token != JsonToken.END_OBJECT || parser.nextToken() != null) return null
+    val keyText =
+      if (parts.contains(null)) null
+      else if (key.tuple) parts.mkString("[", ", ", "]") // json.dumps's separator
+      else parts(0)
     new GenericInternalRow(Array[Any](
-      if (key == null) null else UTF8String.fromString(key),
+      if (keyText == null) null else UTF8String.fromString(keyText),
       if (timeText == null) null else UTF8String.fromString(timeText),
       timeNumber))
   }
@@ -160,9 +206,7 @@ object KeyAndTimeReader {
   /** The canonical text of the key `token` starts, as Python writes it; null for no key. */
   private def canonicalText(parser: JsonParser, token: JsonToken): String = token match {
     case JsonToken.VALUE_STRING => pythonAscii(parser.getText)
-    case JsonToken.VALUE_NUMBER_INT =>
-      if (digits(parser) > MaxIntDigits) null
-      else parser.getBigIntegerValue.toString // "-0" is 0, as Python's int reads it
+    case JsonToken.VALUE_NUMBER_INT => parser.getBigIntegerValue.toString // "-0" is 0, as in Python
     case JsonToken.VALUE_NUMBER_FLOAT => floatText(parser.getDoubleValue)
     case JsonToken.VALUE_TRUE => "1"
     case JsonToken.VALUE_FALSE => "0"
