@@ -241,6 +241,10 @@ class CountsByPage(Counts):
     inputs: ClassVar = [Input("events", key=("user", "page"))]
 
 
+class CountsByPageFunction(Counts):
+    inputs: ClassVar = [Input("events", key=lambda record: (record["user"], record["page"]))]
+
+
 def test_a_processor_keyed_by_several_columns_restarts_and_a_changed_key_is_refused(
     fresh_workspace: Workspace,
 ) -> None:
@@ -251,6 +255,14 @@ def test_a_processor_keyed_by_several_columns_restarts_and_a_changed_key_is_refu
 
     with pytest.raises(StateSchemaError, match=r'keys was \{"events": \["user", "page"\]\}'):
         check_state(fresh_workspace, "counts", processor_fingerprint(Counts))
+
+
+def test_a_key_function_may_become_the_key_columns_it_read(fresh_workspace: Workspace) -> None:
+    # A key function cannot be compared: the columns may give every key it gave.
+    record_state(fresh_workspace, "counts", processor_fingerprint(CountsByPageFunction))
+    (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
+
+    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage))
 
 
 def test_triggers_parse_from_their_command_line_form() -> None:
