@@ -241,10 +241,10 @@ def _placed_in_spark(
     The key is field `key`, or the tuple of the fields `key` names: millrace's Spark
     extension reads it and the time field with one parse in the JVM (`millrace_key_and_time`),
     as the canonical text whose CRC-32 `bucket_of` takes, so a record's bucket is the one
-    Python gives its key. It means what `_placement`
-    means, but ISO-8601 text is read as every Spark reader of millrace reads it
-    (`millrace.engine.event_time`). Each step is a projection of its own: Spark then computes
-    the parse and the time once a record, rather than inlining them where they are used.
+    Python gives its key. It means what `_placement` means, but ISO-8601 text is read as every
+    Spark reader of millrace reads it (`millrace.engine.event_time`). Each step is a projection
+    of its own: Spark then computes the parse and the time once a record, rather than inlining
+    them where they are used.
     """
     names = F.array(*map(F.lit, key)) if isinstance(key, tuple) else F.lit(key)
     parse = F.call_function(_KEY_AND_TIME, F.col("value"), names, F.lit(source.time))

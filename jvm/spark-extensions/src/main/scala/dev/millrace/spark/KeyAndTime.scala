@@ -26,9 +26,9 @@ import org.apache.spark.unsafe.types.UTF8String
  * (`1.0` and `true` are `1`), another number's shortest text that reads back as the same
  * double, as Python's `repr` writes it; a key of several fields is their texts as a JSON list,
  * `["a", 1]`. It is NULL when a key field is missing or holds an array or an object (no key:
- * Python cannot hash those). `time_text` is
- * the time field's string, `time_number` its number; both are NULL when the field is missing
- * or null, and any other JSON value gives a text that is no time.
+ * Python cannot hash those). `time_text` is the time field's string, `time_number` its number;
+ * both are NULL when the field is missing or null, and any other JSON value gives a text that
+ * is no time.
  *
  * It replaces a Python pass that parsed every value with `json.loads` before the shuffle to
  * find the same three things: the value is read once, with Jackson's UTF-8 parser, and the
