@@ -161,12 +161,12 @@ def recorded_state(workspace: Workspace, app: str) -> Fingerprint:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+_KEY_FUNCTION = "<function>"
+
+
 def _key_fingerprint(key: object) -> object:
     # As it reads back from the recorded JSON: a tuple of columns is a list there.
     return _KEY_FUNCTION if callable(key) else list(key) if isinstance(key, tuple) else key
-
-
-_KEY_FUNCTION = "<function>"
 
 
 def _changed(part: str, old: object, new: object) -> bool:

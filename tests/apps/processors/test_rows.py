@@ -200,8 +200,9 @@ def test_a_key_of_several_fields_places_every_record_in_spark_where_the_python_p
         in_spark = _placements(raw, by_fields)
 
         assert in_spark == _placements(raw, by_function)
+    swapped, missing, repeated_field = (len(parts) ** 2 + n for n in range(3))
     in_spark = _placements(raw, pairs[0])
-    assert in_spark[-4][1] == in_spark[parts.index('"u7"') * len(parts) + parts.index("7")][1]
-    assert in_spark[-4][1:] == (bucket_of(("u7", 7), 64), T0)
-    assert in_spark[-3][2] is None
-    assert in_spark[-2][1] == bucket_of(("u7", 2), 64)
+    assert in_spark[swapped][1:] == (bucket_of(("u7", 7), 64), T0)
+    assert in_spark[swapped][1] == in_spark[parts.index('"u7"') * len(parts) + parts.index("7")][1]
+    assert in_spark[missing][2] is None
+    assert in_spark[repeated_field][1] == bucket_of(("u7", 2), 64)

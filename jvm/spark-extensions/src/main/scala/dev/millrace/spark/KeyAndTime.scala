@@ -8,8 +8,7 @@ import com.fasterxml.jackson.core.json.JsonReadFeature
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{CreateArray, ExpectsInputTypes, Expression, ExpressionInfo, GenericInternalRow, Literal, UnaryExpression}
 import org.apache.spark.sql.catalyst.expressions.codegen.{CodegenContext, ExprCode}
-import org.apache.spark.sql.catalyst.util.ArrayData
-import org.apache.spark.sql.types.{ArrayType, BinaryType, DataType, DoubleType, StringType, StructField, StructType}
+import org.apache.spark.sql.types.{BinaryType, DataType, DoubleType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
@@ -94,15 +93,11 @@ case class KeyFields(names: Seq[String], tuple: Boolean)
 
 object KeyFields {
 
-  /** The key fields a literal names: a string, or an array of strings; None for another. */
-  def of(literal: Expression): Option[KeyFields] = literal match {
+  /** The key fields an argument names: a string literal, or `array` of them; None for another. */
+  def of(argument: Expression): Option[KeyFields] = argument match {
     case Literal(name: UTF8String, StringType) => Some(KeyFields(Seq(name.toString), tuple = false))
     case CreateArray(names, _) if names.nonEmpty && names.forall(isName) =>
       Some(KeyFields(names.map(_.eval().toString), tuple = true))
-    case Literal(array: ArrayData, ArrayType(StringType, _)) =>
-      val names = array.toArray[UTF8String](StringType).toSeq
-      if (names.isEmpty || names.contains(null)) None
-      else Some(KeyFields(names.map(_.toString), tuple = true))
     case _ => None
   }
 
