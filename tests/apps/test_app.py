@@ -6,14 +6,16 @@ import pytest
 
 from millrace.apps.app import App, BatchResult, ProcessorApp, RoutedInput, SqlFileApp
 from millrace.apps.processors.batch import ProcessorBatchRun
+from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS
 from millrace.apps.sql.batch import BatchRun
+from millrace.config.workspace import Workspace
 from millrace.errors import LifecycleError, SqlError
 
 ROOT = Path(__file__).parents[2]
 
 
 def test_a_sql_apps_file_loads_with_its_queries_tables_and_absolute_source(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fresh_workspace: Workspace
 ) -> None:
     monkeypatch.chdir(ROOT)
     app = App.load("examples/top_events.sql")
@@ -23,11 +25,11 @@ def test_a_sql_apps_file_loads_with_its_queries_tables_and_absolute_source(
     assert app.source == str(ROOT / "examples" / "top_events.sql")
     assert app.queries == ("insert.superbowl_posts", "table.top_events_5min")
     assert app.tables == ("top_events_5min",)
-    assert list(app.fingerprint) == ["table.top_events_5min"]
+    assert list(app.fingerprint(fresh_workspace)) == ["table.top_events_5min"]
 
 
 def test_a_processor_loads_from_its_file_with_its_one_query(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fresh_workspace: Workspace
 ) -> None:
     monkeypatch.chdir(ROOT)
     app = App.load("examples/zeitgeist.py:Zeitgeist")
@@ -35,7 +37,8 @@ def test_a_processor_loads_from_its_file_with_its_one_query(
     assert (app.kind, app.name) == ("processor", "zeitgeist")
     assert app.source == f"{ROOT / 'examples' / 'zeitgeist.py'}:Zeitgeist"
     assert (app.queries, app.tables) == (("processor",), ())
-    assert list(app.fingerprint) == ["processor"]
+    # A new app's state is spread over the default buckets.
+    assert app.fingerprint(fresh_workspace)["processor"]["buckets"] == DEFAULT_BUCKETS
     app.require_streamable()
 
 

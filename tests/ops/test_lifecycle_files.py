@@ -18,8 +18,10 @@ import pytest
 from millrace import Input, Processor, ValueState
 from millrace.apps.declarations import Declared
 from millrace.apps.options import RunOptions
+from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS
 from millrace.apps.state_schema import (
     check_state,
+    processor_buckets,
     processor_fingerprint,
     record_state,
     sql_fingerprint,
@@ -227,14 +229,40 @@ class CountsAsText(Counts):
 
 
 def test_a_processor_whose_state_type_changes_is_refused(fresh_workspace: Workspace) -> None:
-    record_state(fresh_workspace, "counts", processor_fingerprint(Counts))
+    record_state(fresh_workspace, "counts", processor_fingerprint(Counts, 8))
     # No committed batch yet: nothing to carry over, anything starts.
-    check_state(fresh_workspace, "counts", processor_fingerprint(CountsAsText))
+    check_state(fresh_workspace, "counts", processor_fingerprint(CountsAsText, 8))
     (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
     with pytest.raises(StateSchemaError, match=r"states was \{\"seen\": \"ValueState\[int\]\"\}"):
-        check_state(fresh_workspace, "counts", processor_fingerprint(CountsAsText))
-    with pytest.raises(StateSchemaError, match="buckets was 64, the new code has 8"):
-        check_state(fresh_workspace, "counts", processor_fingerprint(Counts, buckets=8))
+        check_state(fresh_workspace, "counts", processor_fingerprint(CountsAsText, 8))
+    with pytest.raises(StateSchemaError, match="buckets was 8, the new code has 64"):
+        check_state(fresh_workspace, "counts", processor_fingerprint(Counts, 64))
+
+
+class WideCounts(Counts):
+    buckets = 64
+
+
+def test_a_processor_keeps_the_buckets_its_checkpoint_started_with_unless_it_names_its_own(
+    fresh_workspace: Workspace,
+) -> None:
+    assert processor_buckets(fresh_workspace, Counts) == DEFAULT_BUCKETS == 8
+    assert processor_buckets(fresh_workspace, WideCounts) == 64
+
+    # A checkpoint of a millrace that did not record its fingerprint ran with 64 buckets.
+    (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
+    assert processor_buckets(fresh_workspace, Counts) == 64
+
+    record_state(fresh_workspace, "counts", processor_fingerprint(Counts, 8))
+    assert processor_buckets(fresh_workspace, Counts) == 8
+    # Naming a count other than the checkpoint's is a change of state, refused with its fix.
+    with pytest.raises(StateSchemaError, match="buckets was 8, the new code has 64") as refused:
+        check_state(
+            fresh_workspace,
+            "counts",
+            processor_fingerprint(WideCounts, processor_buckets(fresh_workspace, WideCounts)),
+        )
+    assert "millrace restart counts --fresh" in refused.value.hint
 
 
 class CountsByPage(Counts):
@@ -248,21 +276,21 @@ class CountsByPageFunction(Counts):
 def test_a_processor_keyed_by_several_columns_restarts_and_a_changed_key_is_refused(
     fresh_workspace: Workspace,
 ) -> None:
-    record_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage))
+    record_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage, 8))
     (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
 
-    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage))
+    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage, 8))
 
     with pytest.raises(StateSchemaError, match=r'keys was \{"events": \["user", "page"\]\}'):
-        check_state(fresh_workspace, "counts", processor_fingerprint(Counts))
+        check_state(fresh_workspace, "counts", processor_fingerprint(Counts, 8))
 
 
 def test_a_key_function_may_become_the_key_columns_it_read(fresh_workspace: Workspace) -> None:
     # A key function cannot be compared: the columns may give every key it gave.
-    record_state(fresh_workspace, "counts", processor_fingerprint(CountsByPageFunction))
+    record_state(fresh_workspace, "counts", processor_fingerprint(CountsByPageFunction, 8))
     (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
 
-    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage))
+    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage, 8))
 
 
 def test_triggers_parse_from_their_command_line_form() -> None:

@@ -41,6 +41,8 @@ def test_a_processor_declares_its_kind_by_what_it_defines() -> None:
         ({"on_error": "ignore"}, "MyProcessor.on_error is 'ignore'", "'stop', 'dlq'"),
         ({"max_records_per_batch": 0}, "MyProcessor.max_records_per_batch is 0", "1 or more"),
         ({"max_records_per_batch": "1k"}, "max_records_per_batch is '1k'", "whole number"),
+        ({"buckets": 0}, "MyProcessor.buckets is 0", "from 1 to 1024"),
+        ({"buckets": 8.0}, "MyProcessor.buckets is 8.0", "checkpoint was started with"),
         ({"name": "my processor"}, "MyProcessor.name is 'my processor'", "letters"),
         ({"inputs": []}, "MyProcessor.inputs is []", "Input("),
         ({"inputs": ["events"]}, "MyProcessor.inputs holds 'events'", "Input("),

@@ -49,7 +49,13 @@ from millrace.apps.sources import Kind, require_source, source_kind
 from millrace.apps.sql.batch import BatchRun, decoded_archive, run_sql_app_batch, select_outputs
 from millrace.apps.sql.explain import explain_sql_app
 from millrace.apps.sql.running import start_sql_app
-from millrace.apps.state_schema import Fingerprint, processor_fingerprint, sql_fingerprint
+from millrace.apps.state_schema import (
+    PROCESSOR_QUERY,
+    Fingerprint,
+    processor_buckets,
+    processor_fingerprint,
+    sql_fingerprint,
+)
 from millrace.config.workspace import Workspace
 from millrace.engine.triggers import Trigger
 from millrace.engine.user_code import ship_with_tasks
@@ -60,7 +66,7 @@ from millrace.sql.parser import SqlApp, load_app
 from millrace.warehouse.adhoc_sql import View
 from millrace.warehouse.layout import is_archived, require_archive, view_name
 
-PROCESSOR_QUERIES = ("processor",)
+PROCESSOR_QUERIES = (PROCESSOR_QUERY,)
 """The queries of a processor app: one, whose checkpoint is `<app>/processor`."""
 
 
@@ -197,7 +203,6 @@ class App(ABC):
     kind: Kind
     name: str
     source: str
-    fingerprint: Fingerprint
     queries: tuple[str, ...]
     tables: tuple[str, ...]
     declared: Declared
@@ -220,6 +225,10 @@ class App(ABC):
         if source_kind(source) == "processor":
             return ProcessorApp.of(source)
         return SqlFileApp.of(Path(source))
+
+    @abstractmethod
+    def fingerprint(self, workspace: Workspace) -> Fingerprint:
+        """What the app's stateful queries keep, as it would start in `workspace`."""
 
     @abstractmethod
     def require_streamable(self) -> None:
@@ -300,12 +309,15 @@ class SqlFileApp(App):
             "sql",
             sql.name,
             str(path.absolute()),
-            sql_fingerprint(sql),
             queries,
             tables,
             declared,
             sql,
         )
+
+    def fingerprint(self, workspace: Workspace) -> Fingerprint:
+        """What the result tables' queries keep (`sql_fingerprint`)."""
+        return sql_fingerprint(self.sql)
 
     def require_streamable(self) -> None:
         """Refuse an aggregate Spark cannot run on a stream (`COUNT(DISTINCT x)`), at its place."""
@@ -382,12 +394,15 @@ class ProcessorApp(App):
             "processor",
             processor.name,
             source,
-            processor_fingerprint(processor),
             PROCESSOR_QUERIES,
             (),
             Declared(looked_up=tuple(sorted(lookups))),
             processor,
         )
+
+    def fingerprint(self, workspace: Workspace) -> Fingerprint:
+        """What the processor keeps, with the buckets it would start with (`processor_buckets`)."""
+        return processor_fingerprint(self.processor, processor_buckets(workspace, self.processor))
 
     def require_streamable(self) -> None:
         """Nothing to refuse: a processor runs as a stream whatever it does."""
@@ -399,14 +414,22 @@ class ProcessorApp(App):
     def explain(self, spark: SparkSession, workspace: Workspace) -> dict[str, str]:
         """The plan of the processor's one query (`explain_processor`)."""
         self._ship()
-        return explain_processor(spark, workspace, self.processor)
+        return explain_processor(
+            spark, workspace, self.processor, buckets=processor_buckets(workspace, self.processor)
+        )
 
     def start(
         self, spark: SparkSession, workspace: Workspace, trigger: Trigger | None
     ) -> Streaming:
         """Start the processor's one query (`start_processor_app`)."""
         self._ship()
-        return start_processor_app(spark, workspace, self.processor, trigger=trigger)
+        return start_processor_app(
+            spark,
+            workspace,
+            self.processor,
+            buckets=processor_buckets(workspace, self.processor),
+            trigger=trigger,
+        )
 
     def run_batch(
         self, spark: SparkSession, workspace: Workspace, *, start_ms: int, end_ms: int

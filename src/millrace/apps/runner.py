@@ -80,9 +80,11 @@ def drive_on(
     poll_less_when_idle(spark, workspace.settings.idle_poll_delay_ms)
     try:
         with contextlib.ExitStack() as started:
+            # Recorded before the first micro-batch can commit: a processor's buckets are read
+            # back from it at the next start.
+            record_state(workspace, app.name, app.fingerprint(workspace))
             with starting():
                 running = started.enter_context(app.start(spark, workspace, options.trigger))
-            record_state(workspace, app.name, app.fingerprint)
             say(running.started)
             _watch(app.name, running, stopping, say, on_progress)
     except KeyboardInterrupt:

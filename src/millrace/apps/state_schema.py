@@ -33,6 +33,12 @@ from millrace.sql.parser import SqlApp, group_key_columns
 Fingerprint = dict[str, dict[str, object]]
 """What each stateful query of an app keeps, by query name (`table.<name>`, `processor`)."""
 
+PROCESSOR_QUERY = "processor"
+"""The name of a processor's one streaming query, and of its checkpoint's folder."""
+
+# Before the count was recorded, every processor ran with 64.
+_BUCKETS_BEFORE_RECORDING = 64
+
 
 def sql_fingerprint(app: SqlApp) -> Fingerprint:
     """What each result table's query keeps as state: keys, windows, aggregates, mode.
@@ -71,9 +77,7 @@ def sql_fingerprint(app: SqlApp) -> Fingerprint:
     return found
 
 
-def processor_fingerprint(
-    processor: type[Processor], buckets: int = DEFAULT_BUCKETS
-) -> Fingerprint:
+def processor_fingerprint(processor: type[Processor], buckets: int) -> Fingerprint:
     """What a processor keeps as state: its declared states and types, keys and buckets.
 
     Example:
@@ -84,9 +88,9 @@ def processor_fingerprint(
         ...     seen = ValueState(int)
         ...     def on_record(self, key, record, ctx):
         ...         self.seen.set(self.seen.get(0) + 1)
-        >>> processor_fingerprint(RunningCount)
+        >>> processor_fingerprint(RunningCount, 8)
         {'processor': {'kind': 'stateful', 'states': {'seen': 'ValueState[int]'},
-                       'keys': {'clicks': 'user'}, 'buckets': 64}}
+                       'keys': {'clicks': 'user'}, 'buckets': 8}}
     """
     states = {
         name: f"{type(declaration).__name__}[{_type_name(declaration.value_type)}]"
@@ -94,13 +98,42 @@ def processor_fingerprint(
     }
     keys = {source.stream: _key_fingerprint(source.key) for source in processor.inputs}
     return {
-        "processor": {
+        PROCESSOR_QUERY: {
             "kind": processor.kind(),
             "states": states,
             "keys": keys,
             "buckets": buckets,
         }
     }
+
+
+def processor_buckets(workspace: Workspace, processor: type[Processor]) -> int:
+    """The hash buckets `processor` runs with: its `buckets`, else its checkpoint's, else 8.
+
+    A key's state lives in its bucket, so an app keeps the count its checkpoint was started
+    with; a new one starts with `DEFAULT_BUCKETS`.
+
+    Example:
+        >>> from millrace.processor import Input
+        >>> class Passing(Processor):
+        ...     name = "passing"
+        ...     inputs = [Input("clicks", key="user")]
+        ...     def on_record(self, key, record, ctx): ctx.produce("seen", record)
+        >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
+        >>> processor_buckets(workspace, Passing)
+        8
+        >>> (workspace.checkpoint("passing", "processor") / "commits").mkdir(parents=True)
+        >>> record_state(workspace, "passing", processor_fingerprint(Passing, 64))
+        >>> processor_buckets(workspace, Passing)
+        64
+    """
+    if processor.buckets is not None:
+        return processor.buckets
+    if not commits_log(workspace.checkpoint(processor.name, PROCESSOR_QUERY)).is_dir():
+        return DEFAULT_BUCKETS
+    recorded = recorded_state(workspace, processor.name).get(PROCESSOR_QUERY, {})
+    buckets = recorded.get("buckets", _BUCKETS_BEFORE_RECORDING)
+    return int(buckets) if isinstance(buckets, int) else _BUCKETS_BEFORE_RECORDING
 
 
 def check_state(workspace: Workspace, app: str, fingerprint: Fingerprint) -> None:

@@ -70,7 +70,7 @@ def check_start(workspace: Workspace, app: App, *, force: bool = False) -> None:
     checkpoints.verify(workspace, app.name)
     checkpoints.require_checkpoints(workspace, app.name, app.queries, app.tables)
     if not force:
-        check_state(workspace, app.name, app.fingerprint)
+        check_state(workspace, app.name, app.fingerprint(workspace))
     app.require_inputs(workspace)
 
 

@@ -60,6 +60,8 @@ _STATES_CACHE = "_millrace_states"
 _KIND_CACHE = "_millrace_kind"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _MONOID_PARTS = ("zero", "lift", "combine")
+# More buckets than this only add per-group cost: a bucket is the unit Spark's tasks share.
+_MAX_BUCKETS = 1024
 
 
 @dataclass(frozen=True)
@@ -168,8 +170,10 @@ class Processor:
 
     Class options: `name` (required; names the app's state and production ids), `inputs` (a
     list of `Input`), `semantics` ("exactly_once" by default, "at_least_once" or
-    "at_most_once"), `on_error` ("stop" by default, or "dlq") and `max_records_per_batch`
-    (None by default: a micro-batch reads all there is; the SQL option of the same name).
+    "at_most_once"), `on_error` ("stop" by default, or "dlq"), `max_records_per_batch`
+    (None by default: a micro-batch reads all there is; the SQL option of the same name) and
+    `buckets` (the hash buckets its keys are spread over, each one group of Spark's operator
+    per micro-batch; None by default: the count its checkpoint was started with, else 8).
 
     Callbacks run for one key at a time and see only that key's state:
 
@@ -202,6 +206,7 @@ class Processor:
     semantics: ClassVar[Semantics] = "exactly_once"
     on_error: ClassVar[OnError] = "stop"
     max_records_per_batch: ClassVar[int | None] = None
+    buckets: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -308,6 +313,13 @@ def _check_options(cls: type[Processor]) -> None:
         raise ProcessorError(
             f"{where}.max_records_per_batch is {cap!r}, which is not a number of records",
             hint="set it to a whole number of 1 or more, or leave it out to read all there is",
+        )
+    buckets = cls.buckets
+    if buckets is not None and (type(buckets) is not int or not 1 <= buckets <= _MAX_BUCKETS):
+        raise ProcessorError(
+            f"{where}.buckets is {buckets!r}, which is not a number of buckets",
+            hint=f"set it to a whole number from 1 to {_MAX_BUCKETS}, or leave it out to keep "
+            "the count the app's checkpoint was started with",
         )
     if hasattr(cls, "name") and (not isinstance(cls.name, str) or not _NAME.match(cls.name)):
         raise ProcessorError(

@@ -40,7 +40,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
-from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS
+from millrace.apps.processors.bucket_store import bucket_count
 from millrace.apps.processors.errors import (
     processor_error_in,
     require_inputs,
@@ -101,18 +101,18 @@ def run_processor_batch(
     *,
     start_ms: int,
     end_ms: int,
-    buckets: int = DEFAULT_BUCKETS,
+    buckets: int | None = None,
     source: RecordSource = "bus",
     into: Collection[str] | None = None,
 ) -> ProcessorBatchRun:
     """Run `processor_class` once over its inputs' records with event times in the range.
 
-    Times are epoch milliseconds, `end_ms` not included. The records are read from the bus,
-    or from the inputs' archives with `source="warehouse"`; `into`, when given, names the
-    streams whose productions are written (the others are left out). Records whose value is
-    not a JSON object, or has no readable time, go to their stream's dead letters whatever
-    their time, with the ids a streaming run gives them, so a reader drops the letters both
-    wrote.
+    Times are epoch milliseconds, `end_ms` not included. The keys are spread over `buckets`
+    (by default `bucket_count`'s). The records are read from the bus, or from the inputs'
+    archives with `source="warehouse"`; `into`, when given, names the streams whose
+    productions are written (the others are left out). Records whose value is not a JSON
+    object, or has no readable time, go to their stream's dead letters whatever their time,
+    with the ids a streaming run gives them, so a reader drops the letters both wrote.
     """
     processor_class.validate()
     if start_ms >= end_ms:
@@ -126,6 +126,7 @@ def run_processor_batch(
         create_dead_letter_stream(workspace, stream_input.stream)
     if processor_class.on_error == "dlq":
         create_dead_letter_stream(workspace, processor_class.name)
+    buckets = bucket_count(processor_class, buckets)
     # `validate` requires at least one input.
     records = functools.reduce(
         DataFrame.unionByName,

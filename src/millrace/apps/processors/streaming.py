@@ -64,7 +64,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS, BucketStore
+from millrace.apps.processors.bucket_store import BucketStore, bucket_count
 from millrace.apps.processors.errors import (
     processor_error_in,
     require_inputs,
@@ -225,23 +225,25 @@ def start_processor_app(
     *,
     available_now: bool = False,
     max_records_per_batch: int | None = None,
-    buckets: int = DEFAULT_BUCKETS,
+    buckets: int | None = None,
     trigger: Trigger | None = None,
 ) -> RunningProcessor:
     """Start `processor_class` on Spark; with `available_now` it stops at the end of input.
 
     `max_records_per_batch` caps the records each micro-batch reads from an input (by
     default the class's `max_records_per_batch`, else `engine.triggers.records_cap`'s);
-    `buckets` is the number of hash buckets of keys (keep it once the app has a checkpoint: a
-    key's state lives in its bucket). Its input streams must exist; an output stream that does
-    not exist stops the app at the first micro-batch that produces to it, before anything of
-    that micro-batch is written. `trigger` sets when micro-batches run.
+    `buckets` is the number of hash buckets of keys (by default `bucket_count`'s; keep it once
+    the app has a checkpoint, since a key's state lives in its bucket). Its input streams must
+    exist; an output stream that does not exist stops the app at the first micro-batch that
+    produces to it, before anything of that micro-batch is written. `trigger` sets when
+    micro-batches run.
     """
     processor_class.validate()
+    buckets = bucket_count(processor_class, buckets)
     if buckets < 1:
         raise ProcessorError(
             f"{processor_class.__name__} was started with {buckets} buckets",
-            hint="give buckets=1 or more; the default is 64",
+            hint="give buckets=1 or more, or leave it out for the processor's own",
         )
     require_inputs(workspace, processor_class)
     for source in processor_class.inputs:
@@ -306,7 +308,7 @@ def explain_processor(
     workspace: Workspace,
     processor_class: type[Processor],
     *,
-    buckets: int = DEFAULT_BUCKETS,
+    buckets: int | None = None,
 ) -> dict[str, str]:
     """Spark's plan of the processor's query, without running it (`millrace check`)."""
     processor_class.validate()
@@ -315,7 +317,7 @@ def explain_processor(
         spark,
         workspace,
         processor_class,
-        buckets,
+        bucket_count(processor_class, buckets),
         processor_class.max_records_per_batch,
         idle_ticks=False,
     )
