@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from millrace.api.app import background_service
+from millrace.apps.processors.placement import Placement
 from millrace.apps.processors.streaming import start_processor_app
 from millrace.apps.sql.running import start_sql_app
 from millrace.bus.publisher import Publisher
@@ -66,7 +67,7 @@ def live_pipeline_running(spark: SparkSession, workspace: Workspace) -> Iterator
     every_second = Trigger.parse("interval:1s")
     running_sql = start_sql_app(spark, workspace, sql, trigger=every_second)
     running_processor = start_processor_app(
-        spark, workspace, processor, buckets=4, trigger=every_second
+        spark, workspace, processor, placement=Placement(4), trigger=every_second
     )
     _publish_raw(workspace, stream, MALFORMED)
     try:

@@ -6,7 +6,7 @@ import pytest
 
 from millrace.apps.app import App, BatchResult, ProcessorApp, RoutedInput, SqlFileApp
 from millrace.apps.processors.batch import ProcessorBatchRun
-from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS
+from millrace.apps.processors.placement import DEFAULT_BUCKETS
 from millrace.apps.sql.batch import BatchRun
 from millrace.config.workspace import Workspace
 from millrace.errors import LifecycleError, SqlError

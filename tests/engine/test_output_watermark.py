@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from pyspark.sql import SparkSession
 
 from millrace import Input, MapState, Processor
+from millrace.apps.processors.placement import Placement
 from millrace.apps.processors.streaming import start_processor_app
 from millrace.apps.sql.running import start_sql_app
 from millrace.bus.reader import TailStart, tail
@@ -118,7 +119,11 @@ def test_a_chain_without_lateness_downstream_equals_python_and_a_quiet_source_cl
     )
     first = start_sql_app(spark, workspace, keep, max_records_per_batch=600)
     counter = start_processor_app(
-        spark, workspace, window_counter(kept, counted), max_records_per_batch=400, buckets=8
+        spark,
+        workspace,
+        window_counter(kept, counted),
+        max_records_per_batch=400,
+        placement=Placement(8),
     )
     last = start_sql_app(spark, workspace, top)
     expected = expected_top(events)

@@ -18,11 +18,11 @@ import pytest
 from millrace import Input, Processor, ValueState
 from millrace.apps.declarations import Declared
 from millrace.apps.options import RunOptions
-from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS
+from millrace.apps.processors.placement import DEFAULT_BUCKETS, Placement
 from millrace.apps.state_schema import (
     check_state,
-    processor_buckets,
     processor_fingerprint,
+    processor_placement,
     record_state,
     sql_fingerprint,
 )
@@ -229,14 +229,14 @@ class CountsAsText(Counts):
 
 
 def test_a_processor_whose_state_type_changes_is_refused(fresh_workspace: Workspace) -> None:
-    record_state(fresh_workspace, "counts", processor_fingerprint(Counts, 8))
+    record_state(fresh_workspace, "counts", processor_fingerprint(Counts, Placement(8)))
     # No committed batch yet: nothing to carry over, anything starts.
-    check_state(fresh_workspace, "counts", processor_fingerprint(CountsAsText, 8))
+    check_state(fresh_workspace, "counts", processor_fingerprint(CountsAsText, Placement(8)))
     (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
     with pytest.raises(StateSchemaError, match=r"states was \{\"seen\": \"ValueState\[int\]\"\}"):
-        check_state(fresh_workspace, "counts", processor_fingerprint(CountsAsText, 8))
+        check_state(fresh_workspace, "counts", processor_fingerprint(CountsAsText, Placement(8)))
     with pytest.raises(StateSchemaError, match="buckets was 8, the new code has 64"):
-        check_state(fresh_workspace, "counts", processor_fingerprint(Counts, 64))
+        check_state(fresh_workspace, "counts", processor_fingerprint(Counts, Placement(64)))
 
 
 class WideCounts(Counts):
@@ -246,21 +246,23 @@ class WideCounts(Counts):
 def test_a_processor_keeps_the_buckets_its_checkpoint_started_with_unless_it_names_its_own(
     fresh_workspace: Workspace,
 ) -> None:
-    assert processor_buckets(fresh_workspace, Counts) == DEFAULT_BUCKETS == 8
-    assert processor_buckets(fresh_workspace, WideCounts) == 64
+    assert processor_placement(fresh_workspace, Counts) == Placement(DEFAULT_BUCKETS, spread=True)
+    assert DEFAULT_BUCKETS == 8
+    assert processor_placement(fresh_workspace, WideCounts) == Placement(64, spread=True)
 
-    # A checkpoint of a millrace that did not record its fingerprint ran with 64 buckets.
+    # A checkpoint of a millrace that did not record its fingerprint ran with 64 buckets,
+    # grouped by their numbers.
     (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
-    assert processor_buckets(fresh_workspace, Counts) == 64
+    assert processor_placement(fresh_workspace, Counts) == Placement(64, spread=False)
 
-    record_state(fresh_workspace, "counts", processor_fingerprint(Counts, 8))
-    assert processor_buckets(fresh_workspace, Counts) == 8
+    record_state(fresh_workspace, "counts", processor_fingerprint(Counts, Placement(8)))
+    assert processor_placement(fresh_workspace, Counts) == Placement(8, spread=True)
     # Naming a count other than the checkpoint's is a change of state, refused with its fix.
     with pytest.raises(StateSchemaError, match="buckets was 8, the new code has 64") as refused:
         check_state(
             fresh_workspace,
             "counts",
-            processor_fingerprint(WideCounts, processor_buckets(fresh_workspace, WideCounts)),
+            processor_fingerprint(WideCounts, processor_placement(fresh_workspace, WideCounts)),
         )
     assert "millrace restart counts --fresh" in refused.value.hint
 
@@ -276,21 +278,23 @@ class CountsByPageFunction(Counts):
 def test_a_processor_keyed_by_several_columns_restarts_and_a_changed_key_is_refused(
     fresh_workspace: Workspace,
 ) -> None:
-    record_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage, 8))
+    record_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage, Placement(8)))
     (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
 
-    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage, 8))
+    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage, Placement(8)))
 
     with pytest.raises(StateSchemaError, match=r'keys was \{"events": \["user", "page"\]\}'):
-        check_state(fresh_workspace, "counts", processor_fingerprint(Counts, 8))
+        check_state(fresh_workspace, "counts", processor_fingerprint(Counts, Placement(8)))
 
 
 def test_a_key_function_may_become_the_key_columns_it_read(fresh_workspace: Workspace) -> None:
     # A key function cannot be compared: the columns may give every key it gave.
-    record_state(fresh_workspace, "counts", processor_fingerprint(CountsByPageFunction, 8))
+    record_state(
+        fresh_workspace, "counts", processor_fingerprint(CountsByPageFunction, Placement(8))
+    )
     (fresh_workspace.checkpoint("counts", "processor") / "commits").mkdir(parents=True)
 
-    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage, 8))
+    check_state(fresh_workspace, "counts", processor_fingerprint(CountsByPage, Placement(8)))
 
 
 def test_triggers_parse_from_their_command_line_form() -> None:

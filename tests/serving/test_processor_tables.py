@@ -7,6 +7,7 @@ from pyspark.sql import SparkSession
 
 from millrace import Input, Processor
 from millrace.apps.processors.batch import run_processor_batch
+from millrace.apps.processors.placement import Placement
 from millrace.apps.processors.streaming import start_processor_app
 from millrace.bus.publisher import Publisher
 from millrace.bus.reader import TailStart, tail
@@ -59,7 +60,9 @@ def test_ctx_lookup_and_produce_to_table_on_spark_match_the_tester(
         for event in events:
             publisher.send(event, key=event["user"])
     processor = enricher(source, output, lookup.name, served.name)
-    running = start_processor_app(spark, workspace, processor, available_now=True, buckets=4)
+    running = start_processor_app(
+        spark, workspace, processor, available_now=True, placement=Placement(4)
+    )
     running.await_termination()
 
     tester = ProcessorTester(

@@ -52,8 +52,8 @@ from millrace.apps.sql.running import start_sql_app
 from millrace.apps.state_schema import (
     PROCESSOR_QUERY,
     Fingerprint,
-    processor_buckets,
     processor_fingerprint,
+    processor_placement,
     sql_fingerprint,
 )
 from millrace.config.workspace import Workspace
@@ -401,8 +401,8 @@ class ProcessorApp(App):
         )
 
     def fingerprint(self, workspace: Workspace) -> Fingerprint:
-        """What the processor keeps, with the buckets it would start with (`processor_buckets`)."""
-        return processor_fingerprint(self.processor, processor_buckets(workspace, self.processor))
+        """What the processor keeps, with the buckets it starts with (`processor_placement`)."""
+        return processor_fingerprint(self.processor, processor_placement(workspace, self.processor))
 
     def require_streamable(self) -> None:
         """Nothing to refuse: a processor runs as a stream whatever it does."""
@@ -415,7 +415,10 @@ class ProcessorApp(App):
         """The plan of the processor's one query (`explain_processor`)."""
         self._ship()
         return explain_processor(
-            spark, workspace, self.processor, buckets=processor_buckets(workspace, self.processor)
+            spark,
+            workspace,
+            self.processor,
+            placement=processor_placement(workspace, self.processor),
         )
 
     def start(
@@ -427,7 +430,7 @@ class ProcessorApp(App):
             spark,
             workspace,
             self.processor,
-            buckets=processor_buckets(workspace, self.processor),
+            placement=processor_placement(workspace, self.processor),
             trigger=trigger,
         )
 

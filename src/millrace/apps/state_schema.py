@@ -22,7 +22,7 @@ import json
 
 from sqlglot import exp
 
-from millrace.apps.processors.bucket_store import DEFAULT_BUCKETS
+from millrace.apps.processors.placement import Placement, bucket_count
 from millrace.config.workspace import Workspace
 from millrace.engine.checkpoint_log import commits_log
 from millrace.errors import StateSchemaError
@@ -36,8 +36,9 @@ Fingerprint = dict[str, dict[str, object]]
 PROCESSOR_QUERY = "processor"
 """The name of a processor's one streaming query, and of its checkpoint's folder."""
 
-# Before the count was recorded, every processor ran with 64.
+# Before the count was recorded, every processor ran with 64, grouped by their numbers.
 _BUCKETS_BEFORE_RECORDING = 64
+_SPREAD = "spread"
 
 
 def sql_fingerprint(app: SqlApp) -> Fingerprint:
@@ -77,8 +78,10 @@ def sql_fingerprint(app: SqlApp) -> Fingerprint:
     return found
 
 
-def processor_fingerprint(processor: type[Processor], buckets: int) -> Fingerprint:
+def processor_fingerprint(processor: type[Processor], placement: Placement) -> Fingerprint:
     """What a processor keeps as state: its declared states and types, keys and buckets.
+
+    A spread placement (`millrace.apps.processors.placement`) is recorded as `groups`.
 
     Example:
         >>> from millrace.processor import Input, ValueState
@@ -88,30 +91,33 @@ def processor_fingerprint(processor: type[Processor], buckets: int) -> Fingerpri
         ...     seen = ValueState(int)
         ...     def on_record(self, key, record, ctx):
         ...         self.seen.set(self.seen.get(0) + 1)
-        >>> processor_fingerprint(RunningCount, 8)
+        >>> processor_fingerprint(RunningCount, Placement(8))
         {'processor': {'kind': 'stateful', 'states': {'seen': 'ValueState[int]'},
-                       'keys': {'clicks': 'user'}, 'buckets': 8}}
+                       'keys': {'clicks': 'user'}, 'buckets': 8, 'groups': 'spread'}}
     """
     states = {
         name: f"{type(declaration).__name__}[{_type_name(declaration.value_type)}]"
         for name, declaration in sorted(processor.states().items())
     }
     keys = {source.stream: _key_fingerprint(source.key) for source in processor.inputs}
+    groups = {"groups": _SPREAD} if placement.spread else {}
     return {
         PROCESSOR_QUERY: {
             "kind": processor.kind(),
             "states": states,
             "keys": keys,
-            "buckets": buckets,
+            "buckets": placement.buckets,
+            **groups,
         }
     }
 
 
-def processor_buckets(workspace: Workspace, processor: type[Processor]) -> int:
-    """The hash buckets `processor` runs with: its `buckets`, else its checkpoint's, else 8.
+def processor_placement(workspace: Workspace, processor: type[Processor]) -> Placement:
+    """The buckets `processor` runs with: those its checkpoint was started with, if any.
 
-    A key's state lives in its bucket, so an app keeps the count its checkpoint was started
-    with; a new one starts with `DEFAULT_BUCKETS`.
+    A key's state lives in its bucket, so an app keeps its checkpoint's placement; a new one
+    starts with `bucket_count`'s, spread. A processor's own `buckets` is taken either way
+    (`check_state` refuses one its checkpoint does not have).
 
     Example:
         >>> from millrace.processor import Input
@@ -120,20 +126,20 @@ def processor_buckets(workspace: Workspace, processor: type[Processor]) -> int:
         ...     inputs = [Input("clicks", key="user")]
         ...     def on_record(self, key, record, ctx): ctx.produce("seen", record)
         >>> workspace = Workspace.locate({"MILLRACE_HOME": str(tmp_path)})
-        >>> processor_buckets(workspace, Passing)
-        8
+        >>> processor_placement(workspace, Passing)
+        Placement(buckets=8, spread=True)
         >>> (workspace.checkpoint("passing", "processor") / "commits").mkdir(parents=True)
-        >>> record_state(workspace, "passing", processor_fingerprint(Passing, 64))
-        >>> processor_buckets(workspace, Passing)
-        64
+        >>> record_state(workspace, "passing", processor_fingerprint(Passing, Placement(64, False)))
+        >>> processor_placement(workspace, Passing)
+        Placement(buckets=64, spread=False)
     """
-    if processor.buckets is not None:
-        return processor.buckets
     if not commits_log(workspace.checkpoint(processor.name, PROCESSOR_QUERY)).is_dir():
-        return DEFAULT_BUCKETS
+        return Placement(bucket_count(processor))
     recorded = recorded_state(workspace, processor.name).get(PROCESSOR_QUERY, {})
-    buckets = recorded.get("buckets", _BUCKETS_BEFORE_RECORDING)
-    return int(buckets) if isinstance(buckets, int) else _BUCKETS_BEFORE_RECORDING
+    buckets = recorded.get("buckets")
+    if not isinstance(buckets, int):
+        buckets = _BUCKETS_BEFORE_RECORDING
+    return Placement(processor.buckets or buckets, spread=recorded.get("groups") == _SPREAD)
 
 
 def check_state(workspace: Workspace, app: str, fingerprint: Fingerprint) -> None:

@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millrace import Input, MapState, Processor, ValueState
+from millrace.apps.processors.placement import Placement
 from millrace.apps.processors.streaming import start_processor_app
 from millrace.apps.processors.wakeups import ProcessorClock, clock_stream
 from millrace.bus.internal import create_internal_stream, read_after
@@ -102,7 +103,7 @@ def run(spark: SparkSession, workspace: Workspace) -> Run:
     create_stream(workspace.settings, stream, buckets=1)
     create_stream(workspace.settings, output, buckets=1)
     processor = sessions_and_windows(stream, output)
-    running = start_processor_app(spark, workspace, processor, buckets=4)
+    running = start_processor_app(spark, workspace, processor, placement=Placement(4))
     try:
         publish(workspace, stream, FIRST)
         running.process_all_available()
@@ -112,7 +113,7 @@ def run(spark: SparkSession, workspace: Workspace) -> Run:
     finally:
         running.stop()
     before_restart = produced(workspace, output)
-    running = start_processor_app(spark, workspace, processor, buckets=4)
+    running = start_processor_app(spark, workspace, processor, placement=Placement(4))
     try:
         wait_for_sessions(workspace, output, 3, LONG_IDLE_MS / 1000 + 30)
         # A few more micro-batches' time, for a second firing to show if there were one.

@@ -40,7 +40,6 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
-from millrace.apps.processors.bucket_store import bucket_count
 from millrace.apps.processors.errors import (
     processor_error_in,
     require_inputs,
@@ -49,6 +48,7 @@ from millrace.apps.processors.errors import (
 )
 from millrace.apps.processors.lookups import ServingLookups, require_tables
 from millrace.apps.processors.outputs import write_output_rows
+from millrace.apps.processors.placement import bucket_count
 from millrace.apps.processors.rows import (
     ARRIVAL_MS,
     DEAD_LETTER,

@@ -41,36 +41,10 @@ from typing import TypeVar, overload
 
 from millrace.errors import ProcessorError
 from millrace.processor.keys import Key
-from millrace.processor.processor import Processor
 from millrace.records import JsonMapping
-
-DEFAULT_BUCKETS = 8
-"""Hash buckets a new processor's keys are spread over; each is one group of Spark's operator.
-
-Each group of a micro-batch costs its Python worker a few milliseconds whatever its records
-(a state round trip, its frames), and 8 groups keep both tasks of a 2-core machine busy.
-"""
 
 _encode_str = json.encoder.encode_basestring_ascii
 _Default = TypeVar("_Default")
-
-
-def bucket_count(processor_class: type[Processor], buckets: int | None = None) -> int:
-    """`buckets` when given, else the processor's own `buckets`, else `DEFAULT_BUCKETS`.
-
-    Example:
-        >>> from millrace.processor import Input
-        >>> class Wide(Processor):
-        ...     name = "wide"
-        ...     inputs = [Input("clicks", key="user")]
-        ...     buckets = 64
-        ...     def on_record(self, key, record, ctx): pass
-        >>> bucket_count(Wide), bucket_count(Wide, 16)
-        (64, 16)
-    """
-    if buckets is not None:
-        return buckets
-    return processor_class.buckets or DEFAULT_BUCKETS
 
 
 class BucketStore(Mapping[Key, JsonMapping]):

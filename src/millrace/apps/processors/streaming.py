@@ -1,14 +1,15 @@
 """Running a processor app on Spark: bucketed keys, bucket state, event-time timers, outputs.
 
 A processor's keys are spread over a fixed number of hash buckets, and Spark's
-`transformWithStateInPandas` runs one group per bucket: per micro-batch it reads the bucket's
-stored state (every key's state and timers, as `millrace.processor.execution` keeps them) from
-one `ValueState` holding JSON, calls `execution.run_batch` once with the bucket's records, and
-writes the state back once. The cost grows with micro-batches and buckets, not with keys: no
-key costs a round trip between the Python worker and the JVM. The operator's pandas flavour
-is used because it hands a bucket's rows over as columns converted from Arrow in bulk; the
-Row flavour builds every cell of every row as a Python object of its own, and with it
-`benchmarks/processors.py` ran at half the speed with 1,000 keys.
+`transformWithStateInPandas` runs one group per bucket (its group value spreads the buckets
+evenly over Spark's tasks: `millrace.apps.processors.placement`): per micro-batch it reads
+the bucket's stored state (every key's state and timers, as `millrace.processor.execution`
+keeps them) from one `ValueState` holding JSON, calls `execution.run_batch` once with the
+bucket's records, and writes the state back once. The cost grows with micro-batches and
+buckets, not with keys: no key costs a round trip between the Python worker and the JVM. The
+operator's pandas flavour is used because it hands a bucket's rows over as columns converted
+from Arrow in bulk; the Row flavour builds every cell of every row as a Python object of its
+own, and with it `benchmarks/processors.py` ran at half the speed with 1,000 keys.
 
 The bucket state is one `ValueState` of schema `keys STRING, timers STRING, timer_ms LONG`:
 `keys` and `timers` are a `millrace.apps.processors.bucket_store.BucketStore`, one JSON text per key
@@ -64,7 +65,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from millrace.apps.processors.bucket_store import BucketStore, bucket_count
+from millrace.apps.processors.bucket_store import BucketStore
 from millrace.apps.processors.errors import (
     processor_error_in,
     require_inputs,
@@ -74,6 +75,7 @@ from millrace.apps.processors.errors import (
 from millrace.apps.processors.lookups import ServingLookups, require_tables
 from millrace.apps.processors.outputs import write_output_rows
 from millrace.apps.processors.pending_timers import PendingTimers
+from millrace.apps.processors.placement import Placement, bucket_count
 from millrace.apps.processors.rows import (
     ARRIVAL_MS,
     CLOCK,
@@ -225,25 +227,25 @@ def start_processor_app(
     *,
     available_now: bool = False,
     max_records_per_batch: int | None = None,
-    buckets: int | None = None,
+    placement: Placement | None = None,
     trigger: Trigger | None = None,
 ) -> RunningProcessor:
     """Start `processor_class` on Spark; with `available_now` it stops at the end of input.
 
     `max_records_per_batch` caps the records each micro-batch reads from an input (by
     default the class's `max_records_per_batch`, else `engine.triggers.records_cap`'s);
-    `buckets` is the number of hash buckets of keys (by default `bucket_count`'s; keep it once
-    the app has a checkpoint, since a key's state lives in its bucket). Its input streams must
+    `placement` is its keys' hash buckets (by default `bucket_count`'s, spread; keep it once the
+    app has a checkpoint, since a key's state lives in its bucket). Its input streams must
     exist; an output stream that does not exist stops the app at the first micro-batch that
     produces to it, before anything of that micro-batch is written. `trigger` sets when
     micro-batches run.
     """
     processor_class.validate()
-    buckets = bucket_count(processor_class, buckets)
-    if buckets < 1:
+    placement = placement or Placement(bucket_count(processor_class))
+    if placement.buckets < 1:
         raise ProcessorError(
-            f"{processor_class.__name__} was started with {buckets} buckets",
-            hint="give buckets=1 or more, or leave it out for the processor's own",
+            f"{processor_class.__name__} was started with {placement.buckets} buckets",
+            hint="give 1 bucket or more, or leave the placement out for the processor's own",
         )
     require_inputs(workspace, processor_class)
     for source in processor_class.inputs:
@@ -259,7 +261,7 @@ def start_processor_app(
     # What a start that fails has started (tickers, the clock, the query) is stopped.
     with ExitStack() as started:
         outputs, tickers = _outputs_frame(
-            spark, workspace, processor_class, buckets, max_records_per_batch, idle_ticks
+            spark, workspace, processor_class, placement, max_records_per_batch, idle_ticks
         )
         for ticker in tickers:
             started.callback(ticker.close)
@@ -283,7 +285,7 @@ def start_processor_app(
             writer = trigger.apply(writer, f"{name}.processor", foreach_batch=True)
         clock = None
         if idle_ticks:
-            clock = ProcessorClock(workspace, name, buckets=buckets)
+            clock = ProcessorClock(workspace, name, buckets=placement.buckets)
             started.callback(clock.close)
         timers = PendingTimers(workspace.pending_timers(name))
         try:
@@ -308,7 +310,7 @@ def explain_processor(
     workspace: Workspace,
     processor_class: type[Processor],
     *,
-    buckets: int | None = None,
+    placement: Placement | None = None,
 ) -> dict[str, str]:
     """Spark's plan of the processor's query, without running it (`millrace check`)."""
     processor_class.validate()
@@ -317,7 +319,7 @@ def explain_processor(
         spark,
         workspace,
         processor_class,
-        bucket_count(processor_class, buckets),
+        placement or Placement(bucket_count(processor_class)),
         processor_class.max_records_per_batch,
         idle_ticks=False,
     )
@@ -333,7 +335,7 @@ def _outputs_frame(
     spark: SparkSession,
     workspace: Workspace,
     processor_class: type[Processor],
-    buckets: int,
+    placement: Placement,
     max_records_per_batch: int | None,
     idle_ticks: bool,
 ) -> tuple[DataFrame, list[IdleTicker]]:
@@ -351,7 +353,7 @@ def _outputs_frame(
                 workspace,
                 processor_class,
                 source,
-                buckets,
+                placement.buckets,
                 max_records_per_batch,
                 idle_ticks,
             )
@@ -365,9 +367,12 @@ def _outputs_frame(
     records = functools.reduce(DataFrame.unionByName, frames)
     # Read in every run, so that a checkpoint holds the same sources whether a clock runs.
     records = records.unionByName(_wakeup_rows(spark, workspace, processor_class.name, records))
-    outputs = records.groupBy("bucket").transformWithStateInPandas(
+    # The grouping column keeps its name, which the state's schema holds, and takes the group.
+    grouped = records.withColumn("bucket", placement.group_column(F.col("bucket")))
+    outputs = grouped.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=_BucketRunner(
             processor_class,
+            placement,
             ServingLookups(workspace.settings.redis, workspace.settings.redis_lookup_cache_s),
         ),
         outputStructType=OUTPUT_SCHEMA,
@@ -478,9 +483,13 @@ class _BucketRunner(StatefulProcessor):
     """Spark's stateful processor for one bucket: runs the execution core over bucket state."""
 
     def __init__(
-        self, processor_class: type[Processor], lookup_source: LookupSource | None = None
+        self,
+        processor_class: type[Processor],
+        placement: Placement,
+        lookup_source: LookupSource | None = None,
     ) -> None:
         self.processor_class = processor_class
+        self.placement = placement
         self.lookup_source = lookup_source
         self.clock_stream = clock_stream(processor_class.name)
 
@@ -493,7 +502,7 @@ class _BucketRunner(StatefulProcessor):
     # frames; the base class's type also allows the Row API's rows.
     def handleInputRows(  # type: ignore[override]  # noqa: N802 - Spark's callback names
         self,
-        key: Any,  # Any: as StatefulProcessor declares it; Spark passes (bucket,)
+        key: Any,  # Any: as StatefulProcessor declares it; Spark passes (group,)
         rows: Iterator[pd.DataFrame],
         timerValues: TimerValues,  # noqa: N803
     ) -> Iterator[pd.DataFrame]:
@@ -509,15 +518,16 @@ class _BucketRunner(StatefulProcessor):
                     undecodable.append(
                         undecodable_letter(self.processor_class.name, row, str(error))
                     )
-        yield from _frames(undecodable + self._run(int(key[0]), records, timerValues))
+        bucket = self.placement.bucket_of(int(key[0]))
+        yield from _frames(undecodable + self._run(bucket, records, timerValues))
 
     def handleExpiredTimer(  # noqa: N802
         self,
-        key: Any,  # Any: as StatefulProcessor declares it; Spark passes (bucket,)
+        key: Any,  # Any: as StatefulProcessor declares it; Spark passes (group,)
         timerValues: TimerValues,  # noqa: N803
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[pd.DataFrame]:
-        yield from _frames(self._run(int(key[0]), [], timerValues))
+        yield from _frames(self._run(self.placement.bucket_of(int(key[0])), [], timerValues))
 
     def close(self) -> None:
         pass
