@@ -44,8 +44,8 @@ class Placement:
 
     Example:
         >>> placement = Placement(8)
-        >>> [placement.group_of(bucket) % 2 for bucket in range(8)]
-        [0, 1, 0, 1, 0, 1, 0, 1]
+        >>> [_spark_hash(placement.group_of(bucket)) % 4 for bucket in range(8)]
+        [0, 1, 2, 3, 0, 1, 2, 3]
         >>> placement.bucket_of(placement.group_of(5))
         5
         >>> Placement(8, spread=False).group_of(5)
