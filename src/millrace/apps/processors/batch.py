@@ -47,7 +47,7 @@ from millrace.apps.processors.errors import (
     worker_start_error,
 )
 from millrace.apps.processors.lookups import ServingLookups, require_tables
-from millrace.apps.processors.outputs import write_output_rows
+from millrace.apps.processors.outputs import OutputWriter
 from millrace.apps.processors.placement import bucket_count
 from millrace.apps.processors.rows import (
     ARRIVAL_MS,
@@ -149,16 +149,16 @@ def run_processor_batch(
     if into is not None:
         outputs = outputs.where((F.col("kind") != PRODUCTION) | F.col("stream").isin(*into))
     run = ProcessorBatchRun(processor_class, start_ms, end_ms)
-    stream_buckets: dict[str, int] = {}
+    writer = OutputWriter(workspace, processor_class.name)
     try:
-        counts = write_output_rows(workspace, processor_class.name, stream_buckets, outputs)
+        counts = writer.write(outputs)
     except Exception as error:
         raise (
             processor_error_in(str(error))
             or worker_start_error(str(error), processor_class.name)
             or error
         ) from None
-    run.streams = set(stream_buckets)
+    run.streams = set(writer.streams)
     run.productions = counts[PRODUCTION]
     run.dead_letters = counts[DEAD_LETTER]
     run.late = counts[LATE]

@@ -1,6 +1,6 @@
 """Writing a processor operator's output rows: productions and dead letters to Kafka or Redis.
 
-`write_output_rows` takes the output rows (`millrace.apps.processors.rows`) of one
+An `OutputWriter` takes the output rows (`millrace.apps.processors.rows`) of each
 micro-batch of a streaming run (`millrace.apps.processors.streaming`) or of a whole batch run
 (`millrace.apps.processors.batch`), writes the productions and dead letters in one Kafka
 write, each with its deterministic id in its `id` header (and a production its event time in
@@ -34,76 +34,89 @@ from millrace.serving.sink import write_table
 from millrace.serving.tables import describe_table
 
 
-def write_output_rows(
-    workspace: Workspace,
-    name: str,
-    stream_buckets: dict[str, int],
-    batch: DataFrame,
-    *,
-    on_clock: Callable[[dict[int, int | None]], None] | None = None,
-    on_timers: Callable[[dict[int, int | None], set[str]], None] | None = None,
-) -> dict[str, int]:
-    """Write the operator's output rows to Kafka in one write; the rows of each kind.
+class OutputWriter:
+    """Writes one processor's output rows, micro-batch after micro-batch, each in one Kafka write.
 
-    Two Spark jobs: the first runs the operator into Spark's cache and counts the rows of
-    each kind and stream, collecting the buckets' timer reports in the same job (jobs of
-    their own for those cost 50 to 150 ms each); the second is the write. An output stream
-    that does not exist fails the write before anything is written; `stream_buckets`
-    remembers the bucket count of each stream found, so each is looked up once. A production
-    without a key goes to a bucket chosen by its id (`bucket_by_id`). `on_clock` is given the
-    buckets' earliest processing-time timers the batch reports; `on_timers`, once the batch
-    is written, their earliest event-time timers and the streams the batch produced to; with
-    it, productions carry the processor's name in their `writer` header, since its markers
-    then tell their progress (`millrace.engine.output_watermark`).
+    The column expressions of the counts and of the write are built once, at construction
+    (in the driver, with Spark running), and reused by every micro-batch: built anew, their
+    calls into the JVM took about 60 ms of a 500 ms micro-batch (benchmarks/latency.py).
+    `streams` remembers the bucket count of each output stream found, so each is looked up
+    once. With `writer`, productions carry that processor's name in their `writer` header,
+    since its markers then tell their progress (`millrace.engine.output_watermark`). A
+    streaming run keeps one for its query; a batch run makes one for its one write.
     """
-    batch.persist()
-    try:
-        counts = (
-            batch.groupBy("kind", "stream")
-            .agg(
-                F.count(F.lit(1)).alias("count"),
-                # collect_list leaves out the nulls: the rows of the other kinds.
-                F.collect_list(
-                    F.when(F.col("kind").isin(CLOCK, TIMERS), F.struct("key", "value"))
-                ).alias("reports"),
-            )
-            .collect()
+
+    def __init__(self, workspace: Workspace, name: str, *, writer: str | None = None) -> None:
+        self.workspace = workspace
+        self.name = name
+        self.streams: dict[str, int] = {}
+        self._counts = (
+            F.count(F.lit(1)).alias("count"),
+            # collect_list leaves out the nulls: the rows of the other kinds.
+            F.collect_list(
+                F.when(F.col("kind").isin(CLOCK, TIMERS), F.struct("key", "value"))
+            ).alias("reports"),
         )
-        totals = dict.fromkeys((PRODUCTION, DEAD_LETTER, *NOT_WRITTEN), 0)
-        for row in counts:
-            totals[row["kind"]] += row["count"]
-        if on_clock is not None and totals[CLOCK]:
-            on_clock(_reports_of(counts, CLOCK))
-        produced = {row["stream"] for row in counts if row["kind"] == PRODUCTION}
-        tables = _write_table_productions(name, workspace, batch, produced)
-        for stream in sorted(produced - tables - set(stream_buckets)):
+        self._written = ~F.col("kind").isin(*NOT_WRITTEN)
+        self._topic = F.col("stream").alias("topic")
+        self._headers = _headers(writer).alias("headers")
+        self._partition = _partition(self.streams)
+
+    def write(
+        self,
+        batch: DataFrame,
+        *,
+        on_clock: Callable[[dict[int, int | None]], None] | None = None,
+        on_timers: Callable[[dict[int, int | None], set[str]], None] | None = None,
+    ) -> dict[str, int]:
+        """Write the operator's output rows `batch` to Kafka in one write; the rows of each kind.
+
+        Two Spark jobs: the first runs the operator into Spark's cache and counts the rows of
+        each kind and stream, collecting the buckets' timer reports in the same job (jobs of
+        their own for those cost 50 to 150 ms each); the second is the write. An output
+        stream that does not exist fails the write before anything is written. A production
+        without a key goes to a bucket chosen by its id (`bucket_by_id`). `on_clock` is given
+        the buckets' earliest processing-time timers the batch reports; `on_timers`, once the
+        batch is written, their earliest event-time timers and the streams the batch
+        produced to.
+        """
+        batch.persist()
+        try:
+            counts = batch.groupBy("kind", "stream").agg(*self._counts).collect()
+            totals = dict.fromkeys((PRODUCTION, DEAD_LETTER, *NOT_WRITTEN), 0)
+            for row in counts:
+                totals[row["kind"]] += row["count"]
+            if on_clock is not None and totals[CLOCK]:
+                on_clock(_reports_of(counts, CLOCK))
+            produced = {row["stream"] for row in counts if row["kind"] == PRODUCTION}
+            tables = _write_table_productions(self.name, self.workspace, batch, produced)
+            self._require_streams(produced - tables)
+            if totals[DEAD_LETTER] or produced - tables:
+                written = batch.where(self._written)
+                if tables:
+                    written = written.where(~F.col("stream").isin(*tables))
+                kafka.write(
+                    written.select(self._topic, "key", "value", self._headers, self._partition),
+                    self.workspace.settings,
+                )
+            if on_timers is not None:
+                on_timers(_reports_of(counts, TIMERS), produced - tables)
+            return totals
+        finally:
+            batch.unpersist()
+
+    def _require_streams(self, produced: set[str]) -> None:
+        """Look up the output streams not met before; a worker's error for a missing one."""
+        new = sorted(produced - set(self.streams))
+        for stream in new:
             try:
-                stream_buckets[stream] = require_processor_stream(
-                    workspace, stream, f"output of processor {name!r}"
+                self.streams[stream] = require_processor_stream(
+                    self.workspace, stream, f"output of processor {self.name!r}"
                 )
             except ProcessorError as error:
                 raise RuntimeError(worker_error_text(error)) from None
-        if totals[DEAD_LETTER] or produced - tables:
-            written = batch.where(~F.col("kind").isin(*NOT_WRITTEN))
-            if tables:
-                written = written.where(~F.col("stream").isin(*tables))
-            kafka.write(
-                written.select(
-                    F.col("stream").alias("topic"),
-                    "key",
-                    "value",
-                    _headers(name if on_timers is not None else None).alias("headers"),
-                    bucket_by_id(F.col("id"), F.col("key"), _bucket_counts(stream_buckets)).alias(
-                        "partition"
-                    ),
-                ),
-                workspace.settings,
-            )
-        if on_timers is not None:
-            on_timers(_reports_of(counts, TIMERS), produced - tables)
-        return totals
-    finally:
-        batch.unpersist()
+        if new:
+            self._partition = _partition(self.streams)
 
 
 def _reports_of(counts: list[Row], kind: str) -> dict[int, int | None]:
@@ -164,9 +177,15 @@ def _write_table_productions(
     return tables
 
 
-def _bucket_counts(stream_buckets: dict[str, int]) -> Column:
-    """Each row's stream's bucket count, from `stream_buckets`; null for another stream."""
-    if not stream_buckets:
-        return F.lit(None).cast("int")
-    pairs = (F.lit(part) for pair in sorted(stream_buckets.items()) for part in pair)
-    return F.create_map(*pairs)[F.col("stream")]
+def _partition(stream_buckets: dict[str, int]) -> Column:
+    """The Kafka bucket of each output row, for the streams of `stream_buckets`.
+
+    A production without a key goes to a bucket chosen by its id (`bucket_by_id`); null
+    leaves the choice to Kafka's producer.
+    """
+    if stream_buckets:
+        pairs = (F.lit(part) for pair in sorted(stream_buckets.items()) for part in pair)
+        buckets = F.create_map(*pairs)[F.col("stream")]
+    else:
+        buckets = F.lit(None).cast("int")
+    return bucket_by_id(F.col("id"), F.col("key"), buckets).alias("partition")

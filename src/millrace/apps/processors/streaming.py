@@ -73,7 +73,7 @@ from millrace.apps.processors.errors import (
     worker_start_error,
 )
 from millrace.apps.processors.lookups import ServingLookups, require_tables
-from millrace.apps.processors.outputs import write_output_rows
+from millrace.apps.processors.outputs import OutputWriter
 from millrace.apps.processors.pending_timers import PendingTimers
 from millrace.apps.processors.placement import Placement, bucket_count
 from millrace.apps.processors.rows import (
@@ -140,11 +140,11 @@ class RunningProcessor:
     processor: type[Processor]
     query: StreamingQuery
     workspace: Workspace
+    _outputs: OutputWriter
     productions: int = 0
     dead_letters: int = 0
     late: int = 0
     duplicates: int = 0
-    _stream_buckets: dict[str, int] = field(default_factory=dict)
     _clock: ProcessorClock | None = None
     _timers: PendingTimers | None = None
     _resources: ExitStack = field(default_factory=ExitStack)
@@ -292,7 +292,12 @@ def start_processor_app(
             # transformWithState keeps its state only in RocksDB.
             with state_store(spark, "rocksdb"):
                 running = RunningProcessor(
-                    processor_class, writer.start(), workspace, _clock=clock, _timers=timers
+                    processor_class,
+                    writer.start(),
+                    workspace,
+                    OutputWriter(workspace, name, writer=name),
+                    _clock=clock,
+                    _timers=timers,
                 )
             started.callback(_stop_if_active, running.query)
             markers = OutputWatermark(
@@ -584,10 +589,7 @@ def _frames(outputs: list[OutputRow]) -> Iterator[pd.DataFrame]:
 
 def _write_outputs(running: RunningProcessor, workspace: Workspace, batch: DataFrame) -> None:
     """Write one micro-batch's productions and dead letters to Kafka, in one write."""
-    counts = write_output_rows(
-        workspace,
-        running.processor.name,
-        running._stream_buckets,
+    counts = running._outputs.write(
         batch,
         on_clock=running._clock.report if running._clock is not None else None,
         on_timers=running._timers.report if running._timers is not None else None,
