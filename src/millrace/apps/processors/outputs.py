@@ -38,8 +38,9 @@ class OutputWriter:
     """Writes one processor's output rows, micro-batch after micro-batch, each in one Kafka write.
 
     The column expressions of the counts and of the write are built once, at construction
-    (in the driver, with Spark running), and reused by every micro-batch: built anew, their
-    calls into the JVM took about 60 ms of a 500 ms micro-batch (benchmarks/latency.py).
+    (in the driver, with Spark running), and reused by every micro-batch: built anew each
+    time, one Py4J call at a time, they made a 500 ms micro-batch about 30 ms longer
+    (benchmarks/latency.py at 2,000 records a second, before and after).
     `streams` remembers the bucket count of each output stream found, so each is looked up
     once. With `writer`, productions carry that processor's name in their `writer` header,
     since its markers then tell their progress (`millrace.engine.output_watermark`). A
