@@ -25,6 +25,62 @@ def test_the_drivers_spark_starts_map_the_archive_setup_built(
     assert str(archive) in mapped
 
 
+def test_the_archive_holds_the_kafka_client_apps_load(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    connectors = connector_jars(settings)
+    options = driver_options(settings, connectors)
+    assert options, "scripts/setup.sh builds the archive: run `make setup`"
+    kafka_client = next(jar for jar in connectors if jar.name.startswith("kafka-clients-"))
+    # A JVM maps the archive only with the classpath it was built with: the driver's.
+    command_line = Path(f"/proc/{spark_internals.driver_pid(spark)}/cmdline").read_bytes()
+    arguments = command_line.decode().split("\0")
+    classpath = arguments[arguments.index("-cp") + 1]
+    # As in a driver, Spark's class loader loads the connectors' jars (spark.jars).
+    loader = tmp_path / "LoadFromJar.java"
+    loader.write_text(_LOAD_FROM_JAR)
+
+    loaded = subprocess.run(
+        [
+            java_executable(),
+            *options.split(),
+            "-Xlog:class+load=info",
+            "-cp",
+            classpath,
+            str(loader),
+            str(kafka_client),
+            "org.apache.kafka.clients.consumer.KafkaConsumer",
+        ],
+        capture_output=True,
+        text=True,
+    )
+
+    assert loaded.returncode == 0, loaded.stderr
+    line = next(
+        line
+        for line in loaded.stdout.splitlines()
+        if " org.apache.kafka.clients.consumer.KafkaConsumer source: " in line
+    )
+    assert "source: shared objects file" in line
+
+
+_LOAD_FROM_JAR = """\
+import java.net.URL;
+import java.net.URLClassLoader;
+import java.nio.file.Path;
+
+public class LoadFromJar {
+    public static void main(String[] arguments) throws Exception {
+        URL jar = Path.of(arguments[0]).toUri().toURL();
+        ClassLoader parent = LoadFromJar.class.getClassLoader();
+        try (URLClassLoader loader = new URLClassLoader(new URL[] {jar}, parent)) {
+            Class.forName(arguments[1], false, loader);
+        }
+    }
+}
+"""
+
+
 def test_a_changed_classpath_names_another_archive(settings: Settings, tmp_path: Path) -> None:
     connectors = connector_jars(settings)
     added = tmp_path / "added-1.0.jar"

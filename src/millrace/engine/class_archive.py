@@ -12,7 +12,8 @@ Setup builds it (`millrace.ops.class_archive_build`); `driver_options` names it 
 driver start. The archive's name carries a
 fingerprint of the Java executable and of every jar on the driver's classpath: a JVM refuses
 an archive written for another classpath, so a changed install simply finds no archive of its
-name (and starts as before) until setup builds the new one.
+name (and starts as before) until setup builds the new one. The fingerprint carries
+`_WORKLOAD` too, so that an install builds again once the build exercises more.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ _DYNAMIC_ARCHIVE_MAGIC = bytes.fromhex("a8ab0bf0")
 QUIET_SHARING = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 """JVM options with which a mismatched or unreadable archive is skipped silently, as the JVM
 does by default (-Xshare:auto), instead of printing a warning into the app's log."""
+_WORKLOAD = "2: apps on Kafka"
+"""What the build exercises; changed with `millrace.ops.class_archive_build`'s workload."""
 
 
 def archive_file(settings: Settings, classpath: list[Path]) -> Path:
@@ -73,11 +76,11 @@ def _fingerprint(classpath: list[Path]) -> str:
     """A hash of what a driver's archive depends on.
 
     That is the Java executable and the jars on the driver's classpath (PySpark's own and
-    `classpath`), each by path, size and change time.
+    `classpath`), each by path, size and change time, and the build's `_WORKLOAD`.
     """
     java = Path(os.path.realpath(java_executable()))
     pyspark_jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(_WORKLOAD.encode())
     for file in [java, *pyspark_jars, *classpath]:
         status = file.stat()
         digest.update(f"{file}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
