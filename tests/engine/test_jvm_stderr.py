@@ -24,9 +24,10 @@ WORKER_OUTPUT = (
 def test_worker_chatter_is_dropped_and_every_other_line_copied(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    with relayed_stderr():
+    with relayed_stderr() as stderr:
         child = subprocess.Popen(
-            [sys.executable, "-c", f"import sys; sys.stderr.write({WORKER_OUTPUT!r})"]
+            [sys.executable, "-c", f"import sys; sys.stderr.write({WORKER_OUTPUT!r})"],
+            stderr=stderr,
         )
     child.wait()
 

@@ -2,7 +2,7 @@
 
 `run` parses its options, loads the app (`millrace.apps.app`) and hands it to its driver
 (`millrace.ops.lifecycle.run`), which prints its progress; both load Spark, so they are
-imported when `run` runs.
+imported when `run` runs, while Spark's JVM starts in the background (`start_jvm_early`).
 """
 
 from __future__ import annotations
@@ -118,11 +118,16 @@ def run(
 
 
 def _stream(source: str, options: RunOptions, fresh: bool) -> None:
+    from millrace.engine.session import start_jvm_early
+
+    workspace = Workspace.locate().require_initialized()
+    # Spark's JVM starts while the app loads and its checks run.
+    start_jvm_early(options.on_master(workspace).settings)
+
     from millrace.apps.app import App
     from millrace.ops import lifecycle
 
     app = App.load(source)
-    workspace = Workspace.locate().require_initialized()
     app.require_streamable()
     lifecycle.run(workspace, app, options, fresh=fresh, say=click.echo)
 

@@ -7,6 +7,8 @@ ten lines a query start, on the user's terminal. No setting routes them elsewher
 JVM is started with a pipe as its stderr, and a thread of this process copies each line of
 it to this process's stderr, except those lines and the blank line each `print` adds. Every
 other line (Spark's errors and their stacks, a Python worker's traceback) is copied as it is.
+Only the JVM writes into the pipe: what this process prints while the JVM starts (from
+another thread, as the JVM may start in the background) goes to its stderr at once.
 """
 
 from __future__ import annotations
@@ -28,16 +30,15 @@ _DRAIN_WAIT_S = 1.0
 
 
 @contextlib.contextmanager
-def relayed_stderr() -> Iterator[None]:
-    """Give processes started inside a stderr that is copied to ours, less the worker chatter."""
+def relayed_stderr() -> Iterator[int]:
+    """A stderr for processes started inside, copied to ours less the worker chatter.
+
+    It gives the file descriptor to start them with, as `subprocess.Popen(..., stderr=it)`.
+    """
     read_end, write_end = os.pipe()
-    ours = os.dup(2)
-    os.dup2(write_end, 2)
     try:
-        yield
+        yield write_end
     finally:
-        os.dup2(ours, 2)
-        os.close(ours)
         os.close(write_end)
     relay = _Relay(read_end)
     relay.start()

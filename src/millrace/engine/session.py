@@ -14,6 +14,7 @@ app a session of its own in a scheduler pool of its own (`app_session`, `end_app
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -67,19 +68,7 @@ def spark_session(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    # Python workers must run this interpreter, or they miss the virtualenv's packages.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # Spark's own servers (driver, block manager) listen on loopback unless told otherwise.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    conf = SparkConf().setAll(
-        [
-            ("spark.master", settings.spark_master),
-            ("spark.app.name", app_name),
-            ("spark.scheduler.mode", "FAIR" if pools else "FIFO"),
-            *spark_config(settings).items(),
-        ]
-    )
+    conf = _session_conf(settings, app_name, pools=pools)
     try:
         _start_jvm(conf)
         spark = SparkSession.builder.config(conf=conf).getOrCreate()
@@ -98,6 +87,49 @@ def spark_session(
     return spark
 
 
+def start_jvm_early(settings: Settings) -> None:
+    """Start Spark's JVM for `settings` in the background, for the session built later.
+
+    A command that will need Spark calls it as soon as it knows its settings, so that the
+    JVM's start (a second or two) overlaps what the command does first: its imports, loading
+    the app, checking its checkpoint. `spark_session` then finds the JVM started, or waits for
+    it. Nothing starts when a JVM runs; a start that fails here fails again, with its error,
+    in `spark_session`; a JVM started for a command that ends without Spark ends with it.
+
+    Example:
+        >>> start_jvm_early(workspace.settings)  # doctest: +SKIP
+    """
+    if spark_internals.jvm_started():
+        return
+    conf = _session_conf(settings, "millrace", pools=False)
+    threading.Thread(
+        target=_start_jvm_quietly, args=(conf,), name="millrace-jvm-start", daemon=True
+    ).start()
+
+
+def _start_jvm_quietly(conf: SparkConf) -> None:
+    # `spark_session` starts it again and raises what stopped it.
+    with contextlib.suppress(Exception):
+        _start_jvm(conf)
+
+
+def _session_conf(settings: Settings, app_name: str, *, pools: bool) -> SparkConf:
+    """The conf of the session `spark_session` builds, and the environment its JVM needs."""
+    # Python workers must run this interpreter, or they miss the virtualenv's packages.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Spark's own servers (driver, block manager) listen on loopback unless told otherwise.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return SparkConf().setAll(
+        [
+            ("spark.master", settings.spark_master),
+            ("spark.app.name", app_name),
+            ("spark.scheduler.mode", "FAIR" if pools else "FIFO"),
+            *spark_config(settings).items(),
+        ]
+    )
+
+
 def _start_jvm(conf: SparkConf) -> None:
     """Start Spark's JVM for this process (once), deaf to SIGTERM: the driver decides the stop.
 
@@ -108,8 +140,9 @@ def _start_jvm(conf: SparkConf) -> None:
     still ends with the driver, when the pipe on its stdin closes. Its stderr is relayed
     (`jvm_stderr`), without the lines PySpark's TransformWithStateInPandas worker prints.
     """
-    with relayed_stderr():
-        spark_internals.start_jvm(conf)
+    if not spark_internals.jvm_started():
+        with relayed_stderr() as stderr:
+            spark_internals.start_jvm(conf, stderr=stderr)
     spark_internals.ignore_sigterm_in_jvm()
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from py4j.java_gateway import JavaObject
 from pyspark import SparkConf, SparkContext
-from pyspark.java_gateway import ensure_callback_server_started
+from pyspark.java_gateway import ensure_callback_server_started, launch_gateway
 from pyspark.sql.streaming.listener import (
     JStreamingQueryListener,
     QueryProgressEvent,
@@ -27,15 +27,24 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 
-def start_jvm(conf: SparkConf) -> None:
+def start_jvm(conf: SparkConf, *, stderr: int | None = None) -> None:
     """Start this process's Spark JVM with `conf`, before any SparkContext, once.
 
     PySpark starts the JVM (spark-submit with the conf) inside the first SparkContext, through
     `SparkContext._ensure_initialized`; calling it first lets millrace act on the JVM (make it
-    deaf to SIGTERM) before Spark starts inside it.
+    deaf to SIGTERM) before Spark starts inside it, and give it `stderr` (a file descriptor)
+    as its stderr. Under PySpark's lock, so that two threads starting it start one JVM.
     """
-    if SparkContext._gateway is None:
-        SparkContext._ensure_initialized(conf=conf)
+    with SparkContext._lock:
+        if SparkContext._gateway is None:
+            popen = {} if stderr is None else {"stderr": stderr}
+            gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+            SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+def jvm_started() -> bool:
+    """Whether this process's Spark JVM runs (PySpark keeps it in `SparkContext._gateway`)."""
+    return SparkContext._gateway is not None
 
 
 def ignore_sigterm_in_jvm() -> None:
