@@ -96,8 +96,10 @@ def start_jvm_early(settings: Settings) -> None:
     it. Nothing starts when a JVM runs; a start that fails here fails again, with its error,
     in `spark_session`; a JVM started for a command that ends without Spark ends with it.
 
-    Example:
-        >>> start_jvm_early(workspace.settings)  # doctest: +SKIP
+    Example, as `millrace run` calls it before it loads the app (it starts a JVM, so it is
+    not run as a doctest):
+
+        start_jvm_early(options.on_master(workspace).settings)
     """
     if spark_internals.jvm_started():
         return
