@@ -128,7 +128,8 @@ def write(records: DataFrame, settings: Settings, *, topic: str | None = None) -
 
     Each row names its topic in a `topic` column, unless `topic` names one for all.
     """
-    writer = records.write.format("kafka").options(**spark_kafka_options(settings))
+    # Kafka's batch sink is Spark's DataSource V2 sink (`spark_config`), which appends only.
+    writer = records.write.format("kafka").mode("append").options(**spark_kafka_options(settings))
     if topic is not None:
         writer = writer.option("topic", topic)
     writer.save()

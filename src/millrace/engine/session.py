@@ -367,6 +367,10 @@ def spark_config(settings: Settings) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
+        # Kafka's batch reads and writes go through Spark's DataSource V2 API, not V1 (Spark's
+        # list, less kafka): a V1 write runs its query apart from the write command, where the
+        # metrics that a processor's writer observes as it writes (`observe`) never arrive.
+        "spark.sql.sources.useV1SourceList": "avro,csv,json,orc,parquet,text",
         **_s3a_config(settings),
     }
 

@@ -2,17 +2,18 @@
 
 An `OutputWriter` takes the output rows (`millrace.apps.processors.rows`) of each
 micro-batch of a streaming run (`millrace.apps.processors.streaming`) or of a whole batch run
-(`millrace.apps.processors.batch`), writes the productions and dead letters in one Kafka
-write, each with its deterministic id in its `id` header (and a production its event time in
-its `time` header), upserts the productions to serving tables (`table:<name>`) into Redis,
-hands the buckets' timer reports to the driver, and counts the rows of each kind.
+(`millrace.apps.processors.batch`), writes the productions and dead letters to Kafka in the
+Spark job that runs the operator, each with its deterministic id in its `id` header (and a
+production its event time in its `time` header), upserts the productions to serving tables
+(`table:<name>`) into Redis, hands the buckets' timer reports to the driver, and counts the
+rows of each kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.apps.processors.errors import require_processor_stream, worker_error_text
@@ -33,9 +34,12 @@ from millrace.records import ID_HEADER, TIME_HEADER
 from millrace.serving.sink import write_table
 from millrace.serving.tables import describe_table
 
+_KINDS = (PRODUCTION, DEAD_LETTER, *NOT_WRITTEN)
+_PRODUCED = "produced"
+
 
 class OutputWriter:
-    """Writes one processor's output rows, micro-batch after micro-batch, each in one Kafka write.
+    """Writes one processor's output rows, micro-batch after micro-batch, in one Spark job each.
 
     The column expressions of the counts and of the write are built once, at construction
     (in the driver, with Spark running), and reused by every micro-batch: built anew each
@@ -51,14 +55,18 @@ class OutputWriter:
         self.workspace = workspace
         self.name = name
         self.streams: dict[str, int] = {}
-        self._counts = (
-            F.count(F.lit(1)).alias("count"),
-            # collect_list leaves out the nulls: the rows of the other kinds.
-            F.collect_list(
-                F.when(F.col("kind").isin(CLOCK, TIMERS), F.struct("key", "value"))
-            ).alias("reports"),
-        )
-        self._written = ~F.col("kind").isin(*NOT_WRITTEN)
+        kind = F.col("kind")
+        self._counts = [
+            *(F.count_if(kind == counted).alias(counted) for counted in _KINDS),
+            # collect_set and collect_list leave out the nulls: the rows of the other kinds.
+            F.collect_set(F.when(kind == PRODUCTION, F.col("stream"))).alias(_PRODUCED),
+            *(
+                F.collect_list(F.when(kind == report, F.struct("key", "value"))).alias(report)
+                for report in (CLOCK, TIMERS)
+            ),
+        ]
+        self._written = ~kind.isin(*NOT_WRITTEN)
+        self._production = kind == PRODUCTION
         self._topic = F.col("stream").alias("topic")
         self._headers = _headers(writer).alias("headers")
         self._partition = _partition(self.streams)
@@ -70,41 +78,50 @@ class OutputWriter:
         on_clock: Callable[[dict[int, int | None]], None] | None = None,
         on_timers: Callable[[dict[int, int | None], set[str]], None] | None = None,
     ) -> dict[str, int]:
-        """Write the operator's output rows `batch` to Kafka in one write; the rows of each kind.
+        """Write the operator's output rows `batch` to Kafka; the rows of each kind.
 
-        Two Spark jobs: the first runs the operator into Spark's cache and counts the rows of
-        each kind and stream, collecting the buckets' timer reports in the same job (jobs of
-        their own for those cost 50 to 150 ms each); the second is the write. An output
-        stream that does not exist fails the write before anything is written. A production
-        without a key goes to a bucket chosen by its id (`bucket_by_id`). `on_clock` is given
-        the buckets' earliest processing-time timers the batch reports; `on_timers`, once the
-        batch is written, their earliest event-time timers and the streams the batch
-        produced to.
+        One Spark job runs the operator into Spark's cache and writes the dead letters and
+        the productions to streams this writer has written to before, observing as it goes
+        (Spark's `observe`) the rows of each kind, the streams produced to and the buckets'
+        timer reports: a job of its own for the counts made each micro-batch of a processor
+        at 2,000 records a second about 70 ms longer (benchmarks/latency.py, before and
+        after). The productions to streams met for the first time, and to serving tables
+        (`table:<name>`, upserted into Redis), are written from the cache afterwards, once the
+        streams are found: an output stream that does not exist stops the app before anything
+        is written to it (what the micro-batch wrote to the other streams is written again,
+        with the same ids, when it runs again). A production without a key goes to a bucket
+        chosen by its id (`bucket_by_id`). `on_clock` is given the buckets' earliest
+        processing-time timers the batch reports; `on_timers`, once the batch is written,
+        their earliest event-time timers and the streams the batch produced to.
         """
+        observation = Observation()
         batch.persist()
         try:
-            counts = batch.groupBy("kind", "stream").agg(*self._counts).collect()
-            totals = dict.fromkeys((PRODUCTION, DEAD_LETTER, *NOT_WRITTEN), 0)
-            for row in counts:
-                totals[row["kind"]] += row["count"]
-            if on_clock is not None and totals[CLOCK]:
-                on_clock(_reports_of(counts, CLOCK))
-            produced = {row["stream"] for row in counts if row["kind"] == PRODUCTION}
+            known = (~self._production) | F.col("stream").isin(*self.streams)
+            self._write(batch.observe(observation, *self._counts).where(known))
+            counts = observation.get
+            produced = set(counts[_PRODUCED])
+            if on_clock is not None and counts[CLOCK]:
+                on_clock(_reports_of(counts[CLOCK]))
             tables = _write_table_productions(self.name, self.workspace, batch, produced)
-            self._require_streams(produced - tables)
-            if totals[DEAD_LETTER] or produced - tables:
-                written = batch.where(self._written)
-                if tables:
-                    written = written.where(~F.col("stream").isin(*tables))
-                kafka.write(
-                    written.select(self._topic, "key", "value", self._headers, self._partition),
-                    self.workspace.settings,
-                )
+            new = produced - tables - set(self.streams)
+            if new:
+                self._require_streams(new)
+                self._write(batch.where(self._production & F.col("stream").isin(*new)))
             if on_timers is not None:
-                on_timers(_reports_of(counts, TIMERS), produced - tables)
-            return totals
+                on_timers(_reports_of(counts[TIMERS]), produced - tables)
+            return {counted: counts[counted] for counted in _KINDS}
         finally:
             batch.unpersist()
+
+    def _write(self, rows: DataFrame) -> None:
+        """Write the rows that are written (not reports) to their streams' Kafka buckets."""
+        kafka.write(
+            rows.where(self._written).select(
+                self._topic, "key", "value", self._headers, self._partition
+            ),
+            self.workspace.settings,
+        )
 
     def _require_streams(self, produced: set[str]) -> None:
         """Look up the output streams not met before; a worker's error for a missing one."""
@@ -120,14 +137,9 @@ class OutputWriter:
             self._partition = _partition(self.streams)
 
 
-def _reports_of(counts: list[Row], kind: str) -> dict[int, int | None]:
-    """The buckets' timer reports of `kind`: each bucket's earliest timer, None for none."""
-    return {
-        int(report["key"]): _int_or_none(report["value"])
-        for row in counts
-        if row["kind"] == kind
-        for report in row["reports"]
-    }
+def _reports_of(reports: list[Row]) -> dict[int, int | None]:
+    """The buckets' timer reports: each bucket's earliest timer, None for none."""
+    return {int(report["key"]): _int_or_none(report["value"]) for report in reports}
 
 
 def _headers(writer: str | None) -> Column:
