@@ -67,6 +67,7 @@ class OutputWriter:
         ]
         self._written = ~kind.isin(*NOT_WRITTEN)
         self._production = kind == PRODUCTION
+        self._known = self._written_before()
         self._topic = F.col("stream").alias("topic")
         self._headers = _headers(writer).alias("headers")
         self._partition = _partition(self.streams)
@@ -97,8 +98,7 @@ class OutputWriter:
         observation = Observation()
         batch.persist()
         try:
-            known = (~self._production) | F.col("stream").isin(*self.streams)
-            self._write(batch.observe(observation, *self._counts).where(known))
+            self._write(batch.observe(observation, *self._counts).where(self._known))
             counts = observation.get
             produced = set(counts[_PRODUCED])
             if on_clock is not None and counts[CLOCK]:
@@ -135,6 +135,11 @@ class OutputWriter:
                 raise RuntimeError(worker_error_text(error)) from None
         if new:
             self._partition = _partition(self.streams)
+            self._known = self._written_before()
+
+    def _written_before(self) -> Column:
+        """Whether the micro-batch's job writes a row: all but productions to new streams."""
+        return ~self._production | F.col("stream").isin(*self.streams)
 
 
 def _reports_of(reports: list[Row]) -> dict[int, int | None]:

@@ -237,7 +237,7 @@ def start_processor_app(
     `placement` is its keys' hash buckets (by default `bucket_count`'s, spread; keep it once the
     app has a checkpoint, since a key's state lives in its bucket). Its input streams must
     exist; an output stream that does not exist stops the app at the first micro-batch that
-    produces to it, before anything of that micro-batch is written. `trigger` sets when
+    produces to it, before anything is written to it (`OutputWriter.write`). `trigger` sets when
     micro-batches run.
     """
     processor_class.validate()
