@@ -273,6 +273,36 @@ def test_a_production_to_a_stream_that_does_not_exist_stops_the_app_and_writes_n
     assert [record.value for record in read(workspace, missing)] == [events[7]]
 
 
+def test_a_stream_first_produced_to_in_a_later_micro_batch_gets_its_productions_once(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output, later = f"{stream_name}.echo", f"{stream_name}.later"
+    for stream in (stream_name, output, later):
+        create_stream(workspace.settings, stream, buckets=1)
+
+    class Echo(Processor):
+        name = f"echo_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream_name, key="query", time="ts")]
+
+        def on_record(self, key, record, ctx):
+            ctx.produce(output, record)
+            if record["query"] == "boom":
+                ctx.produce(later, record)
+
+    # In time order, so that none comes behind the watermark of the micro-batches before it.
+    events = [{**event, "ts": T0 + n * 150} for n, event in enumerate(queries(0, 20))]
+    events[13]["query"] = "boom"
+    publish(workspace, stream_name, events)
+
+    # Five records a micro-batch: the third produces to `later` first, after two to `output`.
+    start_processor_app(
+        spark, workspace, Echo, available_now=True, max_records_per_batch=5
+    ).await_termination()
+    echoed = Counter(json.dumps(record.value) for record in read(workspace, output))
+    assert echoed == Counter(json.dumps(event) for event in events)
+    assert [record.value for record in read(workspace, later)] == [events[13]]
+
+
 @pytest.mark.parametrize("on_error", ["stop", "dlq"])
 def test_a_failing_callback_stops_the_app_or_goes_to_the_dead_letters(
     spark: SparkSession, workspace: Workspace, stream_name: str, on_error: str
