@@ -85,7 +85,7 @@ class OutputWriter:
         the productions to streams this writer has written to before, observing as it goes
         (Spark's `observe`) the rows of each kind, the streams produced to and the buckets'
         timer reports: a job of its own for the counts made each micro-batch of a processor
-        at 2,000 records a second about 70 ms longer (benchmarks/latency.py, before and
+        at 2,000 records a second 40 to 95 ms longer (benchmarks/latency.py, before and
         after). The productions to streams met for the first time, and to serving tables
         (`table:<name>`, upserted into Redis), are written from the cache afterwards, once the
         streams are found: an output stream that does not exist stops the app before anything
