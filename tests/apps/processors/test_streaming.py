@@ -237,6 +237,21 @@ def test_productions_without_a_key_are_spread_over_the_buckets_in_step(
         assert all(abs(share - count / 3) <= 100 for share in so_far)
 
 
+def _echo(stream: str, output: str, *, boom_to: str) -> type[Processor]:
+    """A processor producing each record of `stream` to `output`, and a "boom" to `boom_to` too."""
+
+    class Echo(Processor):
+        name = f"echo_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream, key="query", time="ts")]
+
+        def on_record(self, key, record, ctx):
+            ctx.produce(output, record)
+            if record["query"] == "boom":
+                ctx.produce(boom_to, record)
+
+    return Echo
+
+
 def test_a_production_to_a_stream_that_does_not_exist_stops_the_app_and_writes_nothing(
     spark: SparkSession, workspace: Workspace, stream_name: str
 ) -> None:
@@ -244,23 +259,15 @@ def test_a_production_to_a_stream_that_does_not_exist_stops_the_app_and_writes_n
     create_stream(workspace.settings, stream_name, buckets=1)
     create_stream(workspace.settings, output, buckets=1)
 
-    class Echo(Processor):
-        name = f"echo_{uuid.uuid4().hex[:8]}"
-        inputs = [Input(stream_name, key="query", time="ts")]
-
-        def on_record(self, key, record, ctx):
-            ctx.produce(output, record)
-            if record["query"] == "boom":
-                ctx.produce(missing, record)
-
+    echo = _echo(stream_name, output, boom_to=missing)
     events = queries(0, 20)
     events[7] = {"query": "boom", "ts": T0}
     publish(workspace, stream_name, events)
 
-    running = start_processor_app(spark, workspace, Echo, available_now=True)
+    running = start_processor_app(spark, workspace, echo, available_now=True)
     with pytest.raises(ProcessorError) as raised:
         running.await_termination()
-    assert f"stream {missing!r}, output of processor {Echo.name!r}, does not exist" in (
+    assert f"stream {missing!r}, output of processor {echo.name!r}, does not exist" in (
         raised.value.message
     )
     assert f"`millrace stream create {missing}`" in raised.value.hint
@@ -268,7 +275,7 @@ def test_a_production_to_a_stream_that_does_not_exist_stops_the_app_and_writes_n
 
     # Created as the hint says, the app run again writes each production once.
     create_stream(workspace.settings, missing, buckets=1)
-    start_processor_app(spark, workspace, Echo, available_now=True).await_termination()
+    start_processor_app(spark, workspace, echo, available_now=True).await_termination()
     assert len(read(workspace, output)) == len(events)
     assert [record.value for record in read(workspace, missing)] == [events[7]]
 
@@ -280,15 +287,7 @@ def test_a_stream_first_produced_to_in_a_later_micro_batch_gets_its_productions_
     for stream in (stream_name, output, later):
         create_stream(workspace.settings, stream, buckets=1)
 
-    class Echo(Processor):
-        name = f"echo_{uuid.uuid4().hex[:8]}"
-        inputs = [Input(stream_name, key="query", time="ts")]
-
-        def on_record(self, key, record, ctx):
-            ctx.produce(output, record)
-            if record["query"] == "boom":
-                ctx.produce(later, record)
-
+    echo = _echo(stream_name, output, boom_to=later)
     # In time order, so that none comes behind the watermark of the micro-batches before it.
     events = [{**event, "ts": T0 + n * 150} for n, event in enumerate(queries(0, 20))]
     events[13]["query"] = "boom"
@@ -296,7 +295,7 @@ def test_a_stream_first_produced_to_in_a_later_micro_batch_gets_its_productions_
 
     # Five records a micro-batch: the third produces to `later` first, after two to `output`.
     start_processor_app(
-        spark, workspace, Echo, available_now=True, max_records_per_batch=5
+        spark, workspace, echo, available_now=True, max_records_per_batch=5
     ).await_termination()
     echoed = Counter(json.dumps(record.value) for record in read(workspace, output))
     assert echoed == Counter(json.dumps(event) for event in events)
