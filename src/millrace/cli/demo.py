@@ -60,6 +60,10 @@ RANKER_TABLE = "top_events"
 APP_NAMES = ("trending_filterer", "trending_joiner", "trending_scorer", RANKER)
 _HOST_RESTART_WAIT_S = 120.0
 """How long the demo waits for apps whose host died to run again in the next host."""
+_PROGRESS_EVERY_S = 5.0
+"""How often the demo prints its progress line, and looks for new windows once one showed."""
+_FIRST_WINDOW_POLL_S = 1.0
+"""How often it looks for the first window, so that the first top 3 shows once it is there."""
 LEAN_SPARK = {
     # Small streams on a small machine: few shuffle partitions. A setting the user made (in
     # the environment) wins, here and in ISOLATED_SPARK.
@@ -227,34 +231,22 @@ def _watch(
     monitor = Monitor(workspace)
     shown: set[datetime] = set()
     last_events, last_time = 0, time.monotonic()
-    # Apps whose host died, and since when: its supervisor starts it again, and it them.
+    progress_due = last_time + _PROGRESS_EVERY_S
     awaiting: dict[str, float] = {}
     while seconds is None or time.monotonic() - run.started < seconds:
-        if asked_to_stop.wait(5):
+        poll_s = _FIRST_WINDOW_POLL_S if run.first_results_s is None else _PROGRESS_EVERY_S
+        if asked_to_stop.wait(max(0.0, min(poll_s, progress_due - time.monotonic()))):
             raise KeyboardInterrupt
-        for name in apps:
-            record = registry.load(workspace, name)
-            if record.status == "running":
-                if awaiting.pop(name, None) is not None:
-                    say(f"{name}: runs again, from its checkpoint")
-                continue
-            if awaits_its_host(workspace, record):
-                if name not in awaiting:
-                    awaiting[name] = time.monotonic()
-                    say(f"{name}: its host ended; it runs again once the host has started again")
-                if time.monotonic() - awaiting[name] < _HOST_RESTART_WAIT_S:
-                    continue
-            raise MillraceError(
-                f"app {name} is {record.status}" + _last_error_of(record),
-                hint=f"its log: {record.log} (`millrace logs {name}`)",
+        if time.monotonic() >= progress_due:
+            progress_due += _PROGRESS_EVERY_S
+            _check_apps(workspace, apps, awaiting, say)
+            now = time.monotonic()
+            rate = (run.events - last_events) / (now - last_time)
+            last_events, last_time = run.events, now
+            say(
+                f"[{now - run.started:5.0f} s] published {run.events} events ({rate:.0f}/s), "
+                f"{run.malformed} malformed; " + _lags(monitor, apps)
             )
-        now = time.monotonic()
-        rate = (run.events - last_events) / (now - last_time)
-        last_events, last_time = run.events, now
-        say(
-            f"[{now - run.started:5.0f} s] published {run.events} events ({rate:.0f}/s), "
-            f"{run.malformed} malformed; " + _lags(monitor, apps)
-        )
         for window, rows in _new_windows(workspace, shown):
             if run.first_results_s is None:
                 run.first_results_s = time.monotonic() - run.started
@@ -265,6 +257,35 @@ def _watch(
             )
             for row in sorted(rows, key=lambda row: row["topic"]):
                 say(topic_line(row))
+
+
+def _check_apps(
+    workspace: Workspace,
+    apps: list[str],
+    awaiting: dict[str, float],
+    say: Callable[[str], None],
+) -> None:
+    """Raise `MillraceError` for an app that stopped running, unless its host is restarting.
+
+    `awaiting` holds the apps whose host died, and since when: its supervisor starts it
+    again, and it them.
+    """
+    for name in apps:
+        record = registry.load(workspace, name)
+        if record.status == "running":
+            if awaiting.pop(name, None) is not None:
+                say(f"{name}: runs again, from its checkpoint")
+            continue
+        if awaits_its_host(workspace, record):
+            if name not in awaiting:
+                awaiting[name] = time.monotonic()
+                say(f"{name}: its host ended; it runs again once the host has started again")
+            if time.monotonic() - awaiting[name] < _HOST_RESTART_WAIT_S:
+                continue
+        raise MillraceError(
+            f"app {name} is {record.status}" + _last_error_of(record),
+            hint=f"its log: {record.log} (`millrace logs {name}`)",
+        )
 
 
 def _last_error_of(record: registry.AppRecord) -> str:
