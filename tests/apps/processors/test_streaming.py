@@ -280,6 +280,25 @@ def test_a_production_to_a_stream_that_does_not_exist_stops_the_app_and_writes_n
     assert [record.value for record in read(workspace, missing)] == [events[7]]
 
 
+def test_a_spark_session_writing_kafka_through_datasource_v1_is_refused_before_the_start(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    create_stream(workspace.settings, stream_name, buckets=1)
+    echo = _echo(stream_name, f"{stream_name}.echo", boom_to=f"{stream_name}.boom")
+    key = "spark.sql.sources.useV1SourceList"
+    millrace_sources = spark.conf.get(key)
+    running_before = len(spark.streams.active)
+    spark.conf.set(key, "parquet,kafka")
+    try:
+        with pytest.raises(ProcessorError) as raised:
+            start_processor_app(spark, workspace, echo, available_now=True)
+    finally:
+        spark.conf.set(key, millrace_sources)
+    assert f"{key} lists kafka" in raised.value.message
+    assert "millrace.engine.session.spark_session" in raised.value.hint
+    assert len(spark.streams.active) == running_before
+
+
 def test_a_stream_first_produced_to_in_a_later_micro_batch_gets_its_productions_once(
     spark: SparkSession, workspace: Workspace, stream_name: str
 ) -> None:

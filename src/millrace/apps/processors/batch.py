@@ -149,7 +149,7 @@ def run_processor_batch(
     if into is not None:
         outputs = outputs.where((F.col("kind") != PRODUCTION) | F.col("stream").isin(*into))
     run = ProcessorBatchRun(processor_class, start_ms, end_ms)
-    writer = OutputWriter(workspace, processor_class.name)
+    writer = OutputWriter(spark, workspace, processor_class.name)
     try:
         counts = writer.write(outputs)
     except Exception as error:

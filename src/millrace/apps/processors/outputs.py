@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pyspark.sql import Column, DataFrame, Observation, Row
+from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 
 from millrace.apps.processors.errors import require_processor_stream, worker_error_text
@@ -36,6 +36,7 @@ from millrace.serving.tables import describe_table
 
 _KINDS = (PRODUCTION, DEAD_LETTER, *NOT_WRITTEN)
 _PRODUCED = "produced"
+_V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 
 class OutputWriter:
@@ -51,7 +52,10 @@ class OutputWriter:
     streaming run keeps one for its query; a batch run makes one for its one write.
     """
 
-    def __init__(self, workspace: Workspace, name: str, *, writer: str | None = None) -> None:
+    def __init__(
+        self, spark: SparkSession, workspace: Workspace, name: str, *, writer: str | None = None
+    ) -> None:
+        _require_kafka_on_v2(spark, name)
         self.workspace = workspace
         self.name = name
         self.streams: dict[str, int] = {}
@@ -140,6 +144,22 @@ class OutputWriter:
     def _written_before(self) -> Column:
         """Whether the micro-batch's job writes a row: all but productions to new streams."""
         return ~self._production | F.col("stream").isin(*self.streams)
+
+
+def _require_kafka_on_v2(spark: SparkSession, name: str) -> None:
+    """Refuse a session whose Kafka writes are DataSource V1, which `spark_config` sets apart.
+
+    The metrics a V1 write observes never arrive: `OutputWriter.write` would wait for them
+    forever, in the processor's first micro-batch.
+    """
+    v1_sources = spark.conf.get(_V1_SOURCES) or ""
+    if "kafka" in v1_sources.lower().replace(" ", "").split(","):
+        raise ProcessorError(
+            f"processor {name!r} cannot run on this Spark session: it writes Kafka through "
+            f"DataSource V1 ({_V1_SOURCES} lists kafka)",
+            hint="start Spark with millrace.engine.session.spark_session, or take kafka out "
+            f"of {_V1_SOURCES}",
+        )
 
 
 def _reports_of(reports: list[Row]) -> dict[int, int | None]:

@@ -258,6 +258,7 @@ def start_processor_app(
     idle_ticks = not available_now and (trigger is None or trigger.kind != "available-now")
     name = processor_class.name
     watch(spark)
+    output_writer = OutputWriter(spark, workspace, name, writer=name)
     # What a start that fails has started (tickers, the clock, the query) is stopped.
     with ExitStack() as started:
         outputs, tickers = _outputs_frame(
@@ -295,7 +296,7 @@ def start_processor_app(
                     processor_class,
                     writer.start(),
                     workspace,
-                    OutputWriter(workspace, name, writer=name),
+                    output_writer,
                     _clock=clock,
                     _timers=timers,
                 )
