@@ -15,7 +15,18 @@ import importlib
 from typing import TYPE_CHECKING
 
 from millrace.errors import MillraceError
-from millrace.processor import Input, ListState, MapState, Processor, ValueState
+from millrace.processor import (
+    Count,
+    Input,
+    ListState,
+    MapState,
+    Max,
+    Min,
+    Processor,
+    Sum,
+    TopK,
+    ValueState,
+)
 from millrace.records import Record
 
 if TYPE_CHECKING:
@@ -29,14 +40,19 @@ _ON_FIRST_USE = {
 }
 
 __all__ = [
+    "Count",
     "Input",
     "ListState",
     "MapState",
+    "Max",
     "MillraceError",
+    "Min",
     "Processor",
     "Publisher",
     "Reader",
     "Record",
+    "Sum",
+    "TopK",
     "ValueState",
     "publish",
 ]

@@ -27,3 +27,15 @@ def test_the_monoid_class_of_the_page_counts_per_key() -> None:
     tester.feed("queries", [{"query": "cats", "ts": T0}, {"query": "cats", "ts": T0 + 1}])
     tester.run_batch()
     assert tester.values("query_totals") == [{"query": "cats", "count": 2}]
+
+
+def test_the_declared_aggregates_of_the_page_total_each_user_s_payments() -> None:
+    [declared] = [block for block in _blocks() if "class Spending(Processor)" in block]
+    namespace: dict = {}
+    exec(compile(declared, str(PAGE), "exec"), namespace)
+    tester = ProcessorTester(namespace["Spending"])
+    tester.feed("payments", [{"user": "ann", "amount": n, "ts": T0} for n in (5, 40, 7, 12)])
+    tester.run_batch()
+    assert tester.values("spending") == [
+        {"user": "ann", "payments": 4, "total": 64, "largest": 40, "top": [40, 12, 7]}
+    ]

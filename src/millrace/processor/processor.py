@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from millrace.config.durations import parse_duration_ms
 from millrace.errors import ConfigError, ProcessorError, PublishError
+from millrace.processor.aggregates import declared_aggregate
 from millrace.processor.keys import Key
 from millrace.processor.state import StateDeclaration, ValueState
 from millrace.records import JsonObject, event_time_ms
@@ -55,6 +56,9 @@ ProcessorKind = Literal["stateless", "stateful", "monoid"]
 
 AGGREGATE_STATE = "aggregate"
 """The name of the value state in which a monoid processor keeps each key's aggregate."""
+
+MONOID = "monoid"
+"""The option declaring a monoid processor's aggregate (`millrace.processor.aggregates`)."""
 
 _STATES_CACHE = "_millrace_states"
 _KIND_CACHE = "_millrace_kind"
@@ -182,7 +186,9 @@ class Processor:
 
     A monoid processor defines instead `zero` (a class attribute), `lift(self, record)` (the
     record's monoid value) and `combine(self, a, b)` (associative, with `zero` as identity),
-    and optionally `on_aggregate(self, key, aggregate, ctx)`. The engine folds each key's
+    and optionally `on_aggregate(self, key, aggregate, ctx)`; or it declares its aggregate,
+    `monoid = Sum("amount")` or a tuple such as `(Count(), Max("amount"))`
+    (`millrace.processor.aggregates`), which gives it those three. The engine folds each key's
     records of a micro-batch with `combine` first, then combines that with the stored aggregate
     (`self.aggregate`, a value state) once, and calls `on_aggregate` with the result. The
     aggregate is a `ValueState(Any)` holding JSON-able data; declare `aggregate = ValueState(T)`
@@ -210,6 +216,8 @@ class Processor:
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
+        if MONOID in cls.__dict__:
+            _take_declared_monoid(cls)
         if _is_monoid(cls) and not hasattr(cls, AGGREGATE_STATE):
             aggregate: ValueState[Any] = ValueState(Any)  # Any: what combine gives, any JSON
             aggregate.__set_name__(cls, AGGREGATE_STATE)
@@ -296,6 +304,24 @@ def _are_columns(key: object) -> bool:
 
 def _is_monoid(cls: type) -> bool:
     return any(hasattr(cls, part) for part in _MONOID_PARTS)
+
+
+def _take_declared_monoid(cls: type[Processor]) -> None:
+    """Give a class declaring `monoid = ...` its declaration's zero, lift and combine."""
+    where = cls.__name__
+    written = [part for part in _MONOID_PARTS if part in cls.__dict__]
+    if written:
+        raise ProcessorError(
+            f"{where} declares monoid and also defines " + ", ".join(written),
+            hint="declare the aggregate (monoid = Count(), Sum('field'), ...) or write zero, "
+            "lift and combine, not both",
+        )
+    declared = declared_aggregate(cls.__dict__[MONOID], where)
+    setattr(cls, MONOID, declared)
+    # The class's zero is copied before each use (`execution`), so one value serves all.
+    cls.zero = declared.zero()  # type: ignore[attr-defined]
+    cls.lift = staticmethod(declared.lift)  # type: ignore[attr-defined]
+    cls.combine = staticmethod(declared.combine)  # type: ignore[attr-defined]
 
 
 def _check_options(cls: type[Processor]) -> None:
@@ -392,6 +418,6 @@ def _check_complete(cls: type[Processor]) -> None:
     if not _is_monoid(cls) and not hasattr(cls, "on_record"):
         raise ProcessorError(
             f"{where} defines no on_record",
-            hint="define on_record(self, key, record, ctx), or zero, lift and combine for a "
-            "monoid processor",
+            hint="define on_record(self, key, record, ctx); or, for a monoid processor, "
+            "declare monoid = Count(), Sum('field'), ... or define zero, lift and combine",
         )

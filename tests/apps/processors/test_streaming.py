@@ -5,6 +5,7 @@ that cannot be read."""
 # Processor classes declare `inputs` as a list, the way users write them.
 # ruff: noqa: RUF012
 
+import heapq
 import itertools
 import json
 import uuid
@@ -13,7 +14,7 @@ from collections import Counter
 import pytest
 from pyspark.sql import SparkSession
 
-from millrace import Input, Processor
+from millrace import Count, Input, Max, Min, Processor, TopK
 from millrace.apps.processors.rows import LETTER_FIELDS
 from millrace.apps.processors.streaming import RunningProcessor, start_processor_app
 from millrace.apps.sql.running import start_sql_app
@@ -26,6 +27,7 @@ from millrace.sql.parser import parse_app
 from millrace.testing import ProcessorTester
 from millrace.warehouse.result_tables import read_result_rows
 from tests.apps.processor_apps import (
+    LATENESS_MS,
     OLD_REASON,
     T0,
     closing,
@@ -198,6 +200,48 @@ def test_a_monoid_processor_gives_the_aggregates_of_the_tester(
     assert running.late == sum(late.values()) > 0
     final = Counter({record.value["query"]: record.value["count"] for record in produced})
     assert final + late == Counter(event["query"] for event in events)
+
+
+def test_a_declared_monoid_on_spark_gives_the_aggregates_of_plain_python_and_the_tester(
+    spark: SparkSession, workspace: Workspace, stream_name: str
+) -> None:
+    output = f"{stream_name}.times"
+    create_stream(workspace.settings, stream_name, buckets=2)
+    create_stream(workspace.settings, output, buckets=1)
+
+    class QueryTimes(Processor):
+        name = f"query_times_{uuid.uuid4().hex[:8]}"
+        inputs = [Input(stream_name, key="query", time="ts", lateness=f"{LATENESS_MS}ms")]
+        monoid = (Count(), Min("ts"), Max("ts"), TopK(3, "ts"))
+
+        def on_aggregate(self, key, aggregate, ctx):
+            ctx.produce(output, {"query": key, "aggregate": aggregate}, key=key)
+
+    events = queries(0, 200)
+    publish(workspace, stream_name, events)
+    running = start_processor_app(
+        spark, workspace, QueryTimes, available_now=True, max_records_per_batch=40
+    )
+    running.await_termination()
+
+    produced = read(workspace, output)
+    final = {record.value["query"]: record.value["aggregate"] for record in produced}
+    for query in {event["query"] for event in events}:
+        times = [event["ts"] for event in events if event["query"] == query]
+        assert final[query] == [len(times), min(times), max(times), heapq.nlargest(3, times)]
+    tester = ProcessorTester(QueryTimes)
+    for bucket in (0, 1):
+        tester.feed(
+            stream_name,
+            [
+                Record(r.stream, r.bucket, r.offset, r.key, r.id, None, r.value)
+                for r in read(workspace, stream_name)
+                if r.bucket == bucket
+            ],
+            bucket=bucket,
+        )
+    tester.run_batch()
+    assert {p.value["query"]: p.value["aggregate"] for p in tester.productions[output]} == final
 
 
 def test_productions_without_a_key_are_spread_over_the_buckets_in_step(
