@@ -10,16 +10,28 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from itertools import groupby, pairwise
+from operator import itemgetter
+from typing import IO, TYPE_CHECKING, Any
 
+import numpy as np
+import pandas as pd
+import pyspark
 from py4j.java_gateway import JavaObject
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import ensure_callback_server_started, launch_gateway
+from pyspark.sql.conversion import ArrowBatchTransformer
+from pyspark.sql.pandas.serializers import (
+    ArrowStreamPandasSerializer,
+    TransformWithStateInPandasSerializer,
+)
 from pyspark.sql.streaming.listener import (
     JStreamingQueryListener,
     QueryProgressEvent,
     StreamingQueryProgress,
 )
+from pyspark.sql.streaming.stateful_processor_util import TransformWithStateInPandasFuncMode
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -213,3 +225,93 @@ class JsonProgressBridge(JStreamingQueryListener):
         self.pylistener.onQueryProgress(
             QueryProgressEvent(StreamingQueryProgress.fromJson(progress))
         )
+
+
+def group_rows_by_slices() -> None:
+    """Make this Python worker hand `transformWithStateInPandas` each group as slices of frames.
+
+    PySpark 4.2's `TransformWithStateInPandasSerializer.load_stream` converts each Arrow batch
+    to pandas, then walks it row by row (`itertuples`) to find where each grouping key's rows
+    start, and builds each group's frame again from those row tuples (`pd.DataFrame(rows)`):
+    two Python passes per row, a quarter of a processor worker's time (py-spy of
+    `benchmarks/processors.py`, 2026-12-07). This replaces the method, on the class, with
+    `_load_stream_by_slices`, which finds the boundaries with numpy and yields slices of the
+    converted frame: the same items, in the same order, with the same columns and chunk sizes.
+    Called in the worker when it unpickles a processor's operator, before it reads a row;
+    once per process. Only for the PySpark whose method it was written against: another
+    keeps PySpark's own.
+    """
+    if pyspark.__version__ == _WRITTEN_AGAINST:
+        TransformWithStateInPandasSerializer.load_stream = _load_stream_by_slices  # type: ignore[method-assign]
+
+
+def pyspark_load_stream() -> Any:  # Any: PySpark's own method, unannotated
+    """PySpark's own `TransformWithStateInPandasSerializer.load_stream` (for the tests)."""
+    return _PYSPARK_LOAD_STREAM
+
+
+_PYSPARK_LOAD_STREAM = TransformWithStateInPandasSerializer.load_stream
+# The method's code as of PySpark 4.2.0, whose items _load_stream_by_slices gives.
+_WRITTEN_AGAINST = "4.2.0"
+
+
+def _load_stream_by_slices(
+    self: TransformWithStateInPandasSerializer, stream: IO[bytes]
+) -> Iterator[tuple[Any, Any, Any]]:  # Any: PySpark's modes, keys and chunk iterators
+    batches = super(ArrowStreamPandasSerializer, self).load_stream(stream)
+
+    def chunks() -> Iterator[tuple[tuple[object, ...], pd.DataFrame]]:
+        for batch in batches:
+            self._update_batch_size_stats(batch)  # type: ignore[no-untyped-call]
+            frame = pd.concat(
+                ArrowBatchTransformer.to_pandas(
+                    batch,
+                    timezone=self._timezone,
+                    schema=self._input_type,
+                    struct_in_pandas=self._struct_in_pandas,
+                    ndarray_as_list=self._ndarray_as_list,
+                    prefer_int_ext_dtype=self._prefer_int_ext_dtype,
+                    df_for_struct=self._df_for_struct,
+                ),
+                axis=1,
+            )
+            # The worker sets the grouping key's offsets before it reads the stream.
+            yield from _group_slices(frame, self.key_offsets or [], _chunk_rows(self))
+
+    for key, group in groupby(chunks(), key=itemgetter(0)):
+        yield (TransformWithStateInPandasFuncMode.PROCESS_DATA, key, group)
+    yield (TransformWithStateInPandasFuncMode.PROCESS_TIMER, None, None)
+    yield (TransformWithStateInPandasFuncMode.COMPLETE, None, None)
+
+
+def _chunk_rows(serializer: TransformWithStateInPandasSerializer) -> int:
+    """The rows of a chunk: PySpark cuts a group at its record cap or its byte cap."""
+    rows = serializer.arrow_max_records_per_batch
+    if serializer.average_arrow_row_size > 0:
+        by_bytes = math.ceil(
+            serializer.arrow_max_bytes_per_batch / serializer.average_arrow_row_size
+        )
+        rows = min(rows, max(1, by_bytes))
+    return int(rows)
+
+
+def _group_slices(
+    frame: pd.DataFrame, key_offsets: Sequence[int], chunk_rows: int
+) -> Iterator[tuple[tuple[object, ...], pd.DataFrame]]:
+    """Each run of equal grouping keys of `frame`, as (key, slice), cut every `chunk_rows`."""
+    if frame.empty:
+        return
+    key_columns = [frame.iloc[:, offset].to_numpy() for offset in key_offsets]
+    changes = np.zeros(len(frame) - 1, dtype=bool)
+    for column in key_columns:
+        changes |= column[1:] != column[:-1]
+    starts = [0, *(np.flatnonzero(changes) + 1).tolist(), len(frame)]
+    for start, end in pairwise(starts):
+        key = tuple(_python_value(column[start]) for column in key_columns)
+        for chunk_start in range(start, end, chunk_rows):
+            yield key, frame.iloc[chunk_start : min(end, chunk_start + chunk_rows)]
+
+
+def _python_value(value: object) -> object:
+    # itertuples, which PySpark's method reads keys with, gives Python's ints, not numpy's.
+    return value.item() if isinstance(value, np.generic) else value

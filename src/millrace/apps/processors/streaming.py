@@ -116,6 +116,7 @@ from millrace.engine.output_watermark import OutputWatermark
 from millrace.engine.plans import logical_plans
 from millrace.engine.progress import watch
 from millrace.engine.session import state_store
+from millrace.engine.spark_internals import group_rows_by_slices
 from millrace.engine.triggers import Trigger, records_cap
 from millrace.errors import ProcessorError
 from millrace.processor.execution import run_batch
@@ -498,6 +499,11 @@ class _BucketRunner(StatefulProcessor):
         self.placement = placement
         self.lookup_source = lookup_source
         self.clock_stream = clock_stream(processor_class.name)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled in a Python worker, before the worker reads the rows it is sent.
+        group_rows_by_slices()
+        self.__dict__.update(state)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
