@@ -9,7 +9,9 @@ bucket's records, and writes the state back once. The cost grows with micro-batc
 buckets, not with keys: no key costs a round trip between the Python worker and the JVM. The
 operator's pandas flavour is used because it hands a bucket's rows over as columns converted
 from Arrow in bulk; the Row flavour builds every cell of every row as a Python object of its
-own, and with it `benchmarks/processors.py` ran at half the speed with 1,000 keys.
+own, and with it `benchmarks/processors.py` ran at half the speed with 1,000 keys. PySpark's
+pandas flavour still walks the rows twice in Python to group them; the worker takes
+`millrace.engine.spark_internals.group_rows_by_slices` instead when it unpickles the operator.
 
 The bucket state is one `ValueState` of schema `keys STRING, timers STRING, timer_ms LONG`:
 `keys` and `timers` are a `millrace.apps.processors.bucket_store.BucketStore`, one JSON text per key
