@@ -479,6 +479,7 @@ def _pyspark(spark: SparkSession, workspace, load: _Load, batch_records: int) ->
         .writeStream.foreachBatch(
             lambda batch, _: (
                 batch.write.format("kafka")
+                .mode("append")
                 .option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers)
                 .option("topic", output)
                 .save()

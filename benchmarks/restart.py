@@ -343,6 +343,7 @@ def _run_handwritten(
         .writeStream.foreachBatch(
             lambda batch, _: (
                 batch.write.format("kafka")
+                .mode("append")
                 .option("kafka.bootstrap.servers", settings.bootstrap_servers)
                 .option("topic", output)
                 .save()

@@ -160,8 +160,8 @@ def _handwritten(
     def write(batch: DataFrame, _: int) -> None:
         batch.persist()
         batch.write.format("delta").mode("append").save(table)
-        batch.select(F.to_json(F.struct(*batch.columns)).alias("value")).write.format(
-            "kafka"
+        batch.select(F.to_json(F.struct(*batch.columns)).alias("value")).write.format("kafka").mode(
+            "append"
         ).option("kafka.bootstrap.servers", workspace.settings.bootstrap_servers).option(
             "topic", output
         ).save()

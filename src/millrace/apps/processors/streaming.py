@@ -60,6 +60,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -126,7 +127,15 @@ from millrace.processor.lookups import LookupSource
 from millrace.processor.processor import Input, Processor
 from millrace.records import Record, RecordDecodeError
 
-_BUCKET_STATE_SCHEMA = "keys STRING, timers STRING, timer_ms LONG"
+# A StructType rather than its DDL text, which PySpark sends to the JVM to parse, twice in each
+# task's `init`.
+_BUCKET_STATE_SCHEMA = StructType(
+    [
+        StructField("keys", StringType()),
+        StructField("timers", StringType()),
+        StructField("timer_ms", LongType()),
+    ]
+)
 
 
 @dataclass
