@@ -33,11 +33,15 @@ later than the rest), to a Kafka stream; each run's output is read back and chec
 a plain-Python count of the records (a mismatch stops the benchmark with SystemExit).
 
 Records/s count the time the query spends in micro-batches, as Spark reports it (the sum of
-`durationMs.triggerExecution`): the throughput of a running app. Wall-clock figures (`wall_*`),
-from start to stop, add starting and stopping the query. The ratios are of the medians,
-each millrace side and each Spark aggregation over the PySpark baseline, over Bytewax and
-over `spark_aggregation_dedup` (`millrace_monoid_to_spark_dedup_ratio`: the monoid
-processor against Spark's own aggregation with the same guarantee).
+`durationMs.triggerExecution`): the throughput of a running app. Records per CPU second
+(`records_per_cpu_s`) count the CPU (user and system) that this process and every process
+under it (Spark's JVM, its Python workers, a peer's processes) used in the side's run, from
+/proc: its cost.
+Wall-clock figures (`wall_*`), from start to stop, add starting and stopping the query. The
+ratios are of the medians, each millrace side and each Spark aggregation over the PySpark
+baseline, over Bytewax and over `spark_aggregation_dedup`
+(`millrace_monoid_to_spark_dedup_ratio`: the monoid processor against Spark's own aggregation
+with the same guarantee).
 Loading the stream is not measured.
 
 - `bytewax`: the same count in Bytewax (from PyPI; a dev dependency), single worker,
@@ -78,6 +82,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import time
@@ -99,6 +104,8 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
+
+from millrace.config.proc_stat import cpu_used_between, process_tree
 
 START_MS = 1_767_225_600_000
 RECORDS_PER_S = 10_000
@@ -233,18 +240,23 @@ def _compare(
 ) -> dict[str, object]:
     """Records/s of every side over interleaved rounds, and each millrace side's ratio."""
     runs: dict[str, list[Run]] = {side: [] for side in sides}
+    cpu_s: dict[str, list[float]] = {side: [] for side in sides}
     for round_number in range(rounds + 1):
         for side, run_side in sides.items():
+            before = process_tree(os.getpid())
             run = _retrying(side, run_side)
+            used_s = cpu_used_between(before, process_tree(os.getpid()))
             _check(spark, workspace, _expected(load, side), side, run.output)
             # The first round warms the JVM's code and Spark's caches for every side.
             if round_number > 0:
                 runs[side].append(run)
+                cpu_s[side].append(used_s)
             print(f"{side}: {load.records / run.processing_s:,.0f} records/s", flush=True)
     result: dict[str, object] = {}
     for side, side_runs in runs.items():
         result[f"{side}_records_per_s"] = [load.records / run.processing_s for run in side_runs]
         result[f"{side}_wall_records_per_s"] = [load.records / run.wall_s for run in side_runs]
+        result[f"{side}_records_per_cpu_s"] = [load.records / s for s in cpu_s[side]]
     baselines = (
         ("pyspark_transform_with_state", "pyspark"),
         ("bytewax", "bytewax"),
