@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from millrace.errors import ProcessorError
 from millrace.records import JsonObject
@@ -99,7 +99,32 @@ class Sum(DeclaredAggregate):
 
 
 @dataclass(frozen=True)
-class Min(DeclaredAggregate):
+class _Extreme(DeclaredAggregate):
+    """The least value of a numeric field, or the largest (`_largest`); `None` at first."""
+
+    _largest: ClassVar[bool]
+    field: str
+
+    def __post_init__(self) -> None:
+        _check_field(self, self.field)
+
+    def zero(self) -> Number | None:
+        """No records: None."""
+        return None
+
+    def lift(self, record: JsonObject) -> Number:
+        """The record's number."""
+        return _number(self, record, self.field)
+
+    def combine(self, a: Number | None, b: Number | None) -> Number | None:
+        """The lesser of the two, or the larger; None gives way."""
+        if a is None or b is None:
+            return b if a is None else a
+        return max(a, b) if self._largest else min(a, b)
+
+
+@dataclass(frozen=True)
+class Min(_Extreme):
     """The least value of a numeric field; `None` until a record has one.
 
     Example:
@@ -107,28 +132,11 @@ class Min(DeclaredAggregate):
         12
     """
 
-    field: str
-
-    def __post_init__(self) -> None:
-        _check_field(self, self.field)
-
-    def zero(self) -> Number | None:
-        """No records: None."""
-        return None
-
-    def lift(self, record: JsonObject) -> Number:
-        """The record's number."""
-        return _number(self, record, self.field)
-
-    def combine(self, a: Number | None, b: Number | None) -> Number | None:
-        """The lesser of the two; None gives way."""
-        if a is None or b is None:
-            return b if a is None else a
-        return min(a, b)
+    _largest = False
 
 
 @dataclass(frozen=True)
-class Max(DeclaredAggregate):
+class Max(_Extreme):
     """The largest value of a numeric field; `None` until a record has one.
 
     Example:
@@ -136,24 +144,7 @@ class Max(DeclaredAggregate):
         40
     """
 
-    field: str
-
-    def __post_init__(self) -> None:
-        _check_field(self, self.field)
-
-    def zero(self) -> Number | None:
-        """No records: None."""
-        return None
-
-    def lift(self, record: JsonObject) -> Number:
-        """The record's number."""
-        return _number(self, record, self.field)
-
-    def combine(self, a: Number | None, b: Number | None) -> Number | None:
-        """The larger of the two; None gives way."""
-        if a is None or b is None:
-            return b if a is None else a
-        return max(a, b)
+    _largest = True
 
 
 @dataclass(frozen=True)

@@ -60,13 +60,13 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
 from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
 )
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from millrace.apps.processors.bucket_store import BucketStore
 from millrace.apps.processors.errors import (
