@@ -233,13 +233,13 @@ def group_rows_by_slices() -> None:
     PySpark 4.2's `TransformWithStateInPandasSerializer.load_stream` converts each Arrow batch
     to pandas, then walks it row by row (`itertuples`) to find where each grouping key's rows
     start, and builds each group's frame again from those row tuples (`pd.DataFrame(rows)`):
-    two Python passes per row, a quarter of a processor worker's time (py-spy of
-    `benchmarks/processors.py`, 2026-12-07). This replaces the method, on the class, with
+    two Python passes per row, a fifth of a processor's Python worker CPU in
+    `benchmarks/processors.py` (2026-12-07). This replaces the method, on the class, with
     `_load_stream_by_slices`, which finds the boundaries with numpy and yields slices of the
-    converted frame: the same items, in the same order, with the same columns and chunk sizes.
-    Called in the worker when it unpickles a processor's operator, before it reads a row;
-    once per process. Only for the PySpark whose method it was written against: another
-    keeps PySpark's own.
+    converted frame: the same groups, rows, columns and types in the same order, in chunks no
+    larger; a group that goes on in the next Arrow batch comes as one chunk more. Called in
+    the worker when it unpickles a processor's operator, before it reads a row. Only for the
+    PySpark whose method it was written against: another keeps PySpark's own.
     """
     if pyspark.__version__ == _WRITTEN_AGAINST:
         TransformWithStateInPandasSerializer.load_stream = _load_stream_by_slices  # type: ignore[method-assign]
