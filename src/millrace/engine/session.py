@@ -45,6 +45,7 @@ _MILLRACE_EXTENSIONS = "dev.millrace.spark.MillraceExtensions"
 _STATE_STORE_SWITCH = threading.Lock()
 _ROCKSDB_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 _DELTA_DEFAULTS = "spark.databricks.delta.properties.defaults"
+_V1_SOURCES = "spark.sql.sources.useV1SourceList"
 """Where Spark takes the table properties of a Delta table it creates."""
 _LISTENERS: dict[int, list[StreamingQueryListener]] = {}
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -300,6 +301,16 @@ def checkpoint_state_store(checkpoint: StoragePath) -> str | None:
     return names.get(provider, provider)
 
 
+def kafka_on_datasource_v1(spark: SparkSession) -> bool:
+    """Whether `spark` reads and writes Kafka in batch through DataSource V1.
+
+    The sessions `spark_config` makes do not: a processor's observed metrics never arrive
+    from a V1 write.
+    """
+    v1_sources = spark.conf.get(_V1_SOURCES) or ""
+    return "kafka" in v1_sources.lower().replace(" ", "").split(",")
+
+
 def spark_config(settings: Settings) -> dict[str, str]:
     """The Spark configuration millrace sets, as key-value pairs."""
     # Every stateful operator commits each of its partitions at the end of every micro-batch,
@@ -370,7 +381,7 @@ def spark_config(settings: Settings) -> dict[str, str]:
         # Kafka's batch reads and writes go through Spark's DataSource V2 API, not V1 (Spark's
         # list, less kafka): a V1 write runs its query apart from the write command, where the
         # metrics that a processor's writer observes as it writes (`observe`) never arrive.
-        "spark.sql.sources.useV1SourceList": "avro,csv,json,orc,parquet,text",
+        _V1_SOURCES: "avro,csv,json,orc,parquet,text",
         **_s3a_config(settings),
     }
 

@@ -27,6 +27,7 @@ from millrace.apps.processors.rows import (
 from millrace.bus.markers import WRITER_HEADER
 from millrace.config.workspace import Workspace
 from millrace.engine import kafka
+from millrace.engine.session import kafka_on_datasource_v1
 from millrace.engine.writes import bucket_by_id
 from millrace.errors import ProcessorError, ServingError
 from millrace.processor.lookups import TABLE_PREFIX
@@ -36,7 +37,6 @@ from millrace.serving.tables import describe_table
 
 _KINDS = (PRODUCTION, DEAD_LETTER, *NOT_WRITTEN)
 _PRODUCED = "produced"
-_V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 
 class OutputWriter:
@@ -147,18 +147,17 @@ class OutputWriter:
 
 
 def _require_kafka_on_v2(spark: SparkSession, name: str) -> None:
-    """Refuse a session whose Kafka writes are DataSource V1, which `spark_config` sets apart.
+    """Refuse a session whose Kafka writes are DataSource V1, unlike those `spark_config` makes.
 
     The metrics a V1 write observes never arrive: `OutputWriter.write` would wait for them
     forever, in the processor's first micro-batch.
     """
-    v1_sources = spark.conf.get(_V1_SOURCES) or ""
-    if "kafka" in v1_sources.lower().replace(" ", "").split(","):
+    if kafka_on_datasource_v1(spark):
         raise ProcessorError(
             f"processor {name!r} cannot run on this Spark session: it writes Kafka through "
-            f"DataSource V1 ({_V1_SOURCES} lists kafka)",
+            "DataSource V1 (spark.sql.sources.useV1SourceList lists kafka)",
             hint="start Spark with millrace.engine.session.spark_session, or take kafka out "
-            f"of {_V1_SOURCES}",
+            "of spark.sql.sources.useV1SourceList",
         )
 
 
