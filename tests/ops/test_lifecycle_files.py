@@ -391,3 +391,14 @@ def test_deploying_an_app_that_runs_deployed_already_names_it_in_the_error(
     with pytest.raises(AlreadyDeployedError, match="already runs") as raised:
         lifecycle.deploy(fresh_workspace, str(source))
     assert raised.value.app == "twice"
+
+
+def test_an_app_name_too_long_for_a_file_name_is_not_deployed_rather_than_an_os_error(
+    fresh_workspace: Workspace,
+) -> None:
+    # Found by the API's schema test: a name of over 255 bytes in UTF-8.
+    name = "İ" * 200
+
+    assert not registry.is_deployed(fresh_workspace, name)
+    with pytest.raises(registry.AppNotFoundError, match="no deployed app"):
+        registry.load(fresh_workspace, name)

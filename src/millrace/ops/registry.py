@@ -13,6 +13,7 @@ record; they are meant to be read by people as much as by millrace.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import json
@@ -137,7 +138,7 @@ def load(workspace: Workspace, name: str) -> AppRecord:
         deployed apps: none yet; start one with `millrace deploy APP`
     """
     path = workspace.app_record(name)
-    if not path.is_file():
+    if not _is_record(path):
         known = ", ".join(record.name for record in list_apps(workspace)) or "none yet"
         raise AppNotFoundError(
             f"no deployed app {name!r} in {workspace.apps_dir}",
@@ -148,7 +149,17 @@ def load(workspace: Workspace, name: str) -> AppRecord:
 
 def is_deployed(workspace: Workspace, name: str) -> bool:
     """Whether app `name` has a record in the registry (it was deployed, whatever it does now)."""
-    return workspace.app_record(name).is_file()
+    return _is_record(workspace.app_record(name))
+
+
+def _is_record(path: Path) -> bool:
+    """Whether the record file `path` exists; an app name too long for a file name has none."""
+    try:
+        return path.is_file()
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            return False
+        raise
 
 
 def list_apps(workspace: Workspace) -> list[AppRecord]:
